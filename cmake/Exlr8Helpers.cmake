@@ -1,0 +1,48 @@
+# Shared compile settings and the test registration helper.
+
+# exlr8_set_warnings(target): strict warnings, errors when EXLR8_WERROR.
+function(exlr8_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
+      -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${EXLR8_WERROR}>>:-Werror>
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${EXLR8_WERROR}>>:-Werror=all-warnings>)
+  if(EXLR8_SANITIZE)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# exlr8_library(name ALIAS alias SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...)
+function(exlr8_library name)
+  cmake_parse_arguments(A "" "ALIAS" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  add_library(${A_ALIAS} ALIAS ${name})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_PRIVATE_DEPS})
+  exlr8_set_warnings(${name})
+  if(EXLR8_SANITIZE)
+    target_link_options(${name} INTERFACE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# exlr8_add_test(name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
+# One GoogleTest executable; each TEST() becomes a ctest test.
+function(exlr8_add_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main Threads::Threads)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_definitions(${name} PRIVATE
+    EXLR8_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    EXLR8_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
+    EXLR8_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  exlr8_set_warnings(${name})
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
+endfunction()

@@ -1,5 +1,6 @@
 #include "format/checksum.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t by value
 #include <xxhash.h>
 
 #include <cstdio>

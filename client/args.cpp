@@ -1,0 +1,102 @@
+#include "client/args.h"
+
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+namespace exlr8 {
+
+Result<Args> Args::Parse(const std::vector<std::string>& argv, const std::set<std::string>& value_options,
+                         const std::set<std::string>& flags) {
+  Args a;
+  bool only_positional = false;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& s = argv[i];
+    if (only_positional || s.size() < 3 || !s.starts_with("--")) {
+      if (s == "--") {
+        only_positional = true;
+        continue;
+      }
+      if (!only_positional && s.size() > 1 && s[0] == '-' && s != "-")
+        return InvalidArgumentError("unknown option '" + s + "'");
+      a.positional_.push_back(s);
+      continue;
+    }
+    std::string name = s.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    if (flags.contains(name)) {
+      if (value) return InvalidArgumentError("option --" + name + " takes no value");
+      a.values_[name] = "1";
+    } else if (value_options.contains(name)) {
+      if (!value) {
+        if (i + 1 >= argv.size()) return InvalidArgumentError("option --" + name + " needs a value");
+        value = argv[++i];
+      }
+      a.values_[name] = *value;
+    } else {
+      return InvalidArgumentError("unknown option '--" + name + "'");
+    }
+  }
+  return a;
+}
+
+bool Args::Has(std::string_view name) const { return values_.find(name) != values_.end(); }
+
+std::optional<std::string> Args::Get(std::string_view name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::GetOr(std::string_view name, std::string fallback) const {
+  auto v = Get(name);
+  return v ? *v : fallback;
+}
+
+Result<std::string> Args::Require(std::string_view name) const {
+  auto v = Get(name);
+  if (!v) return InvalidArgumentError("missing --" + std::string(name));
+  return *v;
+}
+
+Result<std::int64_t> Args::GetInt(std::string_view name, std::int64_t fallback, std::int64_t min,
+                                  std::int64_t max) const {
+  auto v = Get(name);
+  if (!v) return fallback;
+  std::int64_t x = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
+  if (ec != std::errc() || p != v->data() + v->size())
+    return InvalidArgumentError("--" + std::string(name) + ": '" + *v + "' is not an integer");
+  if (x < min || x > max)
+    return InvalidArgumentError("--" + std::string(name) + ": " + *v + " is outside [" + std::to_string(min) +
+                                ", " + std::to_string(max) + "]");
+  return x;
+}
+
+Result<std::uint64_t> ParseByteCount(std::string_view text) {
+  std::uint64_t n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || p == text.data()) return InvalidArgumentError("'" + std::string(text) + "' is not a byte count");
+  std::string unit(p, text.data() + text.size());
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  std::uint64_t mult = 1;
+  if (unit.empty()) mult = 1;
+  else if (unit == "K") mult = 1000ull;
+  else if (unit == "M") mult = 1000ull * 1000;
+  else if (unit == "G") mult = 1000ull * 1000 * 1000;
+  else if (unit == "T") mult = 1000ull * 1000 * 1000 * 1000;
+  else if (unit == "KI") mult = 1ull << 10;
+  else if (unit == "MI") mult = 1ull << 20;
+  else if (unit == "GI") mult = 1ull << 30;
+  else if (unit == "TI") mult = 1ull << 40;
+  else return InvalidArgumentError("'" + std::string(text) + "': unknown unit");
+  if (n > std::numeric_limits<std::uint64_t>::max() / mult) return InvalidArgumentError("'" + std::string(text) + "' overflows");
+  return n * mult;
+}
+
+}  // namespace exlr8

@@ -1,0 +1,46 @@
+// A small command-line parser shared by `exlr8` and `exlr8d` subcommands.
+//
+// Accepts `--name value`, `--name=value`, boolean `--flag`, and positional
+// arguments. Unknown options are errors (a typo must not be ignored).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/status.h"
+
+namespace exlr8 {
+
+class Args {
+ public:
+  // `value_options`: options that take a value ("--tp"); `flags`: options
+  // that do not ("--json"). Names without the leading dashes.
+  static Result<Args> Parse(const std::vector<std::string>& argv, const std::set<std::string>& value_options,
+                            const std::set<std::string>& flags);
+
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool Has(std::string_view name) const;
+  bool Flag(std::string_view name) const { return Has(name); }
+  std::optional<std::string> Get(std::string_view name) const;
+  std::string GetOr(std::string_view name, std::string fallback) const;
+  // Integer option: InvalidArgument naming the option if malformed or
+  // outside [min, max]; `fallback` if absent.
+  Result<std::int64_t> GetInt(std::string_view name, std::int64_t fallback, std::int64_t min,
+                              std::int64_t max) const;
+  // Required option: InvalidArgument "missing --name" if absent.
+  Result<std::string> Require(std::string_view name) const;
+
+ private:
+  std::vector<std::string> positional_;
+  std::map<std::string, std::string, std::less<>> values_;
+};
+
+// Parses "123", "10G", "512MiB" style byte counts (K/M/G/T = 10^3.., Ki/Mi/Gi/Ti = 2^10..).
+Result<std::uint64_t> ParseByteCount(std::string_view text);
+
+}  // namespace exlr8

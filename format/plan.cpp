@@ -1,0 +1,161 @@
+#include "format/plan.h"
+
+#include <algorithm>
+
+#include "format/layout.h"
+
+namespace exlr8 {
+
+std::string HalfTag::What() const {
+  std::string s = "L" + std::to_string(layer) + " ";
+  s += expert == kSharedExpert ? std::string("shared") : "e" + std::to_string(expert);
+  s += " ";
+  s += ProjName(proj);
+  s += " h" + std::to_string(half) + " K" + std::to_string(k);
+  return s;
+}
+
+std::string PlanRange::What() const { return kind == Kind::kHeader ? std::string("header") : tag.What(); }
+
+std::uint64_t PlanFile::bytes() const {
+  if (whole) return size;
+  std::uint64_t n = 0;
+  for (const auto& r : requests) n += r.length;
+  return n;
+}
+
+std::vector<ByteRun> CoalesceRuns(std::vector<ByteRun> runs, std::uint64_t gap) {
+  std::sort(runs.begin(), runs.end(), [](const ByteRun& a, const ByteRun& b) { return a.offset < b.offset; });
+  std::vector<ByteRun> out;
+  for (const ByteRun& r : runs) {
+    if (!out.empty() && r.offset >= out.back().end() && r.offset - out.back().end() <= gap) {
+      out.back().length = r.end() - out.back().offset;
+    } else if (!out.empty() && r.offset < out.back().end()) {  // overlap: extend
+      out.back().length = std::max(out.back().end(), r.end()) - out.back().offset;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const PlanOptions& opt) {
+  if (opt.tp < 1) return InvalidArgumentError("--tp must be >= 1, got " + std::to_string(opt.tp));
+  if (opt.rank < 0 || opt.rank >= opt.tp)
+    return InvalidArgumentError("--rank must be in [0, " + std::to_string(opt.tp - 1) + "], got " +
+                                std::to_string(opt.rank));
+  Plan plan;
+  plan.tp = opt.tp;
+  plan.rank = opt.rank;
+  plan.manifest = manifest.name();
+  plan.warnings = manifest.warnings();
+
+  std::map<std::string, const ReleaseFile*> by_path;
+  for (const auto& f : in.files) by_path[f.path] = &f;
+  std::map<std::string, PlanFile> width_files;
+
+  double rank_bits = 0, rank_halves = 0;
+  for (const auto& [layer, lw] : manifest.layers()) {
+    auto ix_it = in.indexes.find(layer);
+    if (ix_it == in.indexes.end())
+      return CorruptionError("manifest " + manifest.name() + " names layer " + std::to_string(layer) +
+                             " but its index file was not read");
+    const ExpertIndex& ix = ix_it->second;
+    const std::string index_path = ExpertIndexPath(layer);
+
+    auto add_half = [&](int expert, Proj p, std::uint32_t h) -> Status {
+      const int k = lw.Width(expert, p, h);
+      EXLR8_ASSIGN_OR_RETURN(HalfEntry he, ix.Half(expert, p, h, k));
+      const std::string wpath = ExpertWidthPath(layer, k);
+      PlanFile& pf = width_files[wpath];
+      if (pf.path.empty()) {
+        auto f = by_path.find(wpath);
+        if (f == by_path.end())
+          return CorruptionError("release has no file " + wpath + " (needed for " +
+                                 HalfTag{layer, expert, p, h, k}.What() + ")");
+        auto hb = in.width_header_bytes.find(wpath);
+        if (hb == in.width_header_bytes.end()) return CorruptionError(wpath + ": header length not known to the planner");
+        pf.path = wpath;
+        pf.size = f->second->size;
+        pf.sha256 = f->second->sha256;
+        pf.git_sha1 = f->second->git_sha1;
+        pf.index_path = index_path;
+        PlanRange hr;
+        hr.kind = PlanRange::Kind::kHeader;
+        hr.offset = 0;
+        hr.length = hb->second;
+        if (hr.length > pf.size) return CorruptionError(wpath + ": header length " + std::to_string(hr.length) +
+                                                        " exceeds the file size " + std::to_string(pf.size));
+        pf.ranges.push_back(hr);
+      }
+      const std::uint64_t header_end = pf.ranges.front().length;
+      if (he.offset < header_end || he.offset > pf.size || he.length > pf.size - he.offset)
+        return CorruptionError(wpath + ": " + HalfTag{layer, expert, p, h, k}.What() + " at [" +
+                               std::to_string(he.offset) + ", " + std::to_string(he.offset + he.length) +
+                               ") lies outside the data section [" + std::to_string(header_end) + ", " +
+                               std::to_string(pf.size) + ")");
+      PlanRange r;
+      r.offset = he.offset;
+      r.length = he.length;
+      r.tag = {layer, expert, p, h, k};
+      r.xxh64 = he.checksum;
+      r.checksum_tail = ix.ChecksumTail(expert, p, h, k);
+      pf.ranges.push_back(r);
+      if (expert == kSharedExpert) {
+        ++plan.totals.shared_halves;
+      } else {
+        ++plan.totals.routed_halves;
+        rank_bits += k;
+        rank_halves += 1;
+      }
+      return Status::Ok();
+    };
+
+    for (std::uint32_t e = 0; e < lw.experts; ++e)
+      for (std::uint32_t h = 0; h < lw.halves; ++h) {
+        if (RankOfHalf(lw.halves, e, h, layer, opt.tp) != opt.rank) continue;
+        for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
+          EXLR8_RETURN_IF_ERROR(add_half(static_cast<int>(e), p, h));
+      }
+    if (lw.has_shared)  // replicated on every rank (U-11)
+      for (std::uint32_t h = 0; h < lw.halves; ++h)
+        for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown}) EXLR8_RETURN_IF_ERROR(add_half(kSharedExpert, p, h));
+  }
+
+  for (const auto& f : in.files) {
+    plan.totals.release_bytes += f.size;
+    if (ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertWidth) continue;
+    PlanFile pf;
+    pf.path = f.path;
+    pf.size = f.size;
+    pf.whole = true;
+    pf.sha256 = f.sha256;
+    pf.git_sha1 = f.git_sha1;
+    if (f.size > 0) pf.requests.push_back({0, f.size});
+    plan.totals.whole_file_bytes += f.size;
+    plan.files.push_back(std::move(pf));
+  }
+  for (auto& [path, pf] : width_files) {
+    std::sort(pf.ranges.begin(), pf.ranges.end(),
+              [](const PlanRange& a, const PlanRange& b) { return a.offset < b.offset; });
+    std::vector<ByteRun> runs;
+    runs.reserve(pf.ranges.size());
+    for (const auto& r : pf.ranges) {
+      runs.push_back({r.offset, r.length});
+      if (r.kind == PlanRange::Kind::kHeader) plan.totals.header_bytes += r.length;
+      else plan.totals.half_bytes += r.length;
+    }
+    pf.requests = CoalesceRuns(std::move(runs), opt.coalesce_gap);
+    plan.files.push_back(std::move(pf));
+  }
+  std::sort(plan.files.begin(), plan.files.end(), [](const PlanFile& a, const PlanFile& b) { return a.path < b.path; });
+  for (const auto& pf : plan.files) {
+    plan.totals.bytes += pf.bytes();
+    plan.totals.requests += pf.requests.size();
+  }
+  plan.totals.rank_bits_per_weight = rank_halves > 0 ? rank_bits / rank_halves : 0;
+  plan.totals.manifest_bits_per_weight = manifest.BitsPerWeight();
+  return plan;
+}
+
+}  // namespace exlr8

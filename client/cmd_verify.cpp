@@ -1,0 +1,202 @@
+// exlr8 verify ROOT [--manifest M --tp N --rank R]
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "client/commands.h"
+#include "client/file_source.h"
+#include "client/local_release.h"
+#include "format/checksum.h"
+#include "client/dense_verify.h"
+#include "format/layout.h"
+#include "format/safetensors.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: exlr8 verify ROOT [--manifest NAME|PATH --tp N --rank R] [--quiet]
+
+Checks every checksum it can in the release at ROOT: each width file's header
+(parsed, and every indexed half inside its data section), every expert half's
+XXH64 (trellis bytes, channel-vector slice, block-vector row; spec 5.3), and
+every dense and vocab matrix block (spec 5.4). With --manifest/--tp/--rank,
+only what that rank's plan holds. Mismatches are named with file, offset and
+what the bytes are. Exit status 1 if anything does not verify.
+)";
+
+struct HalfCheck {
+  std::string width_path;
+  std::string index_path;
+  std::uint64_t offset, length, expected;
+  std::array<ByteRun, 2> tail;
+  std::string what;
+};
+
+class SourceCache {
+ public:
+  explicit SourceCache(std::filesystem::path root) : root_(std::move(root)) {}
+  Result<const ByteSource*> Get(const std::string& rel) {
+    auto it = open_.find(rel);
+    if (it != open_.end()) return static_cast<const ByteSource*>(it->second.get());
+    EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(root_ / rel, rel));
+    const ByteSource* p = src.get();
+    open_.emplace(rel, std::move(src));
+    return p;
+  }
+
+ private:
+  std::filesystem::path root_;
+  std::map<std::string, std::unique_ptr<FileByteSource>> open_;
+};
+
+}  // namespace
+
+int RunVerify(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv, {"manifest", "tp", "rank"}, {"quiet", "help"});
+  if (!args.ok()) return ReportError("exlr8 verify", args.status());
+  if (args->Flag("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (args->positional().size() != 1) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  const bool quiet = args->Flag("quiet");
+  std::uint64_t failures = 0, halves_ok = 0, half_bytes = 0, headers_ok = 0, dense_blocks_ok = 0;
+  auto fail = [&](const std::string& line) {
+    ++failures;
+    std::printf("MISMATCH %s\n", line.c_str());
+  };
+
+  auto run = [&]() -> Status {
+    EXLR8_ASSIGN_OR_RETURN(LocalRelease rel, OpenLocalRelease(args->positional()[0]));
+    SourceCache sources(rel.root);
+    std::vector<HalfCheck> checks;
+    std::vector<std::string> width_files, dense_files;
+    const bool by_rank = args->Has("manifest") || args->Has("tp") || args->Has("rank");
+    if (by_rank) {
+      EXLR8_ASSIGN_OR_RETURN(std::string manifest_arg, args->Require("manifest"));
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args->GetInt("tp", -1, 1, 1 << 20));
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
+      if (tp < 0 || rank < 0) return InvalidArgumentError("--manifest needs --tp and --rank");
+      EXLR8_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(rel, manifest_arg));
+      EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(rel.inputs, manifest, {static_cast<int>(tp), static_cast<int>(rank)}));
+      for (const auto& f : plan.files) {
+        const auto kind = ClassifyReleasePath(f.path).kind;
+        if (kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab) dense_files.push_back(f.path);
+        if (f.whole) continue;
+        width_files.push_back(f.path);
+        for (const auto& r : f.ranges)
+          if (r.kind == PlanRange::Kind::kHalf)
+            checks.push_back({f.path, f.index_path, r.offset, r.length, r.xxh64, r.checksum_tail, r.What()});
+      }
+    } else {
+      for (const auto& [layer, ix] : rel.inputs.indexes)
+        for (bool shared : {false, true})
+          for (int k : shared ? ix.shared_widths() : ix.widths()) {
+            const std::string wpath = ExpertWidthPath(layer, k);
+            if (!shared) width_files.push_back(wpath);
+            const std::uint32_t experts = shared ? 1 : ix.experts();
+            for (std::uint32_t e = 0; e < experts; ++e)
+              for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
+                for (std::uint32_t h = 0; h < ix.halves_per_expert(); ++h) {
+                  const int ex = shared ? kSharedExpert : static_cast<int>(e);
+                  EXLR8_ASSIGN_OR_RETURN(HalfEntry he, ix.Half(ex, p, h, k));
+                  checks.push_back({wpath, ExpertIndexPath(layer), he.offset, he.length, he.checksum,
+                                    ix.ChecksumTail(ex, p, h, k), HalfTag{layer, ex, p, h, k}.What()});
+                }
+          }
+      for (const auto& f : rel.inputs.files) {
+        const auto kind = ClassifyReleasePath(f.path).kind;
+        if (kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab) dense_files.push_back(f.path);
+      }
+    }
+
+    // width-file headers
+    for (const auto& wpath : width_files) {
+      const ReleasePath rp = ClassifyReleasePath(wpath);
+      auto src = sources.Get(wpath);
+      if (!src.ok()) {
+        fail(src.status().message());
+        continue;
+      }
+      auto hb = rel.inputs.width_header_bytes.find(wpath);
+      if (hb == rel.inputs.width_header_bytes.end()) {
+        fail(wpath + ": header not read");
+        continue;
+      }
+      std::vector<std::byte> bytes(hb->second);
+      EXLR8_RETURN_IF_ERROR((*src)->ReadAt(0, bytes));
+      auto header = ParseSafetensorsHeader(bytes, (*src)->size(), wpath);
+      if (!header.ok()) {
+        fail(header.status().message());
+        continue;
+      }
+      Status s = rel.inputs.indexes.at(rp.layer).ValidateWidthFile(rp.k, *header, (*src)->size(), wpath);
+      if (!s.ok()) fail(s.message());
+      else ++headers_ok;
+    }
+
+    // halves
+    std::vector<std::byte> buf;
+    for (const auto& c : checks) {
+      auto wsrc = sources.Get(c.width_path);
+      auto isrc = sources.Get(c.index_path);
+      if (!wsrc.ok() || !isrc.ok()) {
+        fail(c.what + ": " + (wsrc.ok() ? isrc.status() : wsrc.status()).message());
+        continue;
+      }
+      Xxh64 h;
+      buf.resize(c.length);
+      Status s = (*wsrc)->ReadAt(c.offset, buf);
+      if (s.ok()) {
+        h.Update(buf);
+        for (const auto& run : c.tail) {
+          buf.resize(run.length);
+          s = (*isrc)->ReadAt(run.offset, buf);
+          if (!s.ok()) break;
+          h.Update(buf);
+        }
+      }
+      if (!s.ok()) {
+        fail(c.what + ": " + s.message());
+        continue;
+      }
+      if (h.Digest() != c.expected) {
+        fail(c.width_path + " offset " + std::to_string(c.offset) + " (" + c.what + "): xxh64 " + Hex64(h.Digest()) +
+             ", expected " + Hex64(c.expected));
+        continue;
+      }
+      ++halves_ok;
+      half_bytes += c.length;
+    }
+
+    // dense and vocab matrices
+    for (const auto& dpath : dense_files) {
+      EXLR8_ASSIGN_OR_RETURN(const ByteSource* src, sources.Get(dpath));
+      auto report = VerifyDenseFile(*src);
+      if (!report.ok()) {
+        fail(report.status().message());
+        continue;
+      }
+      dense_blocks_ok += report->blocks_ok;
+      for (const auto& m : report->mismatches) fail(m);
+    }
+    return Status::Ok();
+  };
+  Status s = run();
+  if (!s.ok()) return ReportError("exlr8 verify", s);
+  if (!quiet || failures)
+    std::printf("verified %llu width-file headers, %llu halves (%s), %llu dense blocks; %llu failures\n",
+                static_cast<unsigned long long>(headers_ok), static_cast<unsigned long long>(halves_ok),
+                HumanBytes(half_bytes).c_str(), static_cast<unsigned long long>(dense_blocks_ok),
+                static_cast<unsigned long long>(failures));
+  return failures ? kExitVerifyFailed : 0;
+}
+
+}  // namespace exlr8

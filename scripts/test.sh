@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up, builds from scratch and runs every test. This is the README's test
+# command and what CI runs (.ci/run).
+#
+#   scripts/test.sh            full run: setup, build, ctest, sanitizer unit tests, bounded fuzzing
+#   EXLR8_SKIP_SETUP=1 ...     skip apt-get (dependencies already installed)
+#   EXLR8_JOBS=N ...           parallel build/test jobs (default: nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${EXLR8_JOBS:-$(nproc)}
+start=$(date +%s)
+
+step() { printf '\n==== %s (%ss)\n' "$*" "$(($(date +%s) - start))"; }
+
+if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
+  step "setup"
+  scripts/setup.sh
+fi
+
+step "build (RelWithDebInfo) in build/"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+
+step "tests"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+
+step "format/ unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF >/dev/null
+make -C build-asan/tests/format -j"$jobs" --no-print-directory >/dev/null
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan/tests/format --output-on-failure -j"$jobs"
+
+if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then
+  step "bounded libFuzzer runs (build-fuzz/)"
+  EXLR8_FUZZ_SECONDS=${EXLR8_FUZZ_SECONDS:-15} scripts/fuzz.sh --ci
+fi
+
+step "all tests passed"

@@ -1,0 +1,206 @@
+#include "format/expert_index.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "format/dtype.h"
+#include "format/layout.h"
+#include "format/safetensors.h"
+#include "tests/format/test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::PatchBytes;
+using ::exlr8::testing::ReadBytes;
+using ::exlr8::testing::TinyRelease;
+using ::testing::HasSubstr;
+
+Result<ExpertIndex> ReadIndex(const std::vector<std::byte>& bytes, int layer = 3) {
+  SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
+  return ExpertIndex::Read(src, layer);
+}
+
+std::vector<std::byte> FixtureIndex() { return ReadBytes(TinyRelease() / ExpertIndexPath(3)); }
+
+// Absolute byte offset of tensor `name` in an index file.
+std::uint64_t TensorOffset(const std::vector<std::byte>& bytes, const std::string& name) {
+  auto n = SafetensorsHeaderSize(bytes, bytes.size(), "f");
+  auto h = ParseSafetensorsHeader(bytes, bytes.size(), "f");
+  EXPECT_TRUE(n.ok() && h.ok());
+  return h->AbsoluteOffset(*h->Find(name));
+}
+
+TEST(ExpertIndexTest, ReadsFixtureGeometryFromShapes) {
+  auto bytes = FixtureIndex();
+  auto ix = ReadIndex(bytes);
+  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+  EXPECT_EQ(ix->hidden(), 256u);
+  EXPECT_EQ(ix->experts(), 4u);
+  EXPECT_EQ(ix->halves_per_expert(), 16u);
+  EXPECT_EQ(ix->widths(), (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(ix->shared_widths(), (std::vector<int>{3, 4}));
+  EXPECT_TRUE(ix->has_shared());
+  auto he = ix->Half(1, Proj::kUp, 5, 3);
+  ASSERT_TRUE(he.ok());
+  EXPECT_EQ(he->length, 16u * 3 * 256);
+  EXPECT_EQ(ix->Half(kSharedExpert, Proj::kGate, 0, 2).status().code(), StatusCode::kNotFound);  // shared has 3,4
+  EXPECT_EQ(ix->Half(4, Proj::kGate, 0, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ix->Half(0, Proj::kGate, 16, 2).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ExpertIndexTest, ChecksumTailPointsAtVectorSliceAndBlockRow) {
+  auto bytes = FixtureIndex();
+  auto ix = ReadIndex(bytes);
+  ASSERT_TRUE(ix.ok());
+  auto tail = ix->ChecksumTail(2, Proj::kDown, 7, 4);
+  // k4.down.suh is F16 [4, 2048]: row 2, elements 896..1023
+  EXPECT_EQ(tail[0].offset, TensorOffset(bytes, "k4.down.suh") + (2 * 2048 + 128 * 7) * 2);
+  EXPECT_EQ(tail[0].length, 256u);
+  // k4.down.sv_block is F32 [4, 2]: row 2
+  EXPECT_EQ(tail[1].offset, TensorOffset(bytes, "k4.down.sv_block") + 2 * 2 * 4);
+  EXPECT_EQ(tail[1].length, 8u);
+}
+
+TEST(ExpertIndexTest, LoadHalfVectorsFoldsSignsAndBlockScales) {
+  auto bytes = FixtureIndex();
+  SpanByteSource src(bytes, "idx");
+  auto ix = ExpertIndex::Read(src, 3);
+  ASSERT_TRUE(ix.ok());
+  std::vector<float> u, v;
+  ASSERT_TRUE(ix->LoadHalfVectors(src, 1, Proj::kGate, 2, 3, &u, &v).ok());
+  ASSERT_EQ(u.size(), 256u);
+  ASSERT_EQ(v.size(), 128u);
+  // u[i] = signs.in[i] * su_block[1][i/128]
+  const std::uint64_t signs = TensorOffset(bytes, "signs.in"), su = TensorOffset(bytes, "k3.gate.su_block"),
+                      svh = TensorOffset(bytes, "k3.gate.svh");
+  for (int i : {0, 127, 128, 255}) {
+    float s = HalfToFloat(LoadLE16(bytes.data() + signs + 2 * i));
+    float b = std::bit_cast<float>(LoadLE32(bytes.data() + su + 4 * (2 + i / 128)));
+    EXPECT_EQ(u[i], s * b) << i;
+  }
+  EXPECT_EQ(v[5], HalfToFloat(LoadLE16(bytes.data() + svh + 2 * (2048 + 256 + 5))));
+}
+
+// ---- catalogue of broken index files: each must be rejected with its error ----
+
+struct BrokenIndex {
+  const char* name;
+  std::string from, to;  // header patch (same length)
+  const char* expect;    // part of the message
+};
+
+class BrokenIndexTest : public ::testing::TestWithParam<BrokenIndex> {};
+
+TEST_P(BrokenIndexTest, Rejected) {
+  auto bytes = FixtureIndex();
+  const auto& c = GetParam();
+  ASSERT_TRUE(PatchBytes(bytes, c.from, c.to)) << "patch target not found: " << c.from;
+  auto ix = ReadIndex(bytes);
+  ASSERT_FALSE(ix.ok()) << c.name;
+  EXPECT_EQ(ix.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(ix.status().message(), HasSubstr(c.expect));
+  EXPECT_THAT(ix.status().message(), HasSubstr("exlr8-layer-003.index.safetensors"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Catalogue, BrokenIndexTest,
+    ::testing::Values(
+        BrokenIndex{"missing widths", "\"widths\"", "\"widthz\"", "no 'widths'"},
+        BrokenIndex{"missing shared_widths", "\"shared_widths\"", "\"shared_widthz\"", "no 'shared_widths'"},
+        BrokenIndex{"width not an integer", "\"2,3,4\"", "\"2,x,4\"", "is not an integer in 1..8"},
+        BrokenIndex{"width out of range", "\"2,3,4\"", "\"2,3,9\"", "is not an integer in 1..8"},
+        BrokenIndex{"stored width without tensors", "\"3,4\"", "\"3,5\"", "missing tensor 'shared.k5.index'"},
+        BrokenIndex{"missing signs", "\"signs.out\"", "\"signs.ouT\"", "missing tensor 'signs.out'"},
+        BrokenIndex{"index wrong dtype", "\"k2.index\":{\"dtype\":\"I64\"", "\"k2.index\":{\"dtype\":\"F64\"",
+                    "expected I64 or U64"},
+        BrokenIndex{"vector wrong shape", "\"shape\":[4,2048],\"data_offsets\":[4608,",
+                    "\"shape\":[2048,4],\"data_offsets\":[4608,", "expected [4,2048]"},
+        BrokenIndex{"block vector integer", "\"k3.down.sv_block\":{\"dtype\":\"F32\"",
+                    "\"k3.down.sv_block\":{\"dtype\":\"I32\"", "expected F16, BF16 or F32"}),
+    [](const auto& info) {
+      std::string n = info.param.name;
+      for (auto& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+TEST(ExpertIndexTest, RejectsWrongHalfLength) {
+  auto bytes = FixtureIndex();
+  const std::uint64_t at = TensorOffset(bytes, "k2.index") + 8 * (2 * 5 + 1);  // entry 5's length
+  StoreLE64(bytes.data() + at, 8191);
+  auto ix = ReadIndex(bytes);
+  ASSERT_FALSE(ix.ok());
+  EXPECT_EQ(ix.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(ix.status().message(), HasSubstr("length 8191, expected 16*K*hidden = 8192"));
+  EXPECT_THAT(ix.status().message(), HasSubstr("[0, gate, h5]"));
+}
+
+TEST(ExpertIndexTest, RejectsNegativeOffset) {
+  auto bytes = FixtureIndex();
+  StoreLE64(bytes.data() + TensorOffset(bytes, "k3.index") + 16 * 7, static_cast<std::uint64_t>(-4096));
+  auto ix = ReadIndex(bytes);
+  ASSERT_FALSE(ix.ok());
+  EXPECT_THAT(ix.status().message(), HasSubstr("negative offset"));
+}
+
+TEST(ExpertIndexTest, WidthFileValidationCatchesHalvesOutsideAndOverlapping) {
+  auto bytes = FixtureIndex();
+  auto wbytes = ReadBytes(TinyRelease() / ExpertWidthPath(3, 2));
+  auto wh = ParseSafetensorsHeader(wbytes, wbytes.size(), "k2");
+  ASSERT_TRUE(wh.ok());
+  {
+    auto ix = ReadIndex(bytes);
+    ASSERT_TRUE(ix.ok());
+    EXPECT_TRUE(ix->ValidateWidthFile(2, *wh, wbytes.size(), "k2").ok());
+    // The same halves against a smaller file: outside.
+    Status s = ix->ValidateWidthFile(2, *wh, wbytes.size() - 4096, "k2");
+    EXPECT_EQ(s.code(), StatusCode::kCorruption);
+    EXPECT_THAT(s.message(), HasSubstr("lies outside the data section"));
+  }
+  // Entry 1 made to start inside entry 0.
+  const std::uint64_t at = TensorOffset(bytes, "k2.index");
+  StoreLE64(bytes.data() + at + 16, LoadLE64(bytes.data() + at) + 16);
+  auto ix = ReadIndex(bytes);
+  ASSERT_TRUE(ix.ok());
+  Status s = ix->ValidateWidthFile(2, *wh, wbytes.size(), "k2");
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_THAT(s.message(), HasSubstr("halves overlap"));
+}
+
+TEST(ExpertIndexTest, TruncatedFilesNeverCrash) {
+  auto bytes = FixtureIndex();
+  for (size_t n : {0, 7, 8, 100, 3000, 3456, 50000, 189519}) {
+    std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<long>(std::min(n, bytes.size())));
+    auto ix = ReadIndex(cut);
+    EXPECT_FALSE(ix.ok()) << n;
+    EXPECT_EQ(ix.status().code(), StatusCode::kCorruption) << n << " " << ix.status().ToString();
+  }
+}
+
+TEST(WidthListTest, Spellings) {
+  EXPECT_EQ(*ParseWidthList("2,3,4"), (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(*ParseWidthList(" 4, 2 ,4"), (std::vector<int>{2, 4}));
+  EXPECT_FALSE(ParseWidthList("").ok());
+  EXPECT_FALSE(ParseWidthList("2,,3").ok());
+  EXPECT_FALSE(ParseWidthList("0").ok());
+  EXPECT_FALSE(ParseWidthList("3.0").ok());
+}
+
+TEST(LayoutTest, NamesRoundTrip) {
+  EXPECT_EQ(ExpertIndexPath(3), "experts/exlr8-layer-003.index.safetensors");
+  EXPECT_EQ(ExpertWidthPath(40, 3), "experts/exlr8-layer-040.k3.safetensors");
+  EXPECT_EQ(ExpertWidthPath(1234, 2), "experts/exlr8-layer-1234.k2.safetensors");
+  auto r = ClassifyReleasePath("experts/exlr8-layer-077.k4.safetensors");
+  EXPECT_EQ(r.kind, ReleaseFileKind::kExpertWidth);
+  EXPECT_EQ(r.layer, 77);
+  EXPECT_EQ(r.k, 4);
+  EXPECT_EQ(ClassifyReleasePath("experts/exlr8-layer-3.k4.safetensors").kind, ReleaseFileKind::kOther);
+  EXPECT_EQ(ClassifyReleasePath("dense/exlr8-dense-000.safetensors").kind, ReleaseFileKind::kDense);
+  EXPECT_EQ(ClassifyReleasePath("dense/exlr8-vocab.safetensors").kind, ReleaseFileKind::kVocab);
+  EXPECT_EQ(ClassifyReleasePath("manifests/exlr8-manifest-bit325.json").manifest, "bit325");
+  EXPECT_TRUE(IsManifestName("home"));
+  EXPECT_FALSE(IsManifestName("./home.json"));
+}
+
+}  // namespace
+}  // namespace exlr8

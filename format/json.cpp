@@ -1,0 +1,815 @@
+#include "format/json.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::uint64_t kTwoTo63 = std::uint64_t{1} << 63;
+
+// Byte classes for the string scanner: 0 = plain, 1 = '"', 2 = '\\',
+// 3 = control (< 0x20), 4 = non-ASCII (starts a UTF-8 sequence).
+constexpr std::array<std::uint8_t, 256> MakeStringClass() {
+  std::array<std::uint8_t, 256> t{};
+  for (int c = 0; c < 0x20; ++c) t[c] = 3;
+  t['"'] = 1;
+  t['\\'] = 2;
+  for (int c = 0x80; c < 0x100; ++c) t[c] = 4;
+  return t;
+}
+constexpr std::array<std::uint8_t, 256> kStringClass = MakeStringClass();
+
+inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Length of the valid UTF-8 sequence starting at p (lead byte >= 0x80), or
+// 0 if it is invalid or truncated (RFC 3629: no overlongs, no surrogates,
+// nothing above U+10FFFF).
+std::size_t Utf8SequenceLength(const unsigned char* p, const unsigned char* end) {
+  const unsigned char c = p[0];
+  std::size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (static_cast<std::size_t>(end - p) < n) return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i)
+    if ((p[i] & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+void AppendUtf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string ByteForMessage(unsigned char c) {
+  if (c >= 0x21 && c < 0x7F) return std::string("'") + static_cast<char>(c) + "'";
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("byte 0x") + kHex[c >> 4] + kHex[c & 15];
+}
+
+}  // namespace
+
+// ---- JsonValue ----
+
+void JsonValue::DestroyPayload() {
+  switch (type_) {
+    case Type::kString: payload_.string.~basic_string(); break;
+    case Type::kArray: payload_.array.~vector(); break;
+    case Type::kObject: payload_.object.~vector(); break;
+    default: break;
+  }
+}
+
+void JsonValue::Reset(Type t) {
+  DestroyPayload();
+  type_ = t;
+  switch (t) {
+    case Type::kString: new (&payload_.string) std::string(); break;
+    case Type::kArray: new (&payload_.array) std::vector<JsonValue>(); break;
+    case Type::kObject: new (&payload_.object) std::vector<Member>(); break;
+    default: break;
+  }
+}
+
+// REQUIRES (both): the payload of *this is not constructed; type_ and the
+// scalars are copied by the caller.
+void JsonValue::CopyPayloadFrom(const JsonValue& other) {
+  switch (other.type_) {
+    case Type::kString: new (&payload_.string) std::string(other.payload_.string); break;
+    case Type::kArray: new (&payload_.array) std::vector<JsonValue>(other.payload_.array); break;
+    case Type::kObject: new (&payload_.object) std::vector<Member>(other.payload_.object); break;
+    default: break;
+  }
+}
+
+void JsonValue::MovePayloadFrom(JsonValue& other) noexcept {
+  switch (other.type_) {
+    case Type::kString: new (&payload_.string) std::string(std::move(other.payload_.string)); break;
+    case Type::kArray:
+      new (&payload_.array) std::vector<JsonValue>(std::move(other.payload_.array));
+      break;
+    case Type::kObject:
+      new (&payload_.object) std::vector<Member>(std::move(other.payload_.object));
+      break;
+    default: break;
+  }
+}
+
+JsonValue::JsonValue(const JsonValue& other)
+    : type_(other.type_),
+      bool_(other.bool_),
+      integral_(other.integral_),
+      negative_(other.negative_),
+      offset_(other.offset_),
+      magnitude_(other.magnitude_) {
+  CopyPayloadFrom(other);
+}
+
+JsonValue& JsonValue::operator=(const JsonValue& other) {
+  if (this == &other) return *this;
+  JsonValue copy(other);  // other may be our own descendant
+  return *this = std::move(copy);
+}
+
+JsonValue& JsonValue::operator=(JsonValue&& other) noexcept {
+  if (this == &other) return *this;
+  // `other` may be our own descendant: move it out before destroying ours.
+  JsonValue tmp(std::move(other));
+  DestroyPayload();
+  type_ = tmp.type_;
+  bool_ = tmp.bool_;
+  integral_ = tmp.integral_;
+  negative_ = tmp.negative_;
+  offset_ = tmp.offset_;
+  magnitude_ = tmp.magnitude_;
+  MovePayloadFrom(tmp);
+  return *this;
+}
+
+double JsonValue::as_double() const {
+  if (type_ != Type::kNumber) return 0;
+  if (!integral_) return number_;
+  const auto d = static_cast<double>(magnitude_);
+  return negative_ ? -d : d;
+}
+
+std::optional<std::int64_t> JsonValue::as_int64() const {
+  if (type_ != Type::kNumber || !integral_) return std::nullopt;
+  if (negative_) {
+    if (magnitude_ > kTwoTo63) return std::nullopt;
+    return static_cast<std::int64_t>(~magnitude_ + 1);  // two's complement of the magnitude
+  }
+  if (magnitude_ >= kTwoTo63) return std::nullopt;
+  return static_cast<std::int64_t>(magnitude_);
+}
+
+std::optional<std::uint64_t> JsonValue::as_uint64() const {
+  if (type_ != Type::kNumber || !integral_) return std::nullopt;
+  if (negative_ && magnitude_ != 0) return std::nullopt;  // "-0" is 0
+  return magnitude_;
+}
+
+const std::string& JsonValue::as_string() const {
+  static const std::string kEmpty;
+  return type_ == Type::kString ? payload_.string : kEmpty;
+}
+
+const std::vector<JsonValue>& JsonValue::as_array() const {
+  static const std::vector<JsonValue> kEmpty;
+  return type_ == Type::kArray ? payload_.array : kEmpty;
+}
+
+const std::vector<JsonValue::Member>& JsonValue::as_object() const {
+  static const std::vector<Member> kEmpty;
+  return type_ == Type::kObject ? payload_.object : kEmpty;
+}
+
+const JsonValue* JsonValue::Find(std::string_view key) const {
+  if (type_ != Type::kObject) return nullptr;
+  for (const Member& m : payload_.object)
+    if (m.first == key) return &m.second;
+  return nullptr;
+}
+
+void JsonValue::Push(JsonValue v) {
+  if (type_ != Type::kArray) Reset(Type::kArray);
+  payload_.array.push_back(std::move(v));
+}
+
+void JsonValue::Add(std::string key, JsonValue v) {
+  if (type_ != Type::kObject) Reset(Type::kObject);
+  payload_.object.emplace_back(std::move(key), std::move(v));
+}
+
+JsonValue JsonValue::Bool(bool b) {
+  JsonValue v;
+  v.type_ = Type::kBool;
+  v.bool_ = b;
+  return v;
+}
+
+JsonValue JsonValue::Int(std::int64_t i) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.integral_ = true;
+  v.negative_ = i < 0;
+  const auto u = static_cast<std::uint64_t>(i);
+  v.magnitude_ = i < 0 ? ~u + 1 : u;
+  return v;
+}
+
+JsonValue JsonValue::UInt(std::uint64_t u) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.integral_ = true;
+  v.magnitude_ = u;
+  return v;
+}
+
+JsonValue JsonValue::Double(double d) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.number_ = d;
+  return v;
+}
+
+JsonValue JsonValue::String(std::string s) {
+  JsonValue v;
+  v.Reset(Type::kString);
+  v.payload_.string = std::move(s);
+  return v;
+}
+
+JsonValue JsonValue::Array(std::vector<JsonValue> items) {
+  JsonValue v;
+  v.Reset(Type::kArray);
+  v.payload_.array = std::move(items);
+  return v;
+}
+
+JsonValue JsonValue::Object(std::vector<Member> members) {
+  JsonValue v;
+  v.Reset(Type::kObject);
+  v.payload_.object = std::move(members);
+  return v;
+}
+
+// ---- Dump ----
+
+namespace {
+
+void DumpString(std::string_view s, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  std::size_t run = 0;  // start of the pending unescaped run
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        out += "\\u00";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+    }
+  }
+  out.append(s.data() + run, s.size() - run);
+  out.push_back('"');
+}
+
+}  // namespace
+
+class JsonDumper {
+ public:
+  static void Dump(const JsonValue& v, std::string& out) {
+    switch (v.type_) {
+      case JsonValue::Type::kNull: out += "null"; return;
+      case JsonValue::Type::kBool: out += v.bool_ ? "true" : "false"; return;
+      case JsonValue::Type::kNumber: DumpNumber(v, out); return;
+      case JsonValue::Type::kString: DumpString(v.payload_.string, out); return;
+      case JsonValue::Type::kArray:
+        out.push_back('[');
+        for (std::size_t i = 0; i < v.payload_.array.size(); ++i) {
+          if (i) out.push_back(',');
+          Dump(v.payload_.array[i], out);
+        }
+        out.push_back(']');
+        return;
+      case JsonValue::Type::kObject:
+        out.push_back('{');
+        for (std::size_t i = 0; i < v.payload_.object.size(); ++i) {
+          if (i) out.push_back(',');
+          DumpString(v.payload_.object[i].first, out);
+          out.push_back(':');
+          Dump(v.payload_.object[i].second, out);
+        }
+        out.push_back('}');
+        return;
+    }
+  }
+
+ private:
+  static void DumpNumber(const JsonValue& v, std::string& out) {
+    char buf[32];
+    if (v.integral_) {
+      if (v.negative_) out.push_back('-');
+      auto r = std::to_chars(buf, buf + sizeof buf, v.magnitude_);
+      out.append(buf, r.ptr);
+      return;
+    }
+    if (!std::isfinite(v.number_)) {
+      out += "null";
+      return;
+    }
+    auto r = std::to_chars(buf, buf + sizeof buf, v.number_);  // shortest round-trip form
+    out.append(buf, r.ptr);
+  }
+};
+
+std::string JsonValue::Dump() const {
+  std::string out;
+  JsonDumper::Dump(*this, out);
+  return out;
+}
+
+// ---- parser ----
+
+// Recursive descent over [begin_, end_). Children of the arrays and objects
+// being parsed wait on shared stacks and are moved into an exactly sized
+// vector when their container closes, so no vector grows element by element.
+// Functions return false after setting error_.
+class JsonParser {
+ public:
+  JsonParser(std::string_view text, std::size_t base, const JsonLimits& limits)
+      : begin_(text.data()),
+        p_(text.data()),
+        end_(text.data() + text.size()),
+        base_(base),
+        limits_(limits),
+        max_depth_(std::min(limits.max_depth, kJsonMaxDepthLimit)) {}
+
+  Result<JsonValue> Parse() {
+    JsonValue root;
+    SkipWhitespace();
+    if (!ParseValue(root, 0)) return error_;
+    SkipWhitespace();
+    if (p_ != end_) {
+      Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                   " after the JSON value");
+      return error_;
+    }
+    return root;
+  }
+
+ private:
+  struct KeyRef {
+    std::string_view key;
+    std::size_t offset;
+  };
+
+  bool Fail(const char* at, std::string_view what) {
+    std::string m = "at byte ";
+    m += std::to_string(base_ + static_cast<std::size_t>(at - begin_));
+    m += ": ";
+    m += what;
+    error_ = CorruptionError(std::move(m));
+    return false;
+  }
+
+  bool FailEnd(std::string_view what_was_expected) {
+    return Fail(end_, std::string("unexpected end of input, expected ") +
+                          std::string(what_was_expected));
+  }
+
+  void SkipWhitespace() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+
+  bool CountElement(const char* at) {
+    if (++elements_ > limits_.max_elements)
+      return Fail(at, "more than " + std::to_string(limits_.max_elements) + " values");
+    return true;
+  }
+
+  bool Expect(std::string_view word) {
+    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
+        std::memcmp(p_, word.data(), word.size()) != 0)
+      return Fail(p_, "invalid literal, expected '" + std::string(word) + "'");
+    p_ += word.size();
+    return true;
+  }
+
+  // REQUIRES: p_ < end_, at the first character of a value.
+  bool ParseValue(JsonValue& out, std::size_t depth) {
+    if (p_ == end_) return FailEnd("a value");
+    out.offset_ = base_ + static_cast<std::size_t>(p_ - begin_);
+    if (!CountElement(p_)) return false;
+    switch (*p_) {
+      case '{': return ParseObject(out, depth + 1);
+      case '[': return ParseArray(out, depth + 1);
+      case '"':
+        out.Reset(JsonValue::Type::kString);
+        return ParseString(out.payload_.string);
+      case 't':
+        out.type_ = JsonValue::Type::kBool;
+        out.bool_ = true;
+        return Expect("true");
+      case 'f':
+        out.type_ = JsonValue::Type::kBool;
+        return Expect("false");
+      case 'n':
+        return Expect("null");
+      default:
+        if (*p_ == '-' || IsDigit(*p_)) return ParseNumber(out);
+        return Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                            ", expected a value");
+    }
+  }
+
+  bool CheckDepth(std::size_t depth) {
+    if (depth > max_depth_)
+      return Fail(p_, "nesting deeper than " + std::to_string(max_depth_) + " levels");
+    return true;
+  }
+
+  bool ParseArray(JsonValue& out, std::size_t depth) {
+    if (!CheckDepth(depth)) return false;
+    out.Reset(JsonValue::Type::kArray);
+    ++p_;  // '['
+    SkipWhitespace();
+    if (p_ != end_ && *p_ == ']') {
+      ++p_;
+      return true;
+    }
+    const std::size_t base = values_.size();
+    for (;;) {
+      if (p_ != end_ && (*p_ == '[' || *p_ == '{')) {
+        // A container pushes onto values_ while it is parsed: build it
+        // aside, then move it in.
+        JsonValue item;
+        if (!ParseValue(item, depth)) return false;
+        values_.push_back(std::move(item));
+      } else if (!ParseValue(values_.emplace_back(), depth)) {
+        return false;
+      }
+      SkipWhitespace();
+      if (p_ == end_) return FailEnd("',' or ']'");
+      if (*p_ == ',') {
+        ++p_;
+        SkipWhitespace();
+        continue;
+      }
+      if (*p_ == ']') {
+        ++p_;
+        break;
+      }
+      return Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                          " in array, expected ',' or ']'");
+    }
+    out.payload_.array.assign(std::make_move_iterator(values_.begin() + static_cast<std::ptrdiff_t>(base)),
+                      std::make_move_iterator(values_.end()));
+    values_.resize(base);
+    return true;
+  }
+
+  bool ParseObject(JsonValue& out, std::size_t depth) {
+    if (!CheckDepth(depth)) return false;
+    out.Reset(JsonValue::Type::kObject);
+    ++p_;  // '{'
+    SkipWhitespace();
+    if (p_ != end_ && *p_ == '}') {
+      ++p_;
+      return true;
+    }
+    const std::size_t base = members_.size();
+    for (;;) {
+      if (p_ == end_) return FailEnd("'\"' (an object key)");
+      if (*p_ != '"')
+        return Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                            ", expected '\"' (an object key)");
+      const std::size_t key_offset = static_cast<std::size_t>(p_ - begin_);
+      std::string key;
+      if (!ParseString(key)) return false;
+      SkipWhitespace();
+      if (p_ == end_) return FailEnd("':'");
+      if (*p_ != ':')
+        return Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                            " after object key, expected ':'");
+      ++p_;
+      SkipWhitespace();
+      JsonValue value;
+      if (!ParseValue(value, depth)) return false;
+      members_.emplace_back(std::move(key), std::move(value));
+      key_offsets_.push_back(key_offset);
+      SkipWhitespace();
+      if (p_ == end_) return FailEnd("',' or '}'");
+      if (*p_ == ',') {
+        ++p_;
+        SkipWhitespace();
+        continue;
+      }
+      if (*p_ == '}') {
+        ++p_;
+        break;
+      }
+      return Fail(p_, "unexpected " + ByteForMessage(static_cast<unsigned char>(*p_)) +
+                          " in object, expected ',' or '}'");
+    }
+    if (!CheckDuplicateKeys(base)) return false;
+    out.payload_.object.assign(std::make_move_iterator(members_.begin() + static_cast<std::ptrdiff_t>(base)),
+                       std::make_move_iterator(members_.end()));
+    members_.resize(base);
+    key_offsets_.resize(base);
+    return true;
+  }
+
+  // Members [base, end) of members_ are one object. Reports the duplicate
+  // that comes first in the text.
+  bool CheckDuplicateKeys(std::size_t base) {
+    const std::size_t n = members_.size() - base;
+    const std::size_t none = std::numeric_limits<std::size_t>::max();
+    std::size_t dup = none;  // index (relative to base) of the first repeated key
+    if (n <= 16) {
+      for (std::size_t i = 1; i < n && dup == none; ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          if (members_[base + i].first == members_[base + j].first) {
+            dup = i;
+            break;
+          }
+    } else {
+      keys_.clear();
+      keys_.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) keys_.push_back({members_[base + i].first, i});
+      std::sort(keys_.begin(), keys_.end(), [](const KeyRef& a, const KeyRef& b) {
+        return a.key != b.key ? a.key < b.key : a.offset < b.offset;
+      });
+      for (std::size_t i = 1; i < n; ++i)
+        if (keys_[i].key == keys_[i - 1].key) dup = std::min(dup, keys_[i].offset);
+    }
+    if (dup == none) return true;
+    return Fail(begin_ + key_offsets_[base + dup],
+                "duplicate key \"" + EscapeForMessage(members_[base + dup].first) + "\"");
+  }
+
+  // REQUIRES: *p_ == '"'. Validates UTF-8 and unescapes into `out`.
+  bool ParseString(std::string& out) {
+    const char* start = p_;
+    ++p_;
+    out.clear();
+    const char* run = p_;  // start of the pending literal run
+    const std::size_t max = limits_.max_string_bytes;
+    for (;;) {
+      // Literal run: plain ASCII and valid UTF-8 sequences.
+      while (p_ != end_) {
+        const auto c = static_cast<unsigned char>(*p_);
+        const std::uint8_t cls = kStringClass[c];
+        if (cls == 0) {
+          ++p_;
+        } else if (cls == 4) {
+          const std::size_t n = Utf8SequenceLength(reinterpret_cast<const unsigned char*>(p_),
+                                                   reinterpret_cast<const unsigned char*>(end_));
+          if (n == 0) return Fail(p_, "invalid UTF-8 in string");
+          p_ += n;
+        } else {
+          break;
+        }
+      }
+      const std::size_t run_len = static_cast<std::size_t>(p_ - run);
+      if (run_len > max || out.size() > max - run_len) return TooLong(start);
+      out.append(run, run_len);
+      if (p_ == end_) return Fail(start, "unterminated string");
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c < 0x20)
+        return Fail(p_, "control character " + ByteForMessage(c) + " in string (must be escaped)");
+      // c == '\\'
+      if (!ParseEscape(out)) return false;
+      if (out.size() > max) return TooLong(start);
+      run = p_;
+    }
+  }
+
+  bool TooLong(const char* start) {
+    return Fail(start, "string longer than " + std::to_string(limits_.max_string_bytes) + " bytes");
+  }
+
+  // REQUIRES: *p_ == '\\'.
+  bool ParseEscape(std::string& out) {
+    const char* esc = p_;
+    if (end_ - p_ < 2) return Fail(esc, "unterminated escape in string");
+    const char e = p_[1];
+    p_ += 2;
+    switch (e) {
+      case '"': out.push_back('"'); return true;
+      case '\\': out.push_back('\\'); return true;
+      case '/': out.push_back('/'); return true;
+      case 'b': out.push_back('\b'); return true;
+      case 'f': out.push_back('\f'); return true;
+      case 'n': out.push_back('\n'); return true;
+      case 'r': out.push_back('\r'); return true;
+      case 't': out.push_back('\t'); return true;
+      case 'u': break;
+      default:
+        return Fail(esc, "invalid escape \\" + ByteForMessage(static_cast<unsigned char>(e)) +
+                             " in string");
+    }
+    std::uint32_t cp = 0;
+    if (!ReadHex4(esc, cp)) return false;
+    if (cp >= 0xDC00 && cp <= 0xDFFF) return Fail(esc, "lone low surrogate in \\u escape");
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u')
+        return Fail(esc, "high surrogate in \\u escape not followed by a low surrogate");
+      const char* esc2 = p_;
+      p_ += 2;
+      std::uint32_t lo = 0;
+      if (!ReadHex4(esc2, lo)) return false;
+      if (lo < 0xDC00 || lo > 0xDFFF)
+        return Fail(esc, "high surrogate in \\u escape not followed by a low surrogate");
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    AppendUtf8(out, cp);
+    return true;
+  }
+
+  bool ReadHex4(const char* esc, std::uint32_t& cp) {
+    if (end_ - p_ < 4) return Fail(esc, "truncated \\u escape");
+    cp = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int h = HexValue(p_[i]);
+      if (h < 0) return Fail(esc, "invalid hex digit in \\u escape");
+      cp = (cp << 4) | static_cast<std::uint32_t>(h);
+    }
+    p_ += 4;
+    return true;
+  }
+
+  bool ParseNumber(JsonValue& out) {
+    const char* start = p_;
+    out.type_ = JsonValue::Type::kNumber;
+    bool negative = false;
+    if (*p_ == '-') {
+      negative = true;
+      ++p_;
+    }
+    if (p_ == end_ || !IsDigit(*p_)) return Fail(start, "invalid number: no digits after '-'");
+    std::uint64_t mag = 0;
+    bool overflow = false;
+    if (*p_ == '0') {
+      ++p_;
+      if (p_ != end_ && IsDigit(*p_)) return Fail(start, "invalid number: leading zero");
+    } else {
+      while (p_ != end_ && IsDigit(*p_)) {
+        const auto d = static_cast<std::uint64_t>(*p_ - '0');
+        if (mag > (std::numeric_limits<std::uint64_t>::max() - d) / 10) overflow = true;
+        mag = mag * 10 + d;
+        ++p_;
+      }
+    }
+    bool integer_literal = true;
+    if (p_ != end_ && *p_ == '.') {
+      integer_literal = false;
+      ++p_;
+      if (p_ == end_ || !IsDigit(*p_)) return Fail(start, "invalid number: no digits after '.'");
+      while (p_ != end_ && IsDigit(*p_)) ++p_;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      integer_literal = false;
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || !IsDigit(*p_)) return Fail(start, "invalid number: no digits in exponent");
+      while (p_ != end_ && IsDigit(*p_)) ++p_;
+    }
+    if (integer_literal && !overflow && (!negative || mag <= kTwoTo63)) {
+      out.integral_ = true;
+      out.negative_ = negative;
+      out.magnitude_ = mag;
+      return true;
+    }
+    double d = 0;
+    const auto r = std::from_chars(start, p_, d);
+    if (r.ec == std::errc::result_out_of_range) {
+      // Underflow reads as zero (a tiny fraction is still a fraction);
+      // overflow has no double to stand for it.
+      if (DecimalExponent(start, p_) > 0) return Fail(start, "number out of range for a double");
+      d = negative ? -0.0 : 0.0;
+    } else if (r.ec != std::errc() || r.ptr != p_) {
+      return Fail(start, "invalid number");
+    }
+    out.number_ = d;
+    return true;
+  }
+
+  // For a syntactically valid number in [first, last): roughly log10 of its
+  // magnitude (saturating), enough to tell overflow from underflow.
+  static long DecimalExponent(const char* first, const char* last) {
+    const char* q = first;
+    if (*q == '-') ++q;
+    long e = 0;
+    bool seen_nonzero = false;
+    for (; q != last && IsDigit(*q); ++q) {
+      if (*q != '0') seen_nonzero = true;
+      if (seen_nonzero) ++e;
+    }
+    if (q != last && *q == '.') {
+      for (++q; q != last && IsDigit(*q); ++q) {
+        if (seen_nonzero) continue;
+        if (*q != '0') seen_nonzero = true;
+        else --e;
+      }
+    }
+    if (q != last && (*q == 'e' || *q == 'E')) {
+      ++q;
+      bool neg = false;
+      if (*q == '+' || *q == '-') neg = *q++ == '-';
+      long x = 0;
+      for (; q != last; ++q) x = std::min(x * 10 + (*q - '0'), 1'000'000L);
+      e += neg ? -x : x;
+    }
+    return e;
+  }
+
+  const char* const begin_;
+  const char* p_;
+  const char* const end_;
+  const std::size_t base_;
+  const JsonLimits& limits_;
+  const std::size_t max_depth_;
+  std::size_t elements_ = 0;
+  Status error_;
+  std::vector<JsonValue> values_;
+  std::vector<JsonValue::Member> members_;
+  std::vector<std::size_t> key_offsets_;  // parallel to members_, relative to begin_
+  std::vector<KeyRef> keys_;              // scratch for duplicate detection
+};
+
+Result<JsonValue> ParseJsonAt(std::string_view text, std::size_t base_offset,
+                              const JsonLimits& limits) {
+  JsonParser parser(text, base_offset, limits);
+  return parser.Parse();
+}
+
+Result<JsonValue> ParseJson(std::string_view text, const JsonLimits& limits) {
+  return ParseJsonAt(text, 0, limits);
+}
+
+std::string EscapeForMessage(std::string_view s, std::size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::size_t n = s.size();
+  bool cut = false;
+  if (n > max_bytes) {
+    n = max_bytes;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // char boundary
+    cut = true;
+  }
+  std::string out;
+  out.reserve(n + 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7F || c == '"' || c == '\\' || c == '\'') {
+      if (c == '"' || c == '\\' || c == '\'') {
+        out.push_back('\\');
+        out.push_back(static_cast<char>(c));
+      } else {
+        out += "\\x";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+      }
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (cut) out += "...";
+  return out;
+}
+
+}  // namespace exlr8

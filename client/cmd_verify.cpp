@@ -156,9 +156,9 @@ int RunVerify(const std::vector<std::string>& argv) {
       Status s = (*wsrc)->ReadAt(c.offset, buf);
       if (s.ok()) {
         h.Update(buf);
-        for (const auto& run : c.tail) {
-          buf.resize(run.length);
-          s = (*isrc)->ReadAt(run.offset, buf);
+        for (const ByteRun& piece : c.tail) {
+          buf.resize(piece.length);
+          s = (*isrc)->ReadAt(piece.offset, buf);
           if (!s.ok()) break;
           h.Update(buf);
         }

@@ -118,8 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "\"shape\":[2048,4],\"data_offsets\":[4608,", "expected [4,2048]"},
         BrokenIndex{"block vector integer", "\"k3.down.sv_block\":{\"dtype\":\"F32\"",
                     "\"k3.down.sv_block\":{\"dtype\":\"I32\"", "expected F16, BF16 or F32"}),
-    [](const auto& info) {
-      std::string n = info.param.name;
+    [](const auto& param_info) {
+      std::string n = param_info.param.name;
       for (auto& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });

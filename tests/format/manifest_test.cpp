@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenManifest{"duplicate_key", R"({"layers":{"3":{},"3":{}}})", "duplicate"},
         BrokenManifest{"gate_not_list", R"({"layers":{"3":{"gate":7,"up":[],"down":[]}}})",
                        "expected a list of 4 experts"}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(ManifestTest, AcceptsIntegralFloatsLikeTheLoader) {
   auto m = ParseManifest(Manifest3("3.0"), "t", TinyGeometry());

@@ -69,11 +69,11 @@ TEST(ShardingTest, SpecTableCountsAtGlmGeometry) {
         EXPECT_LE(count[r], 4096 / n + 1) << "N=" << n;
       }
       EXPECT_EQ(total, 4096);
-      if (n == 4) EXPECT_EQ(count[0], 1024);
-      if (n == 3) EXPECT_EQ(count[layer % 3], 1366);
-      if (n == 5) EXPECT_EQ(count[layer % 5], 820);
-      if (n == 7) EXPECT_EQ(count[layer % 7], 586);
-      if (n == 6) EXPECT_EQ(count[layer % 6], 683);
+      if (n == 4) { EXPECT_EQ(count[0], 1024); }
+      if (n == 3) { EXPECT_EQ(count[layer % 3], 1366); }
+      if (n == 5) { EXPECT_EQ(count[layer % 5], 820); }
+      if (n == 7) { EXPECT_EQ(count[layer % 7], 586); }
+      if (n == 6) { EXPECT_EQ(count[layer % 6], 683); }
     }
   }
 }
@@ -183,7 +183,7 @@ TEST(PlanTest, RejectsBadRankAndMissingFiles) {
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
   EXPECT_THAT(r.status().message(), HasSubstr("release has no file experts/exlr8-layer-004.k3.safetensors"));
   ReleaseInputs big_header = l.inputs;
-  big_header.width_header_bytes["experts/exlr8-layer-003.k2.safetensors"] = 1u << 20;
+  big_header.width_header_bytes["experts/exlr8-layer-003.k2.safetensors"] = 1u << 24;
   r = MakePlan(big_header, m, {1, 0});
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
   EXPECT_THAT(r.status().message(), HasSubstr("exceeds the file size"));

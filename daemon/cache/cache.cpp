@@ -1,0 +1,958 @@
+#include "daemon/cache/cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "daemon/cache/cache_paths.h"
+#include "daemon/cache/file_lock.h"
+#include "daemon/cache/migrations.h"
+#include "daemon/cache/mutex.h"
+#include "daemon/cache/posix.h"
+#include "daemon/cache/sqlite_db.h"
+
+namespace exlr8 {
+namespace {
+
+constexpr std::size_t kMaxOpenFiles = 128;  // descriptors kept open for reuse
+constexpr std::uint64_t kMaxSqlInt = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+// A data file opened by this process. Shared with in-flight writers and
+// ByteSources, so it stays valid when dropped from the open-file table.
+struct DataFile {
+  UniqueFd fd;
+  FilesetId fileset = 0;
+  std::uint64_t size = 0;
+  std::string rel;    // <org>/<name>/<commit>/<path>
+  std::string shown;  // <dir>/<rel>, for messages
+};
+
+// The row of a file joined with its fileset.
+struct FileRow {
+  FilesetId fileset = 0;
+  std::uint64_t size = 0;
+  std::string rel;
+};
+
+std::string FormatBytes(std::uint64_t n) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1000.0 && u < 5) {
+    v /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  }
+  return buf;
+}
+
+// [offset, offset + length) must lie within a file of `size` bytes.
+Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
+  if (offset > size || length > size - offset)
+    return InvalidArgumentError(std::string(shown) + ": range [" + std::to_string(offset) + ", +" +
+                                std::to_string(length) + ") is outside the file (" + std::to_string(size) +
+                                " bytes)");
+  return Status::Ok();
+}
+
+Status ValidateHolder(std::string_view holder) {
+  if (holder.empty() || holder.size() > kMaxPathComponent)
+    return InvalidArgumentError("invalid pin holder: must be 1.." + std::to_string(kMaxPathComponent) + " bytes");
+  for (unsigned char c : holder)
+    if (c < 0x20 || c == 0x7f)
+      return InvalidArgumentError("invalid pin holder '" + EscapeForMessage(holder) + "': control character");
+  return Status::Ok();
+}
+
+Status ValidateHash(const std::optional<std::string>& hash, std::size_t hex_digits, std::string_view what) {
+  if (!hash) return Status::Ok();
+  if (hash->size() != hex_digits || hash->find_first_not_of("0123456789abcdef") != std::string::npos)
+    return InvalidArgumentError("invalid " + std::string(what) + " '" + EscapeForMessage(hash->substr(0, 80)) +
+                                "': expected " + std::to_string(hex_digits) + " lowercase hex digits");
+  return Status::Ok();
+}
+
+Result<PullState> ParsePullState(std::string_view s) {
+  for (PullState p : {PullState::kRunning, PullState::kDone, PullState::kFailed, PullState::kCancelled})
+    if (PullStateName(p) == s) return p;
+  return CorruptionError("unknown pull state '" + EscapeForMessage(s) + "' in exlr8d.db");
+}
+
+std::int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string_view PullStateName(PullState state) {
+  switch (state) {
+    case PullState::kRunning: return "running";
+    case PullState::kDone: return "done";
+    case PullState::kFailed: return "failed";
+    case PullState::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+struct Cache::Rep {
+  // Immutable after Open; readable without the lock.
+  std::filesystem::path dir;
+  std::string shown;  // dir as a string, for messages
+  CacheOptions options;
+  UniqueFd root_fd;
+  std::unique_ptr<FileLock> lock;  // released last (declared before db)
+
+  Mutex mu;
+  std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
+  std::unordered_map<FileId, std::shared_ptr<DataFile>> open_files EXLR8_GUARDED_BY(mu);
+  // Directories (relative, "" = root) holding a data file opened by this
+  // process whose name has not been fsynced yet.
+  std::set<std::string> unsynced_dirs EXLR8_GUARDED_BY(mu);
+
+  std::int64_t Now() EXLR8_REQUIRES(mu) { return options.now_ms ? options.now_ms() : SystemNowMs(); }
+
+  Result<FileRow> LoadFile(FileId file) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT f.fileset_id, f.size, f.path, s.repo, s.commit_sha "
+                                                     "FROM files f JOIN filesets s ON s.id = f.fileset_id "
+                                                     "WHERE f.id = ?"));
+    q.Bind(1, file);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(shown + ": no file with id " + std::to_string(file) + " in the cache index");
+    FileRow r;
+    r.fileset = q.Int(0);
+    r.size = static_cast<std::uint64_t>(q.Int(1));
+    r.rel = FilesetDir(q.Text(3), q.Text(4)) + "/" + q.Text(2);
+    return r;
+  }
+
+  Status CheckFilesetExists(FilesetId fileset) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT 1 FROM filesets WHERE id = ?"));
+    q.Bind(1, fileset);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+    return Status::Ok();
+  }
+
+  // The open data file, opening it first. With `create`, the file and its
+  // directories are created and the file is sized to its remote size
+  // (sparse). Without, a file not on disk is NotFound.
+  Result<std::shared_ptr<DataFile>> GetDataFile(FileId file, bool create) EXLR8_REQUIRES(mu) {
+    if (auto it = open_files.find(file); it != open_files.end()) return it->second;
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
+    EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create, shown));
+    auto df = std::make_shared<DataFile>();
+    df->fd = std::move(opened.fd);
+    df->fileset = row.fileset;
+    df->size = row.size;
+    df->rel = row.rel;
+    df->shown = shown + "/" + row.rel;
+    struct stat st;
+    if (::fstat(df->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + df->shown);
+    // A new file, or one a crash left short: extend it to its remote size.
+    // Truncation never frees blocks of a file whose size matches.
+    if (static_cast<std::uint64_t>(st.st_size) != row.size) {
+      if (::ftruncate(df->fd.get(), static_cast<off_t>(row.size)) != 0)
+        return ErrnoStatus(errno, "size " + df->shown + " to " + std::to_string(row.size) + " bytes");
+    }
+    // Its name (and any directory made for it) must be durable before an
+    // extent of it is recorded; we cannot know whether a dead predecessor
+    // synced them, so every file opened by this process counts.
+    for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
+    if (open_files.size() >= kMaxOpenFiles) {
+      std::erase_if(open_files, [](const auto& kv) { return kv.second.use_count() == 1; });
+    }
+    open_files.emplace(file, df);
+    return df;
+  }
+
+  // The data file of a known file id that must already be on disk:
+  // NotFound for an unknown id, FailedPrecondition if never written.
+  Result<std::shared_ptr<DataFile>> OpenWritten(FileId file) EXLR8_REQUIRES(mu) {
+    if (auto it = open_files.find(file); it != open_files.end()) return it->second;
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
+    Result<std::shared_ptr<DataFile>> f = GetDataFile(file, /*create=*/false);
+    if (f.status().code() == StatusCode::kNotFound)
+      return FailedPreconditionError(shown + "/" + row.rel + ": not in the cache directory (never written): " +
+                                     f.status().message());
+    return f;
+  }
+
+  // Normalized extents of `file` that overlap or touch [offset, end].
+  Result<std::vector<Extent>> ExtentsNear(FileId file, std::uint64_t offset, std::uint64_t end) EXLR8_REQUIRES(mu) {
+    std::vector<Extent> out;
+    // The last extent starting at or before `offset` may reach into the range.
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt prev, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? AND "
+                                                        "start <= ? ORDER BY start DESC LIMIT 1"));
+    prev.Bind(1, file).Bind(2, static_cast<std::int64_t>(offset));
+    EXLR8_ASSIGN_OR_RETURN(bool row, prev.Step());
+    if (row) {
+      const Extent e{static_cast<std::uint64_t>(prev.Int(0)), static_cast<std::uint64_t>(prev.Int(1))};
+      if (e.end() >= offset) out.push_back(e);
+    }
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt next, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? AND "
+                                                        "start > ? AND start <= ? ORDER BY start"));
+    next.Bind(1, file).Bind(2, static_cast<std::int64_t>(offset)).Bind(3, static_cast<std::int64_t>(end));
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool more, next.Step());
+      if (!more) break;
+      out.push_back({static_cast<std::uint64_t>(next.Int(0)), static_cast<std::uint64_t>(next.Int(1))});
+    }
+    return out;
+  }
+
+  Result<std::vector<Extent>> AllExtents(FileId file) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? "
+                                                     "ORDER BY start"));
+    q.Bind(1, file);
+    std::vector<Extent> out;
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return out;
+      out.push_back({static_cast<std::uint64_t>(q.Int(0)), static_cast<std::uint64_t>(q.Int(1))});
+    }
+  }
+
+  // Merges normalized `adds` into the extent table of `file`, keeping it
+  // normalized. REQUIRES: inside a transaction.
+  Status MergeExtents(FileId file, std::span<const Extent> adds) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM extents WHERE file_id = ? AND start = ?"));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
+    for (const Extent& add : adds) {
+      EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, ExtentsNear(file, add.offset, add.end()));
+      for (const Extent& e : near) {
+        del.Reset();
+        EXLR8_RETURN_IF_ERROR(del.Bind(1, file).Bind(2, static_cast<std::int64_t>(e.offset)).Run());
+      }
+      near.push_back(add);
+      for (const Extent& m : NormalizeExtents(std::move(near))) {
+        ins.Reset();
+        EXLR8_RETURN_IF_ERROR(ins.Bind(1, file)
+                                  .Bind(2, static_cast<std::int64_t>(m.offset))
+                                  .Bind(3, static_cast<std::int64_t>(m.length))
+                                  .Run());
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<std::uint64_t> RecordedBytes() EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t n, db->QueryInt("SELECT COALESCE(SUM(length), 0) FROM extents"));
+    return static_cast<std::uint64_t>(n);
+  }
+
+  Result<std::vector<FilesetInfo>> QueryFilesets(std::optional<FilesetId> only) EXLR8_REQUIRES(mu);
+  Result<std::vector<PullInfo>> QueryPulls(std::string_view where, std::int64_t arg) EXLR8_REQUIRES(mu);
+  Status RemoveOrphanDirs() EXLR8_REQUIRES(mu);
+};
+
+namespace {
+
+// fdatasync each file, then fsync each directory, outside the cache lock.
+Status SyncToDisk(const std::vector<std::shared_ptr<DataFile>>& files, const std::set<std::string>& dirs, int root_fd,
+                  const std::string& shown) {
+  for (const auto& f : files) {
+    while (::fdatasync(f->fd.get()) != 0) {
+      if (errno != EINTR) return ErrnoStatus(errno, "fdatasync " + f->shown);
+    }
+  }
+  for (const std::string& d : dirs) {
+    EXLR8_ASSIGN_OR_RETURN(UniqueFd fd, OpenDirBeneath(root_fd, d, shown));
+    if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync directory " + shown + "/" + d);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Cache::Cache(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+Cache::~Cache() = default;
+
+const std::filesystem::path& Cache::dir() const { return rep_->dir; }
+
+Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptions options) {
+  auto rep = std::make_unique<Rep>();
+  rep->dir = std::move(dir);
+  rep->shown = rep->dir.string();
+  rep->options = std::move(options);
+  std::error_code ec;
+  std::filesystem::create_directories(rep->dir, ec);
+  if (ec) return ErrnoStatus(ec.value(), "create cache directory " + rep->shown);
+  rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
+  EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName));
+
+  MutexLock l(&rep->mu);
+  EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open((rep->dir / kCacheDbName).string()));
+  SqliteDb* db = rep->db.get();
+  {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("PRAGMA journal_mode = WAL"));
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row || q.Text(0) != "wal")
+      return IOError(db->path() + ": cannot switch to WAL journal mode (got '" + (row ? q.Text(0) : "") + "')");
+  }
+  // FULL: a transaction is on stable storage when COMMIT returns (one WAL
+  // fsync per batch, negligible next to the data fdatasyncs). Gc relies on
+  // it: it deletes rows, and only then files.
+  EXLR8_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON"));
+  EXLR8_RETURN_IF_ERROR(ApplyMigrations(db, BuiltinMigrations()));
+  // We hold the lock, so no process runs the pulls still marked running.
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("UPDATE pulls SET state = 'failed', error = 'interrupted: the "
+                                                   "exlr8d that ran it stopped', finished = ?1, updated = ?1 "
+                                                   "WHERE state = 'running'"));
+  EXLR8_RETURN_IF_ERROR(q.Bind(1, rep->Now()).Run());
+  return std::unique_ptr<Cache>(new Cache(std::move(rep)));
+}
+
+// ---- filesets ----
+
+Result<FilesetId> Cache::PutFileset(std::string_view repo, std::string_view revision, std::string_view commit) {
+  EXLR8_RETURN_IF_ERROR(ValidateRepoId(repo));
+  EXLR8_RETURN_IF_ERROR(ValidateRevision(revision));
+  EXLR8_RETURN_IF_ERROR(ValidateCommit(commit));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  const std::int64_t now = r.Now();
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare(
+                                            "INSERT INTO filesets (repo, revision, commit_sha, created, last_used) "
+                                            "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (repo, commit_sha) DO UPDATE "
+                                            "SET revision = excluded.revision, last_used = excluded.last_used "
+                                            "RETURNING id"));
+  up.Bind(1, repo).Bind(2, revision).Bind(3, commit).Bind(4, now);
+  EXLR8_ASSIGN_OR_RETURN(bool row, up.Step());
+  if (!row) return InternalError(r.shown + ": upsert of fileset " + std::string(repo) + " returned no id");
+  const FilesetId id = up.Int(0);
+  EXLR8_RETURN_IF_ERROR(up.Run());
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt rev, r.db->Prepare(
+                                             "INSERT INTO revisions (repo, revision, fileset_id, resolved) "
+                                             "VALUES (?, ?, ?, ?) ON CONFLICT (repo, revision) DO UPDATE "
+                                             "SET fileset_id = excluded.fileset_id, resolved = excluded.resolved"));
+  EXLR8_RETURN_IF_ERROR(rev.Bind(1, repo).Bind(2, revision).Bind(3, id).Bind(4, now).Run());
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Result<std::string> Cache::LookupCommit(std::string_view repo, std::string_view revision) {
+  EXLR8_RETURN_IF_ERROR(ValidateRepoId(repo));
+  EXLR8_RETURN_IF_ERROR(ValidateRevision(revision));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT s.commit_sha FROM revisions v JOIN filesets s "
+                                                     "ON s.id = v.fileset_id WHERE v.repo = ? AND v.revision = ?"));
+  q.Bind(1, repo).Bind(2, revision);
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row)
+    return NotFoundError(r.shown + ": no commit recorded for " + std::string(repo) + "@" +
+                         EscapeForMessage(revision) + " (never resolved online, or evicted)");
+  return q.Text(0);
+}
+
+Status Cache::Touch(FilesetId fileset) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
+  EXLR8_RETURN_IF_ERROR(q.Bind(1, r.Now()).Bind(2, fileset).Run());
+  if (r.db->Changes() == 0)
+    return NotFoundError(r.shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+  return Status::Ok();
+}
+
+Status Cache::Pin(FilesetId fileset, std::string_view holder) {
+  EXLR8_RETURN_IF_ERROR(ValidateHolder(holder));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("INSERT OR IGNORE INTO pins (fileset_id, holder, created) "
+                                                     "VALUES (?, ?, ?)"));
+  return q.Bind(1, fileset).Bind(2, holder).Bind(3, r.Now()).Run();
+}
+
+Status Cache::Unpin(FilesetId fileset, std::string_view holder) {
+  EXLR8_RETURN_IF_ERROR(ValidateHolder(holder));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("DELETE FROM pins WHERE fileset_id = ? AND holder = ?"));
+  return q.Bind(1, fileset).Bind(2, holder).Run();
+}
+
+Result<std::vector<FilesetInfo>> Cache::Rep::QueryFilesets(std::optional<FilesetId> only) {
+  EXLR8_ASSIGN_OR_RETURN(
+      SqliteStmt q,
+      db->Prepare("SELECT s.id, s.repo, s.revision, s.commit_sha, s.created, s.last_used, "
+                  "(SELECT COUNT(*) FROM files f WHERE f.fileset_id = s.id), "
+                  "(SELECT COALESCE(SUM(f.size), 0) FROM files f WHERE f.fileset_id = s.id), "
+                  "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
+                  "  WHERE f.fileset_id = s.id) "
+                  "FROM filesets s WHERE ?1 IS NULL OR s.id = ?1 ORDER BY s.last_used DESC, s.id DESC"));
+  if (only) q.Bind(1, *only);
+  std::vector<FilesetInfo> out;
+  std::map<FilesetId, std::size_t> index;
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    FilesetInfo f;
+    f.id = q.Int(0);
+    f.repo = q.Text(1);
+    f.revision = q.Text(2);
+    f.commit = q.Text(3);
+    f.created_ms = q.Int(4);
+    f.last_used_ms = q.Int(5);
+    f.file_count = static_cast<std::uint64_t>(q.Int(6));
+    f.bytes_total = static_cast<std::uint64_t>(q.Int(7));
+    f.bytes_cached = static_cast<std::uint64_t>(q.Int(8));
+    index[f.id] = out.size();
+    out.push_back(std::move(f));
+  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt pins, db->Prepare("SELECT fileset_id, holder FROM pins WHERE ?1 IS NULL OR "
+                                                      "fileset_id = ?1 ORDER BY holder"));
+  if (only) pins.Bind(1, *only);
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, pins.Step());
+    if (!row) break;
+    if (auto it = index.find(pins.Int(0)); it != index.end()) out[it->second].pins.push_back(pins.Text(1));
+  }
+  return out;
+}
+
+Result<FilesetInfo> Cache::GetFileset(FilesetId fileset) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> list, r.QueryFilesets(fileset));
+  if (list.empty())
+    return NotFoundError(r.shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+  return std::move(list.front());
+}
+
+Result<std::vector<FilesetInfo>> Cache::ListFilesets() {
+  MutexLock l(&rep_->mu);
+  return rep_->QueryFilesets(std::nullopt);
+}
+
+// ---- files ----
+
+Result<FileId> Cache::PutFile(FilesetId fileset, std::string_view path, std::uint64_t size,
+                              std::optional<std::string> sha256, std::optional<std::string> git_sha1) {
+  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(path));
+  if (size > kMaxSqlInt)
+    return InvalidArgumentError("file '" + EscapeForMessage(path) + "': size " + std::to_string(size) +
+                                " is too large");
+  EXLR8_RETURN_IF_ERROR(ValidateHash(sha256, 64, "sha256 of '" + EscapeForMessage(path) + "'"));
+  EXLR8_RETURN_IF_ERROR(ValidateHash(git_sha1, 40, "git sha1 of '" + EscapeForMessage(path) + "'"));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT id, size, sha256, git_sha1 FROM files "
+                                                     "WHERE fileset_id = ? AND path = ?"));
+  q.Bind(1, fileset).Bind(2, path);
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO files (fileset_id, path, size, sha256, git_sha1) "
+                                                         "VALUES (?, ?, ?, ?, ?)"));
+    EXLR8_RETURN_IF_ERROR(ins.Bind(1, fileset)
+                              .Bind(2, path)
+                              .Bind(3, static_cast<std::int64_t>(size))
+                              .BindOpt(4, sha256)
+                              .BindOpt(5, git_sha1)
+                              .Run());
+    const FileId id = r.db->LastInsertRowId();
+    EXLR8_RETURN_IF_ERROR(txn.Commit());
+    return id;
+  }
+  const FileId id = q.Int(0);
+  const std::string shown = "file '" + EscapeForMessage(path) + "' of fileset " + std::to_string(fileset);
+  if (static_cast<std::uint64_t>(q.Int(1)) != size)
+    return FailedPreconditionError(shown + ": declared size " + std::to_string(size) + ", the cache recorded " +
+                                   std::to_string(q.Int(1)) + " (the remote changed under a fixed commit?)");
+  const std::optional<std::string> old_sha256 = q.OptText(2), old_git = q.OptText(3);
+  if (sha256 && old_sha256 && *sha256 != *old_sha256)
+    return FailedPreconditionError(shown + ": declared sha256 " + *sha256 + ", the cache recorded " + *old_sha256);
+  if (git_sha1 && old_git && *git_sha1 != *old_git)
+    return FailedPreconditionError(shown + ": declared git sha1 " + *git_sha1 + ", the cache recorded " + *old_git);
+  if ((sha256 && !old_sha256) || (git_sha1 && !old_git)) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare("UPDATE files SET sha256 = COALESCE(sha256, ?), "
+                                                        "git_sha1 = COALESCE(git_sha1, ?) WHERE id = ?"));
+    EXLR8_RETURN_IF_ERROR(up.BindOpt(1, sha256).BindOpt(2, git_sha1).Bind(3, id).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Result<FileId> Cache::FindFile(FilesetId fileset, std::string_view path) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT id FROM files WHERE fileset_id = ? AND path = ?"));
+  q.Bind(1, fileset).Bind(2, path);
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row)
+    return NotFoundError(r.shown + ": no file '" + EscapeForMessage(path) + "' in fileset " + std::to_string(fileset));
+  return q.Int(0);
+}
+
+namespace {
+constexpr std::string_view kFileColumns =
+    "SELECT f.id, f.fileset_id, f.path, f.size, f.sha256, f.git_sha1, f.whole_verified, "
+    "(SELECT COALESCE(SUM(e.length), 0) FROM extents e WHERE e.file_id = f.id) FROM files f ";
+
+FileInfo ReadFileInfo(const SqliteStmt& q) {
+  FileInfo f;
+  f.id = q.Int(0);
+  f.fileset = q.Int(1);
+  f.path = q.Text(2);
+  f.size = static_cast<std::uint64_t>(q.Int(3));
+  f.sha256 = q.OptText(4);
+  f.git_sha1 = q.OptText(5);
+  f.whole_verified = q.Int(6) != 0;
+  f.bytes_cached = static_cast<std::uint64_t>(q.Int(7));
+  return f;
+}
+}  // namespace
+
+Result<FileInfo> Cache::GetFile(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare(std::string(kFileColumns) + "WHERE f.id = ?"));
+  q.Bind(1, file);
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return NotFoundError(r.shown + ": no file with id " + std::to_string(file) + " in the cache index");
+  return ReadFileInfo(q);
+}
+
+Result<std::vector<FileInfo>> Cache::ListFiles(FilesetId fileset) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         r.db->Prepare(std::string(kFileColumns) + "WHERE f.fileset_id = ? ORDER BY f.path"));
+  q.Bind(1, fileset);
+  std::vector<FileInfo> out;
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    out.push_back(ReadFileInfo(q));
+  }
+}
+
+Result<std::filesystem::path> Cache::DataPath(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  return r.dir / row.rel;
+}
+
+// ---- writing ----
+
+Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data) {
+  std::shared_ptr<DataFile> f;
+  {
+    MutexLock l(&rep_->mu);
+    EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
+  }
+  EXLR8_RETURN_IF_ERROR(CheckRange(f->shown, f->size, offset, data.size()));
+  return PwriteAll(f->fd.get(), offset, data, f->shown);
+}
+
+Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
+  Rep& r = *rep_;
+  std::map<FileId, std::vector<Extent>> by_file;
+  for (const VerifiedExtent& e : extents)
+    if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+  if (by_file.empty()) return Status::Ok();
+
+  // 1. resolve and check every extent
+  std::vector<std::shared_ptr<DataFile>> files;
+  std::set<std::string> dirs;
+  {
+    MutexLock l(&r.mu);
+    for (auto& [id, list] : by_file) {
+      Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
+      if (!f.ok()) return f.status();
+      for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      list = NormalizeExtents(std::move(list));
+      files.push_back(*std::move(f));
+    }
+    dirs = r.unsynced_dirs;
+  }
+  // 2. make the bytes durable, without blocking readers
+  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
+  // 3. record them, all in one transaction
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  for (const auto& [id, list] : by_file) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
+  std::set<FilesetId> filesets;
+  for (const auto& f : files) filesets.insert(f->fileset);
+  const std::int64_t now = r.Now();
+  for (FilesetId fs : filesets) {
+    touch.Reset();
+    EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
+  return Status::Ok();
+}
+
+Status Cache::MarkWholeFileVerified(FileId file) {
+  Rep& r = *rep_;
+  std::shared_ptr<DataFile> f;
+  std::set<std::string> dirs;
+  {
+    MutexLock l(&r.mu);
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+    // An empty file has no bytes to write, so nobody else creates it.
+    if (row.size == 0) {
+      EXLR8_ASSIGN_OR_RETURN(f, r.GetDataFile(file, /*create=*/true));
+    } else {
+      EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
+    }
+    dirs = r.unsynced_dirs;
+  }
+  EXLR8_RETURN_IF_ERROR(SyncToDisk({f}, dirs, r.root_fd.get(), r.shown));
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
+  EXLR8_RETURN_IF_ERROR(del.Bind(1, file).Run());
+  if (f->size > 0) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
+                                                         "VALUES (?, 0, ?)"));
+    EXLR8_RETURN_IF_ERROR(ins.Bind(1, file).Bind(2, static_cast<std::int64_t>(f->size)).Run());
+  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare("UPDATE files SET whole_verified = 1 WHERE id = ?"));
+  EXLR8_RETURN_IF_ERROR(up.Bind(1, file).Run());
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
+  return Status::Ok();
+}
+
+// ---- reading ----
+
+Result<bool> Cache::Covers(FileId file, std::uint64_t offset, std::uint64_t length) {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> holes, MissingRanges(file, offset, length));
+  return holes.empty();
+}
+
+Result<std::vector<Extent>> Cache::VerifiedExtents(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.LoadFile(file).status());
+  return r.AllExtents(file);
+}
+
+Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, offset, length));
+  if (length == 0) return std::vector<Extent>{};
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.ExtentsNear(file, offset, offset + length));
+  return MissingExtents(near, {offset, length});
+}
+
+namespace {
+
+// Serves the verified bytes of one cached file, as of when it was opened.
+class VerifiedFileSource final : public ByteSource {
+ public:
+  VerifiedFileSource(std::shared_ptr<DataFile> file, std::uint64_t size, std::vector<Extent> extents,
+                     std::string name)
+      : file_(std::move(file)), size_(size), extents_(std::move(extents)), name_(std::move(name)) {}
+
+  std::uint64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  Status ReadAt(std::uint64_t offset, std::span<std::byte> dst) const override {
+    if (offset > size_ || dst.size() > size_ - offset)
+      return CorruptionError(name_ + ": read of " + std::to_string(dst.size()) + " bytes at offset " +
+                             std::to_string(offset) + " runs past the end (" + std::to_string(size_) + " bytes)");
+    if (dst.empty()) return Status::Ok();
+    const std::vector<Extent> holes = MissingExtents(extents_, {offset, dst.size()});
+    if (!holes.empty())
+      return NotFoundError(name_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + dst.size()) +
+                           ") are not verified in the cache; first missing offset " +
+                           std::to_string(holes.front().offset));
+    return PreadAll(file_->fd.get(), offset, dst, name_);
+  }
+
+ private:
+  std::shared_ptr<DataFile> file_;  // null when nothing is verified
+  std::uint64_t size_;
+  std::vector<Extent> extents_;  // normalized snapshot
+  std::string name_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.AllExtents(file));
+  std::shared_ptr<DataFile> df;
+  if (!extents.empty()) {
+    Result<std::shared_ptr<DataFile>> opened = r.OpenWritten(file);
+    if (opened.status().code() == StatusCode::kFailedPrecondition)
+      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing");
+    if (!opened.ok()) return opened.status();
+    df = *std::move(opened);
+  }
+  return std::unique_ptr<ByteSource>(
+      new VerifiedFileSource(std::move(df), row.size, std::move(extents), r.shown + "/" + row.rel));
+}
+
+// ---- space ----
+
+Result<std::uint64_t> Cache::FreeBytes() {
+  struct statvfs vfs;
+  if (::fstatvfs(rep_->root_fd.get(), &vfs) != 0) return ErrnoStatus(errno, "statvfs " + rep_->shown);
+  return static_cast<std::uint64_t>(vfs.f_bavail) * static_cast<std::uint64_t>(vfs.f_frsize);
+}
+
+Result<std::uint64_t> Cache::RecordedBytes() {
+  MutexLock l(&rep_->mu);
+  return rep_->RecordedBytes();
+}
+
+Status Cache::CheckSpace(std::uint64_t bytes_needed) {
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, RecordedBytes());
+  const std::optional<std::uint64_t>& budget = rep_->options.byte_budget;
+  const bool over_budget = budget && (used > *budget || bytes_needed > *budget - used);
+  if (bytes_needed <= free && !over_budget) return Status::Ok();
+  std::string msg = "need " + FormatBytes(bytes_needed) + ", " + FormatBytes(free) + " free on " + rep_->shown;
+  if (budget) {
+    msg += " (budget " + FormatBytes(*budget) + ", " + FormatBytes(used) + " used";
+    if (over_budget) msg += "; over budget: run gc or raise the budget";
+    msg += ")";
+  } else {
+    msg += " (no budget)";
+  }
+  return ResourceExhaustedError(std::move(msg));
+}
+
+Result<GcResult> Cache::Gc(std::uint64_t budget) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  GcResult result;
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, r.RecordedBytes());
+  struct Victim {
+    FilesetId id;
+    std::string dir;
+    std::uint64_t bytes;
+  };
+  std::vector<Victim> victims;
+  if (total > budget) {
+    EXLR8_ASSIGN_OR_RETURN(
+        SqliteStmt q,
+        r.db->Prepare("SELECT s.id, s.repo, s.commit_sha, "
+                      "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
+                      "  WHERE f.fileset_id = s.id) "
+                      "FROM filesets s "
+                      "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
+                      "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
+                      "ORDER BY s.last_used ASC, s.id ASC"));
+    std::uint64_t left = total;
+    while (left > budget) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      Victim v{q.Int(0), FilesetDir(q.Text(1), q.Text(2)), static_cast<std::uint64_t>(q.Int(3))};
+      left -= std::min(left, v.bytes);
+      victims.push_back(std::move(v));
+    }
+  }
+  if (!victims.empty()) {
+    // Rows first, durably (synchronous=FULL); files after. A crash in
+    // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
+    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM filesets WHERE id = ?"));
+    for (const Victim& v : victims) {
+      del.Reset();
+      EXLR8_RETURN_IF_ERROR(del.Bind(1, v.id).Run());
+    }
+    EXLR8_RETURN_IF_ERROR(txn.Commit());
+    std::set<FilesetId> gone;
+    for (const Victim& v : victims) {
+      gone.insert(v.id);
+      result.evicted.push_back(v.id);
+      result.bytes_freed += v.bytes;
+    }
+    std::erase_if(r.open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
+  }
+  EXLR8_RETURN_IF_ERROR(r.RemoveOrphanDirs());
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  return result;
+}
+
+Status Cache::Rep::RemoveOrphanDirs() {
+  // The data directories the index knows.
+  std::set<std::string> known;
+  {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT repo, commit_sha FROM filesets"));
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      known.insert(FilesetDir(q.Text(0), q.Text(1)));
+    }
+  }
+  namespace fs = std::filesystem;
+  auto subdirs = [](const fs::path& p) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code sec;
+      if (it->symlink_status(sec).type() == fs::file_type::directory) out.push_back(it->path());
+    }
+    return out;
+  };
+  // Only <org>/<name>/<commit> triples with valid names are ever touched,
+  // so the index, the lock and anything foreign stay put.
+  for (const fs::path& org : subdirs(dir)) {
+    for (const fs::path& name : subdirs(org)) {
+      const std::string repo = org.filename().string() + "/" + name.filename().string();
+      if (!ValidateRepoId(repo).ok()) continue;
+      for (const fs::path& commit : subdirs(name)) {
+        const std::string c = commit.filename().string();
+        if (!ValidateCommit(c).ok() || known.count(FilesetDir(repo, c))) continue;
+        std::error_code ec;
+        fs::remove_all(commit, ec);  // removes symlinks, never follows them
+        if (ec) return ErrnoStatus(ec.value(), "remove " + commit.string());
+      }
+      std::error_code ec;
+      fs::remove(name, ec);  // only if now empty
+    }
+    std::error_code ec;
+    fs::remove(org, ec);
+  }
+  return Status::Ok();
+}
+
+// ---- pulls ----
+
+Result<PullId> Cache::StartPull(const PullSpec& spec) {
+  if (spec.tp < 1 || spec.rank < 0 || spec.rank >= spec.tp)
+    return InvalidArgumentError("pull of '" + EscapeForMessage(spec.manifest) + "': rank " +
+                                std::to_string(spec.rank) + " is not in [0, tp = " + std::to_string(spec.tp) + ")");
+  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(spec.manifest));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(spec.fileset));
+  const std::int64_t now = r.Now();
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO pulls (fileset_id, manifest, tp, rank, "
+                                                       "plan_summary, state, started, updated) "
+                                                       "VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)"));
+  EXLR8_RETURN_IF_ERROR(ins.Bind(1, spec.fileset)
+                            .Bind(2, spec.manifest)
+                            .Bind(3, std::int64_t{spec.tp})
+                            .Bind(4, std::int64_t{spec.rank})
+                            .Bind(5, spec.plan_summary_json)
+                            .Bind(6, now)
+                            .Run());
+  const PullId id = r.db->LastInsertRowId();
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
+  EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, spec.fileset).Run());
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+Status Cache::UpdatePull(PullId pull, const PullCounters& c) {
+  for (std::uint64_t v : {c.bytes_planned, c.bytes_fetched, c.bytes_reused, c.requests, c.retries,
+                          c.checksum_failures})
+    if (v > kMaxSqlInt) return InvalidArgumentError("pull " + std::to_string(pull) + ": counter out of range");
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("UPDATE pulls SET bytes_planned = ?, bytes_fetched = ?, "
+                                                     "bytes_reused = ?, requests = ?, retries = ?, "
+                                                     "checksum_failures = ?, updated = ? "
+                                                     "WHERE id = ? AND state = 'running'"));
+  EXLR8_RETURN_IF_ERROR(q.Bind(1, static_cast<std::int64_t>(c.bytes_planned))
+                            .Bind(2, static_cast<std::int64_t>(c.bytes_fetched))
+                            .Bind(3, static_cast<std::int64_t>(c.bytes_reused))
+                            .Bind(4, static_cast<std::int64_t>(c.requests))
+                            .Bind(5, static_cast<std::int64_t>(c.retries))
+                            .Bind(6, static_cast<std::int64_t>(c.checksum_failures))
+                            .Bind(7, r.Now())
+                            .Bind(8, pull)
+                            .Run());
+  if (r.db->Changes() == 0)
+    return FailedPreconditionError(r.shown + ": pull " + std::to_string(pull) + " is unknown or no longer running");
+  return Status::Ok();
+}
+
+Status Cache::FinishPull(PullId pull, PullState state, std::string_view error) {
+  if (state == PullState::kRunning)
+    return InvalidArgumentError("pull " + std::to_string(pull) + ": FinishPull needs a final state");
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("UPDATE pulls SET state = ?1, error = ?2, finished = ?3, "
+                                                     "updated = ?3 WHERE id = ?4 AND state = 'running'"));
+  EXLR8_RETURN_IF_ERROR(q.Bind(1, PullStateName(state)).Bind(2, error).Bind(3, r.Now()).Bind(4, pull).Run());
+  if (r.db->Changes() == 0)
+    return FailedPreconditionError(r.shown + ": pull " + std::to_string(pull) + " is unknown or already finished");
+  return Status::Ok();
+}
+
+Result<std::vector<PullInfo>> Cache::Rep::QueryPulls(std::string_view where, std::int64_t arg) {
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         db->Prepare("SELECT id, fileset_id, manifest, tp, rank, plan_summary, state, error, "
+                                     "bytes_planned, bytes_fetched, bytes_reused, requests, retries, "
+                                     "checksum_failures, started, updated, finished FROM pulls " +
+                                     std::string(where) + " ORDER BY id DESC"));
+  if (!where.empty()) q.Bind(1, arg);
+  std::vector<PullInfo> out;
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    PullInfo p;
+    p.id = q.Int(0);
+    p.spec.fileset = q.Int(1);
+    p.spec.manifest = q.Text(2);
+    p.spec.tp = static_cast<int>(q.Int(3));
+    p.spec.rank = static_cast<int>(q.Int(4));
+    p.spec.plan_summary_json = q.Text(5);
+    EXLR8_ASSIGN_OR_RETURN(p.state, ParsePullState(q.Text(6)));
+    p.error = q.Text(7);
+    p.counters.bytes_planned = static_cast<std::uint64_t>(q.Int(8));
+    p.counters.bytes_fetched = static_cast<std::uint64_t>(q.Int(9));
+    p.counters.bytes_reused = static_cast<std::uint64_t>(q.Int(10));
+    p.counters.requests = static_cast<std::uint64_t>(q.Int(11));
+    p.counters.retries = static_cast<std::uint64_t>(q.Int(12));
+    p.counters.checksum_failures = static_cast<std::uint64_t>(q.Int(13));
+    p.started_ms = q.Int(14);
+    p.updated_ms = q.Int(15);
+    if (!q.IsNull(16)) p.finished_ms = q.Int(16);
+    out.push_back(std::move(p));
+  }
+}
+
+Result<PullInfo> Cache::GetPull(PullId pull) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(std::vector<PullInfo> list, r.QueryPulls("WHERE id = ?", pull));
+  if (list.empty()) return NotFoundError(r.shown + ": no pull with id " + std::to_string(pull));
+  return std::move(list.front());
+}
+
+Result<std::vector<PullInfo>> Cache::ListPulls(std::optional<FilesetId> fileset) {
+  MutexLock l(&rep_->mu);
+  if (fileset) return rep_->QueryPulls("WHERE fileset_id = ?", *fileset);
+  return rep_->QueryPulls("", 0);
+}
+
+}  // namespace exlr8

@@ -1,0 +1,254 @@
+// The crash-safe local cache of exlr8d: a partial, sparse mirror of remote
+// filesets plus an SQLite index of which bytes are verified.
+//
+// Layout (docs/CACHE.md has the whole story):
+//   <dir>/exlr8d.lock                        held (flock) while a Cache is open
+//   <dir>/exlr8d.db                          index, WAL mode, synchronous=FULL
+//   <dir>/<org>/<name>/<commit>/<repo path>  data; each verified byte at its
+//                                            remote offset, holes elsewhere
+// Every data file is created at its remote size (ftruncate, so holes take no
+// space), so tools that read the release layout can read the cache directly
+// for the byte ranges it holds.
+//
+// Crash safety. Writing and recording are separate steps:
+//   WriteAt          pwrite only. The bytes may sit on disk unrecorded.
+//   CommitVerified   fdatasync every touched file (and new directory entries),
+//                    THEN record all extents in one transaction.
+// So a recorded extent is always on stable storage, whatever moment the
+// process dies at (kill -9, power loss). Eviction runs the other way round:
+// rows are deleted durably first, files afterwards. The caller verifies bytes
+// (checksums) before committing them; the cache does not re-hash.
+//
+// Ownership and threads. One process owns a cache directory at a time (the
+// lock file). A Cache is thread-safe: every method may be called from any
+// thread; the engine's loop writes while a REST thread reads. Index access
+// is serialized on one internal mutex; pwrite and fdatasync run outside it,
+// so readers are not stalled by disk flushes. WriteAt calls for the same
+// bytes from two threads at once are the caller's problem (they write the
+// same verified content anyway).
+//
+// Errors: InvalidArgument for bad names/ranges (naming them), NotFound for
+// unknown ids or unverified bytes, FailedPrecondition for a held lock or a
+// conflicting re-declaration, ResourceExhausted for disk/quota/budget,
+// IOError for other OS failures, Corruption for a damaged index.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/cache/extent_set.h"
+#include "format/byte_source.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+using FilesetId = std::int64_t;
+using FileId = std::int64_t;
+using PullId = std::int64_t;
+
+struct CacheOptions {
+  // Most bytes the cache may hold (sum of verified extents). CheckSpace
+  // refuses work beyond it; Gc(budget) is how a caller gets back under it.
+  // nullopt = only the file system's free space limits the cache.
+  std::optional<std::uint64_t> byte_budget;
+  // Milliseconds since the Unix epoch; tests inject a fake clock to make LRU
+  // order deterministic. Default: the system clock. Called under the lock.
+  std::function<std::int64_t()> now_ms;
+};
+
+// Verified bytes [offset, offset + length) of one file.
+struct VerifiedExtent {
+  FileId file = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+struct FilesetInfo {
+  FilesetId id = 0;
+  std::string repo;      // "org/name"
+  std::string revision;  // the revision last resolved to this commit
+  std::string commit;
+  std::int64_t created_ms = 0;
+  std::int64_t last_used_ms = 0;
+  std::vector<std::string> pins;  // holders; empty = not pinned
+  std::uint64_t file_count = 0;
+  std::uint64_t bytes_total = 0;   // sum of remote file sizes
+  std::uint64_t bytes_cached = 0;  // sum of verified extents
+};
+
+struct FileInfo {
+  FileId id = 0;
+  FilesetId fileset = 0;
+  std::string path;  // repo path
+  std::uint64_t size = 0;
+  std::optional<std::string> sha256;
+  std::optional<std::string> git_sha1;
+  bool whole_verified = false;
+  std::uint64_t bytes_cached = 0;
+};
+
+enum class PullState { kRunning, kDone, kFailed, kCancelled };
+std::string_view PullStateName(PullState state);  // "running", "done", ...
+
+struct PullCounters {
+  std::uint64_t bytes_planned = 0;
+  std::uint64_t bytes_fetched = 0;  // from the network
+  std::uint64_t bytes_reused = 0;   // already in the cache
+  std::uint64_t requests = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t checksum_failures = 0;
+};
+
+struct PullSpec {
+  FilesetId fileset = 0;
+  std::string manifest;  // repo path of the manifest
+  int tp = 1;
+  int rank = 0;
+  std::string plan_summary_json = "{}";
+};
+
+struct PullInfo {
+  PullId id = 0;
+  PullSpec spec;
+  PullState state = PullState::kRunning;
+  std::string error;  // why it failed or was cancelled
+  PullCounters counters;
+  std::int64_t started_ms = 0;
+  std::int64_t updated_ms = 0;
+  std::optional<std::int64_t> finished_ms;
+};
+
+struct GcResult {
+  std::uint64_t bytes_freed = 0;      // verified bytes of the evicted filesets
+  std::vector<FilesetId> evicted;     // in eviction order (LRU first)
+  std::uint64_t bytes_remaining = 0;  // verified bytes still cached
+};
+
+class Cache {
+ public:
+  // Opens (creating) the cache in `dir`: takes <dir>/exlr8d.lock, opens and
+  // migrates <dir>/exlr8d.db, and marks pulls left 'running' by a dead
+  // process as 'failed'. FailedPrecondition naming the lock file and the
+  // holder's pid if another Cache (this or another process) holds it, or if
+  // the index is newer than this binary.
+  // The returned Cache holds the lock until destroyed.
+  static Result<std::unique_ptr<Cache>> Open(std::filesystem::path dir, CacheOptions options = {});
+  ~Cache();
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+
+  const std::filesystem::path& dir() const;
+
+  // ---- filesets ----
+
+  // Returns the fileset for (repo, commit), creating it, and records that
+  // `revision` resolves to `commit` (for LookupCommit). Touches last_used.
+  // InvalidArgument for an invalid repo id, revision or commit.
+  Result<FilesetId> PutFileset(std::string_view repo, std::string_view revision, std::string_view commit);
+  // Offline mode: the commit `revision` resolved to when last online.
+  // NotFound if never recorded.
+  Result<std::string> LookupCommit(std::string_view repo, std::string_view revision);
+  // Marks the fileset used now (LRU order for Gc).
+  Status Touch(FilesetId fileset);
+  // Pins are named by holder; a fileset with any pin is never evicted.
+  // Pin is idempotent; Unpin of an absent pin is OK (returns OK).
+  Status Pin(FilesetId fileset, std::string_view holder = "user");
+  Status Unpin(FilesetId fileset, std::string_view holder = "user");
+  Result<FilesetInfo> GetFileset(FilesetId fileset);
+  // All filesets, most recently used first, with their byte counts.
+  Result<std::vector<FilesetInfo>> ListFilesets();
+
+  // ---- files ----
+
+  // Declares a file of a fileset (idempotent). A known file declared with a
+  // different size, or a hash that contradicts a known hash, is
+  // FailedPrecondition (the remote changed under a fixed commit). A hash
+  // unknown so far is filled in. InvalidArgument for an unsafe path or a size
+  // >= 2^63.
+  Result<FileId> PutFile(FilesetId fileset, std::string_view path, std::uint64_t size,
+                         std::optional<std::string> sha256 = std::nullopt,
+                         std::optional<std::string> git_sha1 = std::nullopt);
+  Result<FileId> FindFile(FilesetId fileset, std::string_view path);
+  Result<FileInfo> GetFile(FileId file);
+  Result<std::vector<FileInfo>> ListFiles(FilesetId fileset);
+  // Where the file's bytes live: <dir>/<org>/<name>/<commit>/<path>.
+  Result<std::filesystem::path> DataPath(FileId file);
+
+  // ---- writing ----
+
+  // pwrites `data` at `offset` of the file, creating it (sparse, at its full
+  // size) and its directories if needed. Records nothing.
+  // InvalidArgument if [offset, offset + size) is outside the file;
+  // ResourceExhausted on ENOSPC, EDQUOT or EFBIG; NotFound for an unknown id.
+  Status WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data);
+
+  // Makes the given verified extents durable and records them: fdatasync
+  // each touched file (plus fsync of directories that gained entries), then
+  // one transaction merges them into the extent table. All or nothing: on
+  // error nothing is recorded. Empty extents are ignored.
+  // InvalidArgument for a range outside its file; NotFound for an unknown
+  // file; FailedPrecondition if the file was never written (not on disk).
+  // Call it in batches (per second or per N MB), not per extent.
+  Status CommitVerified(std::span<const VerifiedExtent> extents);
+
+  // The caller checked the whole file against its hash: fdatasync it, then
+  // record [0, size) and set whole_verified. A size-0 file is created empty.
+  Status MarkWholeFileVerified(FileId file);
+
+  // ---- reading ----
+
+  // Whether every byte of [offset, offset + length) is verified.
+  // InvalidArgument if the range is outside the file.
+  Result<bool> Covers(FileId file, std::uint64_t offset, std::uint64_t length);
+  // Verified extents, sorted, merged.
+  Result<std::vector<Extent>> VerifiedExtents(FileId file);
+  // The holes of [offset, offset + length): what still needs fetching.
+  Result<std::vector<Extent>> MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length);
+  // A ByteSource over the file that serves only bytes verified when it was
+  // opened (a snapshot): ReadAt of a range with an unverified byte is
+  // NotFound naming the file and the first missing offset. size() is the
+  // remote size. The source owns its descriptor and may outlive the Cache;
+  // ReadAt may be called from several threads at once.
+  Result<std::unique_ptr<ByteSource>> OpenVerified(FileId file);
+
+  // ---- space ----
+
+  // Free bytes for an unprivileged writer on the cache's file system.
+  Result<std::uint64_t> FreeBytes();
+  // Sum of all verified extents.
+  Result<std::uint64_t> RecordedBytes();
+  // OK if `bytes_needed` more bytes fit on disk and within the budget;
+  // ResourceExhausted "need X GB, Y GB free on <dir> (budget Z GB, W GB
+  // used)" otherwise.
+  Status CheckSpace(std::uint64_t bytes_needed);
+  // Evicts unpinned filesets without a running pull, least recently used
+  // first, until RecordedBytes() <= budget or nothing evictable is left
+  // (check GcResult::bytes_remaining). Also removes leftover data
+  // directories that no fileset row refers to (from a crash mid-eviction).
+  Result<GcResult> Gc(std::uint64_t budget);
+
+  // ---- pulls ----
+
+  Result<PullId> StartPull(const PullSpec& spec);
+  // Replaces the counters of a running pull. FailedPrecondition if finished.
+  Status UpdatePull(PullId pull, const PullCounters& counters);
+  // REQUIRES: state != kRunning (InvalidArgument otherwise).
+  Status FinishPull(PullId pull, PullState state, std::string_view error = {});
+  Result<PullInfo> GetPull(PullId pull);
+  // Newest first; all filesets when `fileset` is nullopt.
+  Result<std::vector<PullInfo>> ListPulls(std::optional<FilesetId> fileset = std::nullopt);
+
+ private:
+  struct Rep;
+  explicit Cache(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace exlr8

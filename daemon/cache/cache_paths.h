@@ -1,0 +1,75 @@
+// Names inside a cache directory, built and checked in one place.
+//
+//   <cache>/exlr8d.lock                      lock file (holder's pid)
+//   <cache>/exlr8d.db (+ -wal, -shm)         SQLite index
+//   <cache>/<org>/<name>/<commit>/<path>     sparse data files
+//
+// Repo ids, commits and file paths come from a remote listing and are
+// untrusted: every Validate* below must pass before a name reaches the file
+// system, and files are opened component by component with O_NOFOLLOW so
+// that a symlink planted inside the cache cannot lead outside it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/cache/posix.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+inline constexpr std::string_view kCacheDbName = "exlr8d.db";
+inline constexpr std::string_view kCacheLockName = "exlr8d.lock";
+inline constexpr std::size_t kMaxPathComponent = 255;  // bytes, NAME_MAX
+inline constexpr std::size_t kMaxRepoPath = 4096;      // bytes, PATH_MAX
+inline constexpr std::size_t kMaxRepoIdPart = 96;      // the Hub's limit for org and name
+
+// "org/name": each part 1..96 bytes of [A-Za-z0-9._-], not starting with '.'
+// or '-', without "..", and the org not starting with "exlr8d." (reserved for
+// the cache's own files). InvalidArgument naming the id otherwise.
+Status ValidateRepoId(std::string_view repo);
+
+// Exactly 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+Status ValidateCommit(std::string_view commit);
+
+// A branch, tag or commit as the user typed it: 1..255 bytes, no control
+// characters. Only stored in the index, never used as a file name.
+Status ValidateRevision(std::string_view revision);
+
+// A relative file path from a repo listing: '/'-separated, non-empty, not
+// absolute, no empty, "." or ".." component, no backslash, no NUL or other
+// control byte (< 0x20, 0x7f), components <= 255 bytes, total <= 4096 bytes.
+// InvalidArgument naming the (escaped) path and the reason otherwise.
+Status ValidateRepoPath(std::string_view path);
+
+// "<org>/<name>/<commit>", relative to the cache root.
+// REQUIRES: ValidateRepoId(repo) and ValidateCommit(commit) are OK.
+std::string FilesetDir(std::string_view repo, std::string_view commit);
+
+// `s` with bytes outside printable ASCII written as \xNN, for messages.
+std::string EscapeForMessage(std::string_view s);
+
+// Result of OpenBeneath.
+struct BeneathFile {
+  UniqueFd fd;
+  bool created = false;  // the file did not exist before
+};
+
+// Opens the regular file at `rel` (a validated relative path) below the
+// directory `root_fd`, walking each component with O_NOFOLLOW. With `create`,
+// missing directories (0755) and the file (0644) are created; otherwise a
+// missing component is NotFound. A symlink or non-directory on the way is
+// FailedPrecondition. The file is opened O_RDWR|O_CLOEXEC.
+// `display` prefixes error messages (the cache path).
+Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, std::string_view display);
+
+// The directories that contain `rel`, outermost first, "" being the root:
+// "a/b/f" -> {"", "a", "a/b"}. fsync them to make a new file's name durable.
+std::vector<std::string> ParentDirs(std::string_view rel);
+
+// Opens directory `rel` below `root_fd` (O_DIRECTORY|O_NOFOLLOW per
+// component) for fsync. `rel` = "" opens the root itself.
+Result<UniqueFd> OpenDirBeneath(int root_fd, std::string_view rel, std::string_view display);
+
+}  // namespace exlr8

@@ -1,0 +1,38 @@
+// An exclusive, non-blocking flock(2) on a lock file that names its holder.
+//
+// flock locks belong to an open file description, so a second FileLock on
+// the same path fails both in another process and in the same process (each
+// Acquire opens the file anew). The kernel drops the lock when the holder
+// dies, however it dies: no stale-lock cleanup is ever needed.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "daemon/cache/posix.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+class FileLock {
+ public:
+  // Creates `path` if needed, takes LOCK_EX|LOCK_NB and writes "<pid>\n"
+  // into it. FailedPrecondition if another holder has it:
+  //   "<path> is locked by pid 1234 (another exlr8d owns this cache)".
+  // Other failures: see ErrnoStatus (posix.h).
+  static Result<std::unique_ptr<FileLock>> Acquire(const std::filesystem::path& path);
+
+  // Releases the lock (closing the descriptor). The pid stays in the file;
+  // it is only meaningful while the file is locked.
+  ~FileLock() = default;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  FileLock(std::filesystem::path path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+
+  std::filesystem::path path_;
+  UniqueFd fd_;
+};
+
+}  // namespace exlr8

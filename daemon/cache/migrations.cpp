@@ -1,0 +1,32 @@
+#include "daemon/cache/migrations.h"
+
+#include <string>
+
+#include "daemon/cache/schema_sql.h"
+
+namespace exlr8 {
+
+std::span<const Migration> BuiltinMigrations() { return cache_schema::kMigrations; }
+
+Status ApplyMigrations(SqliteDb* db, std::span<const Migration> migrations) {
+  EXLR8_ASSIGN_OR_RETURN(const std::int64_t current, db->QueryInt("PRAGMA user_version"));
+  const auto latest = static_cast<std::int64_t>(migrations.size());
+  if (current > latest)
+    return FailedPreconditionError(db->path() + ": schema version " + std::to_string(current) +
+                                   " is newer than this exlr8d understands (" + std::to_string(latest) +
+                                   "); use a newer exlr8d or another cache directory");
+  if (current < 0) return CorruptionError(db->path() + ": negative schema version " + std::to_string(current));
+  for (std::int64_t v = current + 1; v <= latest; ++v) {
+    const Migration& m = migrations[static_cast<std::size_t>(v - 1)];
+    if (m.version != v)
+      return InternalError("migration table out of order: " + std::string(m.name) + " at position " + std::to_string(v));
+    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db));
+    Status s = db->Exec(m.sql);
+    if (s.ok()) s = db->Exec("PRAGMA user_version = " + std::to_string(v));
+    if (s.ok()) s = txn.Commit();
+    if (!s.ok()) return s.WithContext("migration " + std::string(m.name));
+  }
+  return Status::Ok();
+}
+
+}  // namespace exlr8

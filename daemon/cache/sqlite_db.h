@@ -1,0 +1,103 @@
+// A small RAII layer over the SQLite C API: one connection, prepared
+// statements, and an IMMEDIATE transaction that rolls back unless committed.
+// Errors become Status with the database path and the SQL step in the
+// message: SQLITE_FULL -> ResourceExhausted, SQLITE_CORRUPT/NOTADB ->
+// Corruption, SQLITE_BUSY/LOCKED -> Unavailable, SQLITE_CONSTRAINT ->
+// FailedPrecondition, others -> IOError.
+//
+// Thread rules: none of these types lock; the owner serializes all use of a
+// connection and its statements (Cache does so under its mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "format/status.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace exlr8 {
+
+class SqliteDb;
+
+// A prepared statement. Parameters are 1-based, columns 0-based, as in SQLite.
+class SqliteStmt {
+ public:
+  SqliteStmt(SqliteStmt&& o) noexcept;
+  SqliteStmt& operator=(SqliteStmt&&) = delete;
+  SqliteStmt(const SqliteStmt&) = delete;
+  ~SqliteStmt();
+
+  SqliteStmt& Bind(int index, std::int64_t value);
+  SqliteStmt& Bind(int index, std::string_view value);  // copied (SQLITE_TRANSIENT)
+  SqliteStmt& BindOpt(int index, const std::optional<std::string>& value);  // NULL if nullopt
+  // Binding errors (out-of-range index, a bug) surface at the next Step().
+
+  // Runs one step: true if a row is available, false when done.
+  Result<bool> Step();
+  // Steps to completion, ignoring rows; for INSERT/UPDATE/DELETE.
+  Status Run();
+  // Clears bindings' effect so the statement can run again with new ones.
+  void Reset();
+
+  std::int64_t Int(int column) const;
+  std::string Text(int column) const;  // "" for NULL
+  std::optional<std::string> OptText(int column) const;
+  bool IsNull(int column) const;
+
+ private:
+  friend class SqliteDb;
+  SqliteStmt(SqliteDb* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+
+  SqliteDb* db_;
+  sqlite3_stmt* stmt_;
+  int bind_rc_ = 0;  // first failing sqlite3_bind_* code, 0 = none
+};
+
+class SqliteDb {
+ public:
+  // Opens (creating) the database at `path`, read-write, with extended
+  // result codes and a busy timeout for outside readers (sqlite3 CLI).
+  static Result<std::unique_ptr<SqliteDb>> Open(const std::string& path);
+  ~SqliteDb();
+
+  // Runs one or more ';'-separated statements without results.
+  Status Exec(std::string_view sql);
+  Result<SqliteStmt> Prepare(std::string_view sql);
+  // Runs a single-row, single-integer query such as "PRAGMA user_version".
+  Result<std::int64_t> QueryInt(std::string_view sql);
+
+  std::int64_t LastInsertRowId() const;
+  std::int64_t Changes() const;  // rows changed by the last statement
+  const std::string& path() const { return path_; }
+
+  // Status for SQLite result code `rc` during `what`.
+  Status Error(int rc, std::string_view what) const;
+
+ private:
+  SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  friend class SqliteStmt;
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; the destructor rolls back an uncommitted one.
+class SqliteTxn {
+ public:
+  static Result<SqliteTxn> Begin(SqliteDb* db);
+  SqliteTxn(SqliteTxn&& o) noexcept : db_(std::exchange(o.db_, nullptr)) {}
+  SqliteTxn& operator=(SqliteTxn&&) = delete;
+  ~SqliteTxn();
+  Status Commit();
+
+ private:
+  explicit SqliteTxn(SqliteDb* db) : db_(db) {}
+  SqliteDb* db_;  // null once committed or rolled back
+};
+
+}  // namespace exlr8

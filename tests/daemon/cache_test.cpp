@@ -1,0 +1,580 @@
+// Integration tests of daemon/cache/cache.h: real files, real SQLite, in a
+// scratch directory.
+#include "daemon/cache/cache.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "daemon/cache/cache_paths.h"
+#include "daemon/cache/migrations.h"
+#include "daemon/cache/sqlite_db.h"
+#include "tests/daemon/cache_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using testing::kCommitA;
+using testing::kCommitB;
+using testing::kCommitC;
+using testing::Pattern;
+using testing::TempDir;
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+std::unique_ptr<Cache> MustOpen(const std::filesystem::path& dir, CacheOptions options = {}) {
+  Result<std::unique_ptr<Cache>> cache = Cache::Open(dir, std::move(options));
+  EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+  return cache.ok() ? std::move(cache).value() : nullptr;
+}
+
+std::vector<std::byte> ReadFileBytes(const std::filesystem::path& p, std::uint64_t offset, std::size_t n) {
+  std::vector<std::byte> out(n);
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << p;
+  if (fd < 0) return {};
+  EXPECT_EQ(::pread(fd, out.data(), n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// One fileset with one file, for tests that need just that.
+struct Fixture {
+  TempDir tmp;
+  std::unique_ptr<Cache> cache;
+  FilesetId fileset = 0;
+  FileId file = 0;
+
+  explicit Fixture(std::uint64_t size = kMiB, CacheOptions options = {}) {
+    cache = MustOpen(tmp.path(), std::move(options));
+    fileset = *cache->PutFileset("org/model", "main", kCommitA);
+    file = *cache->PutFile(fileset, "experts/exlr8-layer-003.k3.safetensors", size);
+  }
+  // Writes the pattern over [offset, offset + length) and commits it.
+  void WriteVerified(std::uint64_t offset, std::size_t length, FileId f = 0) {
+    if (f == 0) f = file;
+    ASSERT_TRUE(cache->WriteAt(f, offset, Pattern(f, offset, length)).ok());
+    const VerifiedExtent e{f, offset, length};
+    ASSERT_TRUE(cache->CommitVerified({&e, 1}).ok());
+  }
+};
+
+TEST(CacheTest, LayoutAndSparseFiles) {
+  Fixture fx(64 * kMiB);
+  const std::filesystem::path expected =
+      fx.tmp.path() / "org" / "model" / kCommitA / "experts" / "exlr8-layer-003.k3.safetensors";
+  EXPECT_EQ(*fx.cache->DataPath(fx.file), expected);
+  EXPECT_TRUE(std::filesystem::exists(fx.tmp.path() / "exlr8d.db"));
+  EXPECT_TRUE(std::filesystem::exists(fx.tmp.path() / "exlr8d.lock"));
+
+  fx.WriteVerified(32 * kMiB + 123, 5000);
+  struct stat st;
+  ASSERT_EQ(::stat(expected.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), 64 * kMiB);  // remote size, so offsets line up
+  // Holes stay holes: 5000 bytes occupy a page or three, not 64 MiB.
+  EXPECT_LE(static_cast<std::uint64_t>(st.st_blocks) * 512, 256u * 1024) << "st_blocks " << st.st_blocks;
+  // Bytes sit at their remote offsets; a hole reads as zeros.
+  EXPECT_EQ(ReadFileBytes(expected, 32 * kMiB + 123, 5000), Pattern(fx.file, 32 * kMiB + 123, 5000));
+  EXPECT_EQ(ReadFileBytes(expected, 0, 16), std::vector<std::byte>(16));
+}
+
+TEST(CacheTest, ExtentsMergeAndQueries) {
+  Fixture fx(1000);
+  fx.WriteVerified(0, 10);
+  fx.WriteVerified(20, 10);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 10}, {20, 10}}));
+  fx.WriteVerified(10, 10);  // fills the gap: adjacent on both sides
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 30}}));
+  fx.WriteVerified(25, 15);  // overlaps the end
+  fx.WriteVerified(100, 10);
+  fx.WriteVerified(5, 5);  // inside
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 40}, {100, 10}}));
+
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 0, 40));
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 101, 9));
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 500, 0));
+  EXPECT_FALSE(*fx.cache->Covers(fx.file, 0, 41));
+  EXPECT_FALSE(*fx.cache->Covers(fx.file, 99, 2));
+  EXPECT_EQ(*fx.cache->MissingRanges(fx.file, 0, 200), (std::vector<Extent>{{40, 60}, {110, 90}}));
+  EXPECT_EQ(*fx.cache->MissingRanges(fx.file, 35, 70), (std::vector<Extent>{{40, 60}}));
+  EXPECT_TRUE(fx.cache->MissingRanges(fx.file, 0, 40)->empty());
+
+  EXPECT_EQ(fx.cache->Covers(fx.file, 990, 11).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->MissingRanges(fx.file, ~0ull, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->Covers(999, 0, 1).status().code(), StatusCode::kNotFound);
+
+  // One batch over two files, unsorted, with duplicates: one transaction.
+  const FileId other = *fx.cache->PutFile(fx.fileset, "other.bin", 100);
+  ASSERT_TRUE(fx.cache->WriteAt(other, 0, Pattern(other, 0, 100)).ok());
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 200, Pattern(fx.file, 200, 50)).ok());
+  const VerifiedExtent batch[] = {{other, 50, 50}, {fx.file, 200, 50}, {other, 0, 50}, {other, 10, 5}};
+  ASSERT_TRUE(fx.cache->CommitVerified(batch).ok());
+  EXPECT_EQ(*fx.cache->VerifiedExtents(other), (std::vector<Extent>{{0, 100}}));
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 40}, {100, 10}, {200, 50}}));
+  EXPECT_EQ(*fx.cache->RecordedBytes(), 40u + 10 + 50 + 100);
+}
+
+TEST(CacheTest, CommitIsAllOrNothingAndChecksItsInput) {
+  Fixture fx(1000);
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 100)).ok());
+  // A bad extent in the batch: nothing of it is recorded.
+  const VerifiedExtent bad_range[] = {{fx.file, 0, 100}, {fx.file, 950, 51}};
+  EXPECT_EQ(fx.cache->CommitVerified(bad_range).code(), StatusCode::kInvalidArgument);
+  const VerifiedExtent unknown[] = {{fx.file, 0, 100}, {4242, 0, 1}};
+  EXPECT_EQ(fx.cache->CommitVerified(unknown).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+  // A declared file that was never written is not on disk: refuse to record.
+  const FileId never = *fx.cache->PutFile(fx.fileset, "never/written.bin", 10);
+  const VerifiedExtent unwritten{never, 0, 10};
+  const Status s = fx.cache->CommitVerified({&unwritten, 1});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("never/written.bin"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(*fx.cache->DataPath(never)));
+  // Writes outside the file are rejected before touching it.
+  EXPECT_EQ(fx.cache->WriteAt(fx.file, 990, Pattern(fx.file, 990, 11)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->WriteAt(fx.file, ~0ull - 1, Pattern(fx.file, 0, 4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->WriteAt(4242, 0, Pattern(1, 0, 4)).code(), StatusCode::kNotFound);
+  // Empty extents are no-ops.
+  const VerifiedExtent empty{fx.file, 5, 0};
+  EXPECT_TRUE(fx.cache->CommitVerified({&empty, 1}).ok());
+  EXPECT_TRUE(fx.cache->CommitVerified({}).ok());
+}
+
+TEST(CacheTest, VerifiedByteSourceServesOnlyVerifiedBytes) {
+  Fixture fx(4096);
+  fx.WriteVerified(100, 200);
+  // Written but not committed: on disk, yet must not be served.
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 300, Pattern(fx.file, 300, 100)).ok());
+  Result<std::unique_ptr<ByteSource>> src = fx.cache->OpenVerified(fx.file);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  EXPECT_EQ((*src)->size(), 4096u);
+  std::vector<std::byte> buf(150);
+  ASSERT_TRUE((*src)->ReadAt(120, buf).ok());
+  EXPECT_EQ(buf, Pattern(fx.file, 120, 150));
+  const Status hole = (*src)->ReadAt(250, buf);
+  EXPECT_EQ(hole.code(), StatusCode::kNotFound);
+  EXPECT_NE(hole.message().find("first missing offset 300"), std::string::npos) << hole.message();
+  EXPECT_NE(hole.message().find("exlr8-layer-003.k3.safetensors"), std::string::npos) << hole.message();
+  EXPECT_EQ((*src)->ReadAt(4000, buf).code(), StatusCode::kCorruption);  // past the end
+  // A file with nothing verified: every read is NotFound, even at 0.
+  const FileId empty = *fx.cache->PutFile(fx.fileset, "config.json", 10);
+  Result<std::unique_ptr<ByteSource>> none = fx.cache->OpenVerified(empty);
+  ASSERT_TRUE(none.ok());
+  std::vector<std::byte> one(1);
+  EXPECT_EQ((*none)->ReadAt(0, one).code(), StatusCode::kNotFound);
+}
+
+TEST(CacheTest, MarkWholeFileVerified) {
+  Fixture fx(3000);
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 3000)).ok());
+  fx.WriteVerified(10, 10);
+  ASSERT_TRUE(fx.cache->MarkWholeFileVerified(fx.file).ok());
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 3000}}));
+  EXPECT_TRUE(fx.cache->GetFile(fx.file)->whole_verified);
+  // An empty file is created by marking it.
+  const FileId empty = *fx.cache->PutFile(fx.fileset, "empty/marker", 0);
+  ASSERT_TRUE(fx.cache->MarkWholeFileVerified(empty).ok());
+  EXPECT_TRUE(std::filesystem::is_regular_file(*fx.cache->DataPath(empty)));
+  EXPECT_TRUE(fx.cache->GetFile(empty)->whole_verified);
+  // Unwritten non-empty file: refuse.
+  const FileId unwritten = *fx.cache->PutFile(fx.fileset, "b.bin", 5);
+  EXPECT_EQ(fx.cache->MarkWholeFileVerified(unwritten).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CacheTest, PutFileIsIdempotentAndDetectsChanges) {
+  Fixture fx(1000);
+  const std::string sha(64, 'a'), sha2(64, 'b'), git(40, 'c');
+  EXPECT_EQ(*fx.cache->PutFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors", 1000), fx.file);
+  // A hash unknown so far is filled in; the same hash again is fine.
+  EXPECT_EQ(*fx.cache->PutFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors", 1000, sha), fx.file);
+  EXPECT_EQ(*fx.cache->PutFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors", 1000, sha, git), fx.file);
+  EXPECT_EQ(*fx.cache->GetFile(fx.file)->sha256, sha);
+  EXPECT_EQ(*fx.cache->GetFile(fx.file)->git_sha1, git);
+  const Result<FileId> resized = fx.cache->PutFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors", 1001);
+  EXPECT_EQ(resized.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(resized.status().message().find("1001"), std::string::npos);
+  EXPECT_EQ(fx.cache->PutFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors", 1000, sha2).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fx.cache->PutFile(fx.fileset, "x", 1, "ABC").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->PutFile(777, "x", 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(fx.cache->PutFile(fx.fileset, "x", 1ull << 63).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*fx.cache->FindFile(fx.fileset, "experts/exlr8-layer-003.k3.safetensors"), fx.file);
+  EXPECT_EQ(fx.cache->FindFile(fx.fileset, "nope").status().code(), StatusCode::kNotFound);
+}
+
+TEST(CacheTest, UnsafeNamesNeverReachTheFileSystem) {
+  Fixture fx(10);
+  for (const char* bad : {"../escape", "/abs", "a/../../b", "a\\b", "a//b", "./a", ""}) {
+    const Result<FileId> r = fx.cache->PutFile(fx.fileset, bad, 10);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    if (*bad) {
+      EXPECT_NE(r.status().message().find(EscapeForMessage(bad)), std::string::npos) << r.status().message();
+    }
+  }
+  EXPECT_EQ(fx.cache->PutFile(fx.fileset, std::string("a\0b", 3), 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->PutFileset("../x", "main", kCommitA).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->PutFileset("org/x", "main", "../../etc").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->PutFileset("exlr8d.db/x", "main", kCommitA).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fx.cache->PutFileset("org/x", "", kCommitA).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CacheTest, SymlinksInsideTheCacheAreNotFollowed) {
+  Fixture fx(10);
+  TempDir outside;
+  const std::filesystem::path commit_dir = fx.tmp.path() / "org" / "model" / kCommitA;
+  std::filesystem::create_directories(commit_dir);
+  std::filesystem::create_directory_symlink(outside.path(), commit_dir / "linked");
+  std::filesystem::create_symlink(outside.path() / "target", commit_dir / "leaf.bin");
+  const FileId via_dir = *fx.cache->PutFile(fx.fileset, "linked/f.bin", 10);
+  const FileId via_leaf = *fx.cache->PutFile(fx.fileset, "leaf.bin", 10);
+  EXPECT_EQ(fx.cache->WriteAt(via_dir, 0, Pattern(1, 0, 10)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fx.cache->WriteAt(via_leaf, 0, Pattern(1, 0, 10)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(std::filesystem::is_empty(outside.path()));
+}
+
+TEST(CacheTest, SecondOpenInSameProcessFailsNamingPid) {
+  TempDir tmp;
+  std::unique_ptr<Cache> first = MustOpen(tmp.path());
+  const Result<std::unique_ptr<Cache>> second = Cache::Open(tmp.path());
+  ASSERT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg = second.status().message();
+  EXPECT_NE(msg.find((tmp.path() / "exlr8d.lock").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos) << msg;
+  first.reset();
+  EXPECT_TRUE(Cache::Open(tmp.path()).ok());  // released with the object
+}
+
+TEST(CacheTest, OpenFromForkedChildFailsNamingParentPid) {
+  TempDir tmp;
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    const Result<std::unique_ptr<Cache>> r = Cache::Open(tmp.path());
+    const std::string report = std::to_string(static_cast<int>(r.status().code())) + " " + r.status().message();
+    (void)!::write(fds[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  EXPECT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(report.substr(0, report.find(' ')), std::to_string(static_cast<int>(StatusCode::kFailedPrecondition)))
+      << report;
+  EXPECT_NE(report.find("pid " + std::to_string(::getpid())), std::string::npos) << report;
+  EXPECT_NE(report.find("exlr8d.lock"), std::string::npos) << report;
+}
+
+TEST(CacheTest, MigratesEmptyDbAndReopensIdempotently) {
+  TempDir tmp;
+  const auto latest = static_cast<std::int64_t>(BuiltinMigrations().size());
+  ASSERT_GE(latest, 1);
+  FilesetId fs = 0;
+  {
+    std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+    fs = *cache->PutFileset("org/model", "main", kCommitA);
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+    ASSERT_TRUE(cache);
+    EXPECT_EQ(cache->GetFileset(fs)->commit, kCommitA);
+  }
+  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), latest);
+  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                          "('filesets', 'files', 'extents', 'pulls', 'pins', 'revisions')"),
+            6);
+  {
+    Result<SqliteStmt> mode = db->Prepare("PRAGMA journal_mode");
+    ASSERT_TRUE(mode.ok());
+    ASSERT_TRUE(*mode->Step());
+    EXPECT_EQ(mode->Text(0), "wal");
+  }
+  // A database from a newer exlr8d is refused, not downgraded.
+  ASSERT_TRUE(db->Exec("PRAGMA user_version = " + std::to_string(latest + 1)).ok());
+  db.reset();
+  const Result<std::unique_ptr<Cache>> newer = Cache::Open(tmp.path());
+  EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("newer"), std::string::npos) << newer.status().message();
+}
+
+TEST(CacheTest, MigrationsApplyInOrderAndRollBackOnFailure) {
+  TempDir tmp;
+  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "m.db").string()).value();
+  const Migration two[] = {{1, "001_a.sql", "CREATE TABLE a (x INTEGER);"},
+                           {2, "002_b.sql", "CREATE TABLE b (y INTEGER); INSERT INTO a VALUES (7);"}};
+  ASSERT_TRUE(ApplyMigrations(db.get(), std::span(two, 1)).ok());
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 1);
+  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // only 002 runs
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
+  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
+  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // nothing runs
+  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
+  const Migration broken[] = {two[0], two[1], {3, "003_bad.sql", "CREATE TABLE c (z); INSERT INTO nope VALUES (1);"}};
+  const Status s = ApplyMigrations(db.get(), broken);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("003_bad.sql"), std::string::npos) << s.message();
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
+  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'c'"), 0);  // rolled back
+}
+
+TEST(CacheTest, LookupCommitForOfflineMode) {
+  Fixture fx;
+  EXPECT_EQ(*fx.cache->LookupCommit("org/model", "main"), kCommitA);
+  ASSERT_TRUE(fx.cache->PutFileset("org/model", "main", kCommitB).ok());  // main moved
+  ASSERT_TRUE(fx.cache->PutFileset("org/model", "v1.0", kCommitA).ok());
+  EXPECT_EQ(*fx.cache->LookupCommit("org/model", "main"), kCommitB);
+  EXPECT_EQ(*fx.cache->LookupCommit("org/model", "v1.0"), kCommitA);
+  EXPECT_EQ(fx.cache->LookupCommit("org/model", "dev").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(fx.cache->LookupCommit("org/other", "main").status().code(), StatusCode::kNotFound);
+  // Same (repo, commit) is one fileset, whatever the revision.
+  EXPECT_EQ(*fx.cache->PutFileset("org/model", "v1.0", kCommitA), fx.fileset);
+}
+
+TEST(CacheTest, ListFilesetsReportsBytes) {
+  Fixture fx(1000);
+  fx.WriteVerified(0, 300);
+  const FileId f2 = *fx.cache->PutFile(fx.fileset, "b.bin", 500);
+  fx.WriteVerified(100, 50, f2);
+  const FilesetId other = *fx.cache->PutFileset("org/other", "main", kCommitB);
+  ASSERT_TRUE(fx.cache->Pin(other, "deploy-a").ok());
+  const std::vector<FilesetInfo> list = *fx.cache->ListFilesets();
+  ASSERT_EQ(list.size(), 2u);
+  const FilesetInfo& a = list[0].id == fx.fileset ? list[0] : list[1];
+  const FilesetInfo& b = list[0].id == fx.fileset ? list[1] : list[0];
+  EXPECT_EQ(a.repo, "org/model");
+  EXPECT_EQ(a.commit, kCommitA);
+  EXPECT_EQ(a.file_count, 2u);
+  EXPECT_EQ(a.bytes_total, 1500u);
+  EXPECT_EQ(a.bytes_cached, 350u);
+  EXPECT_TRUE(a.pins.empty());
+  EXPECT_EQ(b.pins, std::vector<std::string>{"deploy-a"});
+  EXPECT_EQ(b.bytes_cached, 0u);
+  const std::vector<FileInfo> files = *fx.cache->ListFiles(fx.fileset);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].path, "b.bin");
+  EXPECT_EQ(files[0].bytes_cached, 50u);
+}
+
+TEST(CacheTest, PullLifecycle) {
+  TempDir tmp;
+  PullId interrupted = 0;
+  FilesetId fs = 0;
+  {
+    std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+    fs = *cache->PutFileset("org/model", "main", kCommitA);
+    PullSpec spec{fs, "manifests/home.json", 4, 1, R"({"halves":3072})"};
+    const PullId p = *cache->StartPull(spec);
+    PullCounters c{1000, 600, 400, 12, 1, 0};
+    ASSERT_TRUE(cache->UpdatePull(p, c).ok());
+    ASSERT_TRUE(cache->FinishPull(p, PullState::kDone).ok());
+    EXPECT_EQ(cache->UpdatePull(p, c).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(cache->FinishPull(p, PullState::kFailed).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(cache->FinishPull(p, PullState::kRunning).code(), StatusCode::kInvalidArgument);
+    const PullInfo info = *cache->GetPull(p);
+    EXPECT_EQ(info.state, PullState::kDone);
+    EXPECT_EQ(info.spec.rank, 1);
+    EXPECT_EQ(info.spec.plan_summary_json, R"({"halves":3072})");
+    EXPECT_EQ(info.counters.bytes_fetched, 600u);
+    EXPECT_EQ(info.counters.requests, 12u);
+    EXPECT_TRUE(info.finished_ms.has_value());
+    EXPECT_EQ(cache->StartPull({fs, "m.json", 4, 4, "{}"}).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(cache->StartPull({fs + 100, "m.json", 1, 0, "{}"}).status().code(), StatusCode::kNotFound);
+    interrupted = *cache->StartPull({fs, "manifests/home.json", 4, 2, "{}"});
+    const std::vector<PullInfo> all = *cache->ListPulls();
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].id, interrupted);  // newest first
+    EXPECT_EQ(all[0].state, PullState::kRunning);
+  }
+  // The process that ran it is gone: reopening marks it failed.
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  const PullInfo info = *cache->GetPull(interrupted);
+  EXPECT_EQ(info.state, PullState::kFailed);
+  EXPECT_NE(info.error.find("interrupted"), std::string::npos);
+  EXPECT_EQ(cache->ListPulls(fs)->size(), 2u);
+  EXPECT_TRUE(cache->ListPulls(fs + 1)->empty());
+}
+
+TEST(CacheTest, CheckSpaceAgainstBudgetAndDisk) {
+  CacheOptions options;
+  options.byte_budget = 1000;
+  Fixture fx(2000, options);
+  fx.WriteVerified(0, 600);
+  EXPECT_TRUE(fx.cache->CheckSpace(400).ok());
+  const Status over = fx.cache->CheckSpace(401);
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("need 401 B"), std::string::npos) << over.message();
+  EXPECT_NE(over.message().find("budget 1.00 KB, 600 B used"), std::string::npos) << over.message();
+  EXPECT_NE(over.message().find(fx.tmp.path().string()), std::string::npos) << over.message();
+  const Status disk = fx.cache->CheckSpace(std::uint64_t{1} << 62);
+  EXPECT_EQ(disk.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(disk.message().find("free on"), std::string::npos) << disk.message();
+  EXPECT_GT(*fx.cache->FreeBytes(), 0u);
+}
+
+// Mounts a tmpfs of `size` on a scratch directory; skips when not permitted.
+class TmpfsMount {
+ public:
+  explicit TmpfsMount(const char* size) {
+    const std::string opts = std::string("size=") + size;
+    mounted_ = ::mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, opts.c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~TmpfsMount() {
+    if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+  const std::filesystem::path& path() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+TEST(CacheTest, DiskFullIsResourceExhaustedAndNothingRecorded) {
+  TmpfsMount fs("2m");
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (" << fs.error() << "); needs CAP_SYS_ADMIN";
+  {
+    std::unique_ptr<Cache> cache = MustOpen(fs.path() / "cache");
+    ASSERT_TRUE(cache);
+    const FilesetId set = *cache->PutFileset("org/model", "main", kCommitA);
+    const FileId file = *cache->PutFile(set, "big.bin", 16 * kMiB);
+    const Status s = cache->WriteAt(file, 8 * kMiB, Pattern(file, 0, 4 * kMiB));
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_NE(s.message().find("big.bin"), std::string::npos) << s.message();
+    EXPECT_TRUE(cache->VerifiedExtents(file)->empty());
+    EXPECT_EQ(*cache->RecordedBytes(), 0u);
+    EXPECT_EQ(cache->CheckSpace(4 * kMiB).code(), StatusCode::kResourceExhausted);
+  }
+}
+
+TEST(CacheTest, FileSizeLimitIsResourceExhausted) {
+  Fixture fx(4 * kMiB);
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit low = old;
+  low.rlim_cur = kMiB;
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of death
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &low), 0);
+  const Status s = fx.cache->WriteAt(fx.file, 2 * kMiB, Pattern(fx.file, 0, 4096));
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+}
+
+TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
+  TempDir tmp;
+  std::int64_t now = 1000;
+  CacheOptions options;
+  options.now_ms = [&now] { return now; };
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
+  auto make = [&](const char* repo, const char* commit) {
+    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
+    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
+    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
+    const VerifiedExtent e{f, 0, 1000};
+    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    ++now;
+    return fs;
+  };
+  const FilesetId a = make("org/a", kCommitA);  // t=1000, oldest, pinned
+  const FilesetId b = make("org/b", kCommitB);  // t=1001, touched at t=1003
+  const FilesetId c = make("org/c", kCommitC);  // t=1002
+  ASSERT_TRUE(cache->Pin(a).ok());
+  ASSERT_TRUE(cache->Pin(a).ok());  // idempotent
+  ASSERT_TRUE(cache->Touch(b).ok());
+  EXPECT_EQ(cache->Touch(999).code(), StatusCode::kNotFound);
+
+  GcResult r = *cache->Gc(3000);  // nothing to do
+  EXPECT_TRUE(r.evicted.empty());
+  EXPECT_EQ(r.bytes_remaining, 3000u);
+
+  r = *cache->Gc(2000);  // c is the least recently used unpinned
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{c});
+  EXPECT_EQ(r.bytes_freed, 1000u);
+  EXPECT_EQ(r.bytes_remaining, 2000u);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "org" / "c"));
+  EXPECT_EQ(cache->GetFileset(c).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->LookupCommit("org/c", "main").status().code(), StatusCode::kNotFound);
+
+  // A running pull protects b like a pin while it runs.
+  const PullId p = *cache->StartPull({b, "m.json", 1, 0, "{}"});
+  r = *cache->Gc(0);
+  EXPECT_TRUE(r.evicted.empty());
+  ASSERT_TRUE(cache->FinishPull(p, PullState::kCancelled, "user").ok());
+
+  r = *cache->Gc(0);  // b goes, pinned a stays
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{b});
+  EXPECT_EQ(r.bytes_remaining, 1000u);
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "a" / kCommitA / "w.bin"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "org" / "b"));
+
+  ASSERT_TRUE(cache->Unpin(a).ok());
+  r = *cache->Gc(0);
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{a});
+  EXPECT_EQ(*cache->RecordedBytes(), 0u);
+  EXPECT_TRUE(cache->ListFilesets()->empty());
+  // The index and the lock are never touched.
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "exlr8d.db"));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "exlr8d.lock"));
+}
+
+TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {
+  Fixture fx(100);
+  fx.WriteVerified(0, 100);
+  const std::filesystem::path orphan = fx.tmp.path() / "org" / "gone" / kCommitB;
+  std::filesystem::create_directories(orphan / "sub");
+  std::ofstream(orphan / "sub" / "f.bin") << "stale";
+  std::ofstream(fx.tmp.path() / "README.txt") << "not ours";
+  std::filesystem::create_directories(fx.tmp.path() / "org" / "gone" / "not-a-commit");
+  const GcResult r = *fx.cache->Gc(1 << 20);
+  EXPECT_TRUE(r.evicted.empty());
+  EXPECT_FALSE(std::filesystem::exists(orphan));
+  EXPECT_TRUE(std::filesystem::exists(fx.tmp.path() / "org" / "gone" / "not-a-commit"));
+  EXPECT_TRUE(std::filesystem::exists(fx.tmp.path() / "README.txt"));
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 0, 100));
+  EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 0, 100), Pattern(fx.file, 0, 100));
+}
+
+TEST(CacheTest, ReaderThreadRunsWhileWriterCommits) {
+  Fixture fx(kMiB);
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      ASSERT_TRUE(fx.cache->ListFilesets().ok());
+      ASSERT_TRUE(fx.cache->MissingRanges(fx.file, 0, kMiB).ok());
+      reads.fetch_add(1);
+    }
+  });
+  for (std::uint64_t off = 0; off < kMiB; off += 64 * 1024) fx.WriteVerified(off, 32 * 1024);
+  done.store(true);
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(fx.cache->VerifiedExtents(fx.file)->size(), 16u);
+}
+
+}  // namespace
+}  // namespace exlr8

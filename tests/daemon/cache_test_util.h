@@ -1,0 +1,54 @@
+// Helpers shared by the cache tests: a scratch directory and byte patterns.
+#pragma once
+
+#include <stdlib.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace exlr8::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/exlr8-cache-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The deterministic content of byte `offset` of test file `file`.
+inline std::byte PatternByte(std::uint64_t file, std::uint64_t offset) {
+  std::uint64_t z = (file * 0x9E3779B97F4A7C15ull) ^ (offset >> 3);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<std::byte>(z >> (8 * (offset & 7)));
+}
+
+inline std::vector<std::byte> Pattern(std::uint64_t file, std::uint64_t offset, std::size_t length) {
+  std::vector<std::byte> out(length);
+  for (std::size_t i = 0; i < length; ++i) out[i] = PatternByte(file, offset + i);
+  return out;
+}
+
+inline constexpr char kCommitA[] = "0123456789abcdef0123456789abcdef01234567";
+inline constexpr char kCommitB[] = "89abcdef0123456789abcdef0123456789abcdef";
+inline constexpr char kCommitC[] = "fedcba9876543210fedcba9876543210fedcba98";
+
+}  // namespace exlr8::testing

@@ -526,6 +526,9 @@ class JsonParser {
       SkipWhitespace();
       JsonValue value;
       if (!ParseValue(value, depth)) return false;
+      if (members_.size() - base >= limits_.max_object_members)
+        return Fail(begin_ + key_offset, "object with more than " +
+                                             std::to_string(limits_.max_object_members) + " members");
       members_.emplace_back(std::move(key), std::move(value));
       key_offsets_.push_back(key_offset);
       SkipWhitespace();

@@ -142,6 +142,9 @@ struct JsonLimits {
   std::size_t max_depth = 64;             // nesting of arrays/objects
   std::size_t max_elements = 50'000'000;  // values in total (bounds memory)
   std::size_t max_string_bytes = 1 << 20; // one string (or key) after unescaping
+  // Members of one object; lets a caller with a count cap (safetensors
+  // entries) stop early instead of building a huge object first.
+  std::size_t max_object_members = static_cast<std::size_t>(-1);
 };
 
 // The parser recurses once per nesting level; max_depth above this is

@@ -212,6 +212,7 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
   limits.max_depth = 4;  // header object > entry > shape array; one spare
   limits.max_elements = (kMaxSafetensorsTensors + 1) * kMaxValuesPerEntry;
   limits.max_string_bytes = 1 << 20;
+  limits.max_object_members = kMaxSafetensorsTensors + 1;  // + __metadata__
   Result<JsonValue> parsed = ParseJsonAt(text, 8, limits);
   if (!parsed.ok())
     return Status(parsed.status().code(),

@@ -262,6 +262,16 @@ TEST(JsonTest, ElementLimit) {
   EXPECT_EQ(ParseJson(R"({"a":1,"b":[2,3],"c":4})", limits).status().code(), StatusCode::kCorruption);
 }
 
+TEST(JsonTest, ObjectMemberLimit) {
+  JsonLimits limits;
+  limits.max_object_members = 2;
+  EXPECT_TRUE(ParseJson(R"({"a":1,"b":{"c":1,"d":2}})", limits).ok());
+  Result<JsonValue> r = ParseJson(R"({"a":1,"b":2,"c":3})", limits);
+  ASSERT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(r.status().message(), HasSubstr("at byte 13: object with more than 2 members"));
+  EXPECT_TRUE(ParseJson("[1,2,3,4]", limits).ok());  // arrays are not affected
+}
+
 TEST(JsonTest, StringLimitCountsUnescapedBytes) {
   JsonLimits limits;
   limits.max_string_bytes = 4;

@@ -157,9 +157,9 @@ TEST(SafetensorsRejectTest, Catalogue) {
   }
 }
 
-TEST(SafetensorsRejectTest, TooManyEntries) {
-  // kMaxSafetensorsTensors + 1 entries; the count is checked before any
-  // entry is validated, so the entries need not be well formed.
+// kMaxSafetensorsTensors + 1 entries, and `extra` at the end. The count is
+// checked before any entry is validated, so entries need not be well formed.
+std::string TooManyEntriesHeader(std::string_view extra) {
   std::string text = "{";
   text.reserve(12 * (kMaxSafetensorsTensors + 1));
   char key[8];
@@ -171,10 +171,23 @@ TEST(SafetensorsRejectTest, TooManyEntries) {
     text.append(key, 4);
     text += "\":0";
   }
-  text += ",\"__metadata__\":{}}";
+  text += extra;
+  text += "}";
+  return text;
+}
+
+TEST(SafetensorsRejectTest, TooManyEntries) {
+  Result<SafetensorsHeader> r = Parse(MakeFile(TooManyEntriesHeader("")));
+  ASSERT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("header at byte 8: 1000001 entries exceed the cap of 1000000"));
+}
+
+TEST(SafetensorsRejectTest, TooManyMembersStopsTheJsonParserEarly) {
+  const std::string text = TooManyEntriesHeader(R"(,"__metadata__":{})");
   Result<SafetensorsHeader> r = Parse(MakeFile(text));
   ASSERT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
-  EXPECT_THAT(r.status().message(), HasSubstr("1000001 entries exceed the cap of 1000000"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("at byte " + std::to_string(8 + text.size() - 18) + ": object with more than 1000001 members"));
 }
 
 // ---- must accept ----

@@ -1,0 +1,224 @@
+#include "daemon/hub/http_common.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+
+#include "daemon/hub/hub_protocol.h"
+
+namespace exlr8 {
+namespace {
+
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view TrimWs(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// Host part of an absolute URL, lowercase, without brackets or port.
+std::string UrlHost(std::string_view url) {
+  auto origin = UrlOrigin(url);
+  if (!origin) return "";
+  std::string_view o = *origin;
+  o.remove_prefix(o.find("://") + 3);
+  o = o.substr(0, o.rfind(':'));
+  if (!o.empty() && o.front() == '[') o = o.substr(1, o.size() - 2);
+  return std::string(o);
+}
+
+bool NoProxyMatches(std::string_view host, std::string_view no_proxy) {
+  std::size_t p = 0;
+  while (p <= no_proxy.size()) {
+    std::size_t e = no_proxy.find(',', p);
+    if (e == std::string_view::npos) e = no_proxy.size();
+    std::string_view entry = TrimWs(no_proxy.substr(p, e - p));
+    p = e + 1;
+    if (entry.empty()) continue;
+    if (entry == "*") return true;
+    // Drop a ":port" suffix (not for IPv6 literals).
+    if (entry.front() != '[' && std::count(entry.begin(), entry.end(), ':') == 1) {
+      entry = entry.substr(0, entry.find(':'));
+    }
+    if (entry.front() == '[' && entry.back() == ']') entry = entry.substr(1, entry.size() - 2);
+    if (entry.front() == '.') entry.remove_prefix(1);
+    if (IEquals(host, entry)) return true;
+    if (host.size() > entry.size() && host[host.size() - entry.size() - 1] == '.' &&
+        IEquals(host.substr(host.size() - entry.size()), entry)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void EnsureCurlGlobalInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+const std::string& HubUserAgent() {
+  static const std::string ua = [] {
+    const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+    return std::string("exlr8d/0.1 (+libcurl/") + (info != nullptr ? info->version : "unknown") + ")";
+  }();
+  return ua;
+}
+
+bool HttpSettings::ShouldSendToken(std::string_view url) const {
+  if (token.empty()) return false;
+  auto origin = UrlOrigin(url);
+  return origin && *origin == hub_origin;
+}
+
+std::string ProxyForUrl(std::string_view url, const std::string& explicit_proxy, bool use_env,
+                        const std::function<const char*(const char*)>& getenv_fn) {
+  auto env = [&](const char* lower, const char* upper) -> std::string {
+    const char* v = getenv_fn(lower);
+    if (v == nullptr || *v == '\0') v = getenv_fn(upper);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  std::string proxy = explicit_proxy;
+  if (proxy.empty() && use_env) {
+    const bool https = url.size() >= 8 && IEquals(url.substr(0, 8), "https://");
+    proxy = https ? env("https_proxy", "HTTPS_PROXY") : env("http_proxy", "HTTP_PROXY");
+    if (proxy.empty()) proxy = env("all_proxy", "ALL_PROXY");
+  }
+  if (proxy.empty()) return "";
+  const std::string no_proxy = env("no_proxy", "NO_PROXY");
+  if (!no_proxy.empty() && NoProxyMatches(UrlHost(url), no_proxy)) return "";
+  return proxy;
+}
+
+void ApplyCommonOptions(CURL* easy, const HttpSettings& s, const std::string& url) {
+  curl_easy_reset(easy);
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, HubUserAgent().c_str());
+  // Redirects are read, never followed: the CDN must not get the token, and
+  // the fetcher needs the Location to reuse it for every range.
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, s.connect_timeout_ms);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, s.low_speed_limit);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, s.low_speed_time_s);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, s.buffer_size);
+  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+  if (url.size() >= 8 && IEquals(std::string_view(url).substr(0, 8), "https://")) {
+    // Wait for a multiplexable HTTP/2 connection rather than opening more.
+    curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+  }
+  const std::string proxy = ProxyForUrl(url, s.explicit_proxy, s.use_env_proxy, [](const char* n) {
+    return std::getenv(n);
+  });
+  // An empty string disables libcurl's own environment lookup, so the choice
+  // above is the only one.
+  curl_easy_setopt(easy, CURLOPT_PROXY, proxy.c_str());
+}
+
+void ResponseHead::AddLine(std::string_view line) {
+  line = TrimWs(line);
+  if (line.size() >= 5 && line.substr(0, 5) == "HTTP/") {
+    Reset();
+    const std::size_t sp = line.find(' ');
+    if (sp != std::string_view::npos) {
+      auto code = ParseDecimalU64(line.substr(sp + 1, 3));
+      if (code) status = static_cast<long>(*code);
+    }
+    return;
+  }
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return;
+  const std::string_view name = TrimWs(line.substr(0, colon));
+  const std::string_view value = TrimWs(line.substr(colon + 1));
+  // Keep each at a sane size: these come from the network.
+  auto set = [&](std::string& field) { field.assign(value.substr(0, 8192)); };
+  switch (std::tolower(static_cast<unsigned char>(name.empty() ? ' ' : name.front()))) {
+    case 'c':
+      if (IEquals(name, "content-range")) set(content_range);
+      else if (IEquals(name, "content-length")) content_length = ParseDecimalU64(value);
+      break;
+    case 'e':
+      if (IEquals(name, "etag")) set(etag);
+      break;
+    case 'l':
+      if (IEquals(name, "location")) set(location);
+      else if (IEquals(name, "link")) {
+        // Several Link headers are one comma-joined list.
+        if (!link.empty()) link += ", ";
+        link.append(value.substr(0, 8192));
+      }
+      break;
+    case 'r':
+      if (IEquals(name, "retry-after")) set(retry_after);
+      else if (IEquals(name, "ratelimit")) set(ratelimit);
+      break;
+    case 'x':
+      if (IEquals(name, "x-error-code")) set(x_error_code);
+      else if (IEquals(name, "x-error-message")) set(x_error_message);
+      else if (IEquals(name, "x-repo-commit")) set(x_repo_commit);
+      else if (IEquals(name, "x-linked-size")) set(x_linked_size);
+      else if (IEquals(name, "x-linked-etag")) set(x_linked_etag);
+      break;
+    default:
+      break;
+  }
+}
+
+std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitems, void* userdata) {
+  const std::size_t n = size * nitems;
+  static_cast<ResponseHead*>(userdata)->AddLine(std::string_view(buffer, n));
+  return n;
+}
+
+std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head) {
+  if (!head.retry_after.empty()) {
+    if (auto s = ParseRetryAfter(head.retry_after, std::chrono::system_clock::now())) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(*s);
+    }
+  }
+  if (!head.ratelimit.empty()) {
+    if (auto s = ParseRateLimitReset(head.ratelimit)) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(*s);
+    }
+  }
+  return std::nullopt;
+}
+
+bool IsRetryableHttp(long status) { return status == 408 || status == 429 || status >= 500; }
+
+Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent) {
+  std::string msg = std::string(what) + ": HTTP " + std::to_string(status);
+  if (!head.x_error_code.empty()) msg += " (" + EscapeForMessage(head.x_error_code) + ")";
+  if (!head.x_error_message.empty()) msg += ": " + EscapeForMessage(head.x_error_message);
+  if (status == 401 || status == 403) {
+    msg += token_sent ? "; the Hugging Face token was rejected or lacks access to this repo (check HF_TOKEN "
+                        "or the token file; gated repos need their terms accepted)"
+                      : "; no Hugging Face token was sent: set HF_TOKEN or log in (huggingface-cli login) "
+                        "if the repo is private or gated";
+    return PermissionDeniedError(std::move(msg));
+  }
+  if (status == 404) {
+    if (head.x_error_code == "RepoNotFound") msg += "; repository not found (or private without a token)";
+    else if (head.x_error_code == "RevisionNotFound") msg += "; revision not found";
+    else if (head.x_error_code == "EntryNotFound") msg += "; file not found in this revision";
+    return NotFoundError(std::move(msg));
+  }
+  if (status == 416) return InvalidArgumentError(msg + "; range not satisfiable");
+  if (status == 429) return UnavailableError(msg + "; rate limited");
+  if (status >= 500) return UnavailableError(std::move(msg));
+  return IOError(std::move(msg));
+}
+
+}  // namespace exlr8

@@ -1,0 +1,99 @@
+// Internal: libcurl plumbing shared by HubClient and RangeFetcher (user
+// agent, proxy choice, per-handle options, response header capture, mapping
+// of HTTP answers to Status). Not part of the public API of exlr8d::hub.
+//
+// Thread rules: everything here is either pure or acts on the CURL handle it
+// is given; EnsureCurlGlobalInit() is safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "format/status.h"
+
+typedef void CURL;  // NOLINT: matches <curl/curl.h>
+
+namespace exlr8 {
+
+// curl_global_init once per process (idempotent, thread-safe).
+void EnsureCurlGlobalInit();
+
+// "exlr8d/0.1 (+libcurl/7.88.1)".
+const std::string& HubUserAgent();
+
+// Connection settings common to all requests of one hub client. Holds the
+// token: never copy it into messages; it is sent only where
+// ShouldSendToken() allows.
+struct HttpSettings {
+  std::string hub_origin;      // UrlOrigin(endpoint)
+  std::string token;           // empty: anonymous
+  std::string explicit_proxy;  // "" = none given
+  bool use_env_proxy = true;
+  long connect_timeout_ms = 10'000;
+  long low_speed_limit = 1;    // bytes/s ...
+  long low_speed_time_s = 30;  // ... below which for this long = stalled
+  long buffer_size = 512 * 1024;
+
+  // True iff `url` is on the hub endpoint's origin (scheme, host, port).
+  bool ShouldSendToken(std::string_view url) const;
+};
+
+// The proxy to use for `url`: the explicit proxy, else (if use_env) the
+// scheme's variable (https_proxy/HTTPS_PROXY or http_proxy/HTTP_PROXY, both
+// cases honoured like Python requests does; libcurl alone ignores
+// HTTP_PROXY), else all_proxy/ALL_PROXY; "" when none or when the host
+// matches no_proxy/NO_PROXY (comma list of hosts/domain suffixes, "*").
+// `getenv` is injectable for tests.
+std::string ProxyForUrl(std::string_view url, const std::string& explicit_proxy, bool use_env,
+                        const std::function<const char*(const char*)>& getenv_fn);
+
+// Resets `easy` and sets what every request needs: URL, user agent, no
+// automatic redirects, no signals, timeouts, proxy (as ProxyForUrl says),
+// HTTP/2 over TLS where offered, keep-alive.
+void ApplyCommonOptions(CURL* easy, const HttpSettings& settings, const std::string& url);
+
+// The response headers the hub code acts on, captured by a CURLOPT_HEADERFUNCTION.
+struct ResponseHead {
+  long status = 0;
+  std::string location;
+  std::string content_range;
+  std::optional<std::uint64_t> content_length;
+  std::string link;
+  std::string retry_after;
+  std::string ratelimit;
+  std::string x_error_code;
+  std::string x_error_message;
+  std::string x_repo_commit;
+  std::string x_linked_size;
+  std::string x_linked_etag;
+  std::string etag;
+
+  void Reset() { *this = ResponseHead(); }
+  // Feeds one raw header line (with or without CRLF). A status line starts a
+  // new response (after 1xx), clearing earlier fields.
+  void AddLine(std::string_view line);
+};
+
+// libcurl header callback; `userdata` is a ResponseHead*.
+std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitems, void* userdata);
+
+// How long to wait after a 429/503: Retry-After, else RateLimit t=, else
+// nullopt (caller falls back to its backoff).
+std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head);
+
+// Maps a non-success HTTP answer about `what` (e.g. "file 'a/b.safetensors'
+// of org/repo@abc123") to a Status:
+//   401/403 -> PermissionDenied (+ hint to set HF_TOKEN; never the token)
+//   404 -> NotFound naming RepoNotFound / RevisionNotFound / EntryNotFound
+//   416 -> InvalidArgument; 429 -> Unavailable (rate limited);
+//   5xx -> Unavailable; others -> IOError.
+Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent);
+
+// True for statuses worth retrying (408, 429, 5xx).
+bool IsRetryableHttp(long status);
+
+}  // namespace exlr8

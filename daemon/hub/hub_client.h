@@ -1,0 +1,218 @@
+// HubClient: the Hugging Face Hub protocol as huggingface_hub speaks it, for
+// one repo pinned to one commit.
+//
+// Open() resolves the caller's revision (branch, tag, "refs/pr/1" or a
+// commit) to a commit sha ONCE; every later request names that commit, so a
+// push to the branch mid-pull cannot mix two versions of a release.
+//
+//   GET  {endpoint}/api/{type}s/{repo}/revision/{rev}           -> "sha"
+//   GET  {endpoint}/api/{type}s/{repo}/tree/{commit}?recursive=true
+//        (pages follow `Link: <...>; rel="next"`)               -> file list
+//   HEAD {endpoint}/{repo}/resolve/{commit}/{path}              -> 200 (file is
+//        served by the hub itself) or 30x with Location (signed CDN URL,
+//        valid about an hour). Relative redirects (renamed repo,
+//        /api/resolve-cache) are followed on the hub; absolute ones are read
+//        and returned, never followed.
+//
+// The token (explicit, HF_TOKEN, a token file, or $HF_HOME/token) is sent as
+// `Authorization: Bearer` only to the endpoint's origin (scheme+host+port):
+// never to a CDN or a Link/Location on another host, never into a message.
+//
+// Errors (all requests): 401/403 PermissionDenied (with a hint, never the
+// token); 404 NotFound naming RepoNotFound/RevisionNotFound/EntryNotFound;
+// 429 and 5xx are retried (Retry-After / RateLimit t= honoured, bounded),
+// then Unavailable; transport failures retried, then IOError; malformed or
+// hostile JSON, bad paths, sizes > 2^50, bad sha256 -> Corruption naming the
+// field.
+//
+// Thread rules: after Open(), all const methods may be called from any
+// thread concurrently (each request uses its own curl handle; counters are
+// atomic). The RangeFetcher calls ResolveUrl/InterpretResolve/http_settings
+// from its own thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/hub/http_common.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+struct HubOptions {
+  // Base URL. Empty: $HF_ENDPOINT, else "https://huggingface.co".
+  std::string endpoint;
+  // Token, in order: `token` if set; else $HF_TOKEN (then the legacy
+  // $HUGGING_FACE_HUB_TOKEN); else `token_file` if set; else $HF_TOKEN_PATH;
+  // else $HF_HOME/token ($HF_HOME defaults to $XDG_CACHE_HOME/huggingface or
+  // ~/.cache/huggingface). A missing file means anonymous. Set
+  // `token_from_environment` false to use only `token`/`token_file`.
+  std::optional<std::string> token;
+  std::string token_file;
+  bool token_from_environment = true;
+  // "model" or "dataset".
+  std::string repo_type = "model";
+  // Explicit proxy URL (e.g. "http://proxy:3128"); empty: the environment
+  // (HTTPS_PROXY/https_proxy, HTTP_PROXY/http_proxy, ALL_PROXY, NO_PROXY)
+  // unless use_env_proxy is false.
+  std::string proxy;
+  bool use_env_proxy = true;
+
+  // Retries of API/resolve/whole-file requests on transport errors, 5xx and
+  // 429: at most max_attempts tries, exponential backoff from retry_base
+  // with jitter; a server-requested wait longer than max_throttle_wait fails
+  // the request as Unavailable instead of sleeping.
+  int max_attempts = 5;
+  std::chrono::milliseconds retry_base{500};
+  std::chrono::milliseconds max_throttle_wait{std::chrono::minutes(5)};
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  // A transfer slower than stall_bytes_per_second for stall_timeout is
+  // abandoned (then retried, resuming). libcurl averages the speed over the
+  // last few seconds, so detection takes up to ~5 s more.
+  std::chrono::seconds stall_timeout{30};
+  long stall_bytes_per_second = 1024;
+  // Signed CDN URLs are reused for this long after resolving (the Hub signs
+  // them for about an hour), or until the CDN answers 403.
+  std::chrono::seconds signed_url_ttl{std::chrono::minutes(50)};
+  // Largest JSON answer accepted (per page).
+  std::size_t max_json_bytes = 64u << 20;
+};
+
+// One file of the pinned commit.
+struct HubFile {
+  std::string path;        // validated: relative, no '..', no control chars
+  std::uint64_t size = 0;  // <= kMaxHubFileSize
+  std::string blob_id;     // git blob oid (may be empty)
+  std::string lfs_sha256;  // 64 lowercase hex for LFS files, else empty
+};
+
+// Where the bytes of one file are, as answered by /resolve/.
+struct ResolvedFile {
+  std::string url;         // hub URL (200) or the signed CDN URL (30x)
+  bool on_hub = false;     // true: url is on the hub origin (token is sent)
+  std::optional<std::uint64_t> size;  // X-Linked-Size, else Content-Length
+  std::string etag;        // X-Linked-Etag, else ETag (quotes kept)
+  std::chrono::steady_clock::time_point expires;  // reuse the url until then
+};
+
+// Counters, readable from any thread (relaxed snapshot).
+struct HubClientStats {
+  std::uint64_t api_requests = 0;   // revision/tree pages
+  std::uint64_t resolves = 0;       // /resolve/ requests (incl. relative hops)
+  std::uint64_t whole_file_gets = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t rate_limited = 0;   // 429 answers
+};
+
+class HubClient {
+ public:
+  // Reads the token, validates `repo` ("owner/name") and resolves `revision`
+  // (URL-encoded whole, so refs/pr/1 -> refs%2Fpr%2F1) to a commit.
+  // Errors: InvalidArgument (bad repo id, endpoint, token file unreadable,
+  // token with spaces/control chars), NotFound, PermissionDenied,
+  // Unavailable, IOError, Corruption (answer without a 40-hex "sha").
+  static Result<std::unique_ptr<HubClient>> Open(HubOptions options, std::string repo,
+                                                 std::string revision);
+
+  ~HubClient();
+  HubClient(const HubClient&) = delete;
+  HubClient& operator=(const HubClient&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& repo() const { return repo_; }
+  const std::string& revision() const { return revision_; }
+  // The pinned commit (40 lowercase hex).
+  const std::string& commit() const { return commit_; }
+  bool has_token() const { return !settings_.token.empty(); }
+  const HubOptions& options() const { return options_; }
+
+  // All files of the commit (directories omitted), in listing order. Follows
+  // tree pages; a next link on another origin, a repeated page, a duplicate
+  // path or any invalid entry is Corruption.
+  Result<std::vector<HubFile>> ListFiles() const;
+
+  // `{endpoint}/{repo}/resolve/{commit}/{path}` with each path segment
+  // percent-encoded. REQUIRES: ValidateHubPath(path).ok().
+  std::string ResolveUrl(std::string_view path) const;
+
+  // Blocking HEAD of ResolveUrl(path) with retries: where the bytes are.
+  // Counted in stats().resolves.
+  Result<ResolvedFile> ResolveFile(std::string_view path) const;
+
+  // Streams the whole file to `sink` in order (each byte exactly once, even
+  // across retries, which resume with a Range). Goes through ResolveFile.
+  // ResourceExhausted if the file is larger than max_bytes (checked against
+  // the announced size before any byte, and while streaming). A non-OK from
+  // `sink` stops the transfer and is returned unchanged.
+  Status FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
+                        const std::function<Status(std::span<const std::byte>)>& sink) const;
+  // Convenience: the whole file in memory.
+  Result<std::string> FetchWholeFileToString(std::string_view path, std::uint64_t max_bytes) const;
+
+  HubClientStats stats() const;
+
+  // ---- used by RangeFetcher (same library) ----
+
+  // Connection settings incl. the token. Do not copy the token elsewhere.
+  const HttpSettings& http_settings() const { return settings_; }
+
+  // What a /resolve/ answer means, for the HEAD sent to `request_url` about
+  // `path`. Exactly one of: `resolved` set; `follow` set (a relative
+  // redirect to request next, on the hub); or `status` not OK.
+  struct ResolveStep {
+    std::optional<ResolvedFile> resolved;
+    std::optional<std::string> follow;
+    Status status;
+    bool retryable = false;  // status is a transient failure (5xx/429/408)
+    std::optional<std::chrono::milliseconds> wait;  // server-requested wait
+  };
+  ResolveStep InterpretResolve(std::string_view path, const std::string& request_url,
+                               const ResponseHead& head) const;
+
+  // Counts a resolve / 429 / retry done by the fetcher on this client's behalf.
+  void CountResolve() const { resolves_.fetch_add(1, std::memory_order_relaxed); }
+  void CountRateLimited() const { rate_limited_.fetch_add(1, std::memory_order_relaxed); }
+
+  // "org/repo@abc1234" plus "file 'path'" for messages.
+  std::string DescribeFile(std::string_view path) const;
+
+ private:
+  HubClient() = default;
+
+  struct Response;
+  // GET (or HEAD) with retries; collects at most `max_body` body bytes.
+  Result<Response> Request(const std::string& url, bool head, std::size_t max_body,
+                           std::string_view what) const;
+  Result<std::string> ResolveCommit();
+
+  HubOptions options_;
+  std::string endpoint_;   // without trailing '/'
+  std::string repo_;
+  std::string revision_;
+  std::string commit_;
+  std::string api_base_;      // {endpoint}/api/{type}s/{repo}
+  std::string resolve_base_;  // {endpoint}/{prefix}{repo}/resolve/{commit}/
+  HttpSettings settings_;
+
+  mutable std::atomic<std::uint64_t> api_requests_{0};
+  mutable std::atomic<std::uint64_t> resolves_{0};
+  mutable std::atomic<std::uint64_t> whole_file_gets_{0};
+  mutable std::atomic<std::uint64_t> retries_{0};
+  mutable std::atomic<std::uint64_t> rate_limited_{0};
+};
+
+// The token HubOptions selects (see HubOptions), or "" when none. Errors:
+// InvalidArgument when an explicitly named file is unreadable or the token
+// has whitespace/control characters inside (messages never show it).
+Result<std::string> LoadHubToken(const HubOptions& options);
+
+}  // namespace exlr8

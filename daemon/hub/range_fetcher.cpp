@@ -1,0 +1,873 @@
+#include "daemon/hub/range_fetcher.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <random>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/hub/http_common.h"
+#include "daemon/hub/hub_protocol.h"
+
+namespace exlr8 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+constexpr std::size_t kMaxErrorBody = 64 * 1024;
+constexpr int kMaxResolveHops = 6;
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+}  // namespace
+
+struct RangeFetcher::Impl {
+  // ---- state of one repo file ----
+  struct FileState {
+    enum class State : std::uint8_t { kUnresolved, kQueued, kResolving, kReady, kFailed };
+    std::string path;
+    State state = State::kUnresolved;
+    std::string url;           // where ranges go (valid in kReady)
+    bool on_hub = false;
+    std::optional<std::uint64_t> size;
+    Clock::time_point expires;
+    std::uint32_t generation = 0;  // bumped on each successful resolve
+    bool ever_resolved = false;
+    int resolves_this_run = 0;     // successful resolves after the first, this Run
+    int failed_tries = 0;          // consecutive failed resolve tries
+    int hops = 0;                  // relative redirects in the current resolve
+    std::string next_url;          // the URL the next resolve HEAD goes to
+    Status failure;                // kFailed
+    std::vector<std::uint32_t> waiters;  // job indices waiting for kReady
+  };
+
+  // ---- one live request ----
+  struct Job {
+    enum class State : std::uint8_t { kFree, kReady, kWaitFile, kBackoff, kRunning };
+    State state = State::kFree;
+    RangeRequest req;
+    std::uint32_t file = kNone;
+    std::uint64_t delivered = 0;  // bytes of this try given to OnData
+    int attempts = 0;             // failed tries
+    int refetches = 0;
+    int throttled = 0;
+  };
+
+  // ---- one transfer slot (owns a reusable easy handle) ----
+  struct Transfer {
+    Impl* impl = nullptr;
+    CURL* easy = nullptr;
+    bool busy = false;
+    bool is_resolve = false;
+    std::uint32_t index = kNone;  // job (range) or file (resolve)
+    std::uint32_t generation = 0;
+    std::string url;
+    ResponseHead head;
+    char errbuf[CURL_ERROR_SIZE] = {0};
+    // range checks
+    std::uint64_t want_start = 0;
+    std::uint64_t want_end = 0;   // inclusive
+    std::uint64_t skip = 0;
+    std::uint64_t body_bytes = 0;
+    bool checked = false;
+    bool discard = false;         // error body
+    bool complete_early = false;  // we cut the transfer once the range was whole
+    bool overlong = false;
+    bool bad_answer = false;
+    bool paused = false;          // held back by the bandwidth limit
+    Status error;                 // bad answer details
+    Status consumer_error;
+  };
+
+  struct Counters {
+    std::atomic<std::uint64_t> requests_started{0}, requests_done{0}, requests_failed{0}, transfers{0},
+        retries{0}, resumes{0}, bytes_received{0}, bytes_discarded{0}, resolves{0}, reresolves{0},
+        rate_limited{0}, unavailable{0}, ignored_range{0}, bad_answers{0}, overlong_bodies{0}, refetches{0},
+        active_transfers{0};
+  };
+
+  Impl(const HubClient& h, RangeFetcherOptions o) : hub(h), opts(std::move(o)) {
+    EnsureCurlGlobalInit();
+    opts.max_parallel = std::max(1, opts.max_parallel);
+    opts.max_parallel_resolves = std::clamp(opts.max_parallel_resolves, 1, opts.max_parallel);
+    opts.max_queued = std::max(0, opts.max_queued);
+    opts.max_attempts = std::max(1, opts.max_attempts);
+    multi = curl_multi_init();
+    curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(opts.max_parallel));
+    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(opts.max_parallel));
+    transfers.resize(static_cast<std::size_t>(opts.max_parallel));
+    for (Transfer& t : transfers) t.impl = this;
+    plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
+    hub_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
+    if (!hub.http_settings().token.empty()) {
+      const std::string auth = "Authorization: Bearer " + hub.http_settings().token;
+      hub_headers = curl_slist_append(hub_headers, auth.c_str());
+    }
+  }
+
+  ~Impl() {
+    for (Transfer& t : transfers) {
+      if (t.easy == nullptr) continue;
+      if (t.busy) curl_multi_remove_handle(multi, t.easy);
+      curl_easy_cleanup(t.easy);
+    }
+    curl_multi_cleanup(multi);
+    curl_slist_free_all(plain_headers);
+    curl_slist_free_all(hub_headers);
+  }
+
+  const HubClient& hub;
+  RangeFetcherOptions opts;
+  CURLM* multi = nullptr;
+  curl_slist* plain_headers = nullptr;  // Accept-Encoding: identity
+  curl_slist* hub_headers = nullptr;    // ... + Authorization (hub origin only)
+  std::vector<Transfer> transfers;
+  int busy_transfers = 0;
+  int running_resolves = 0;
+  int paused_transfers = 0;
+  Counters counters;
+  std::atomic<bool> cancel_flag{false};
+
+  // Files persist across runs (their resolved URLs are reused).
+  std::vector<FileState> files;
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> file_index;
+
+  // Per Run.
+  RangeConsumer* consumer = nullptr;
+  std::vector<Job> jobs;
+  std::vector<std::uint32_t> free_jobs;
+  std::deque<std::uint32_t> ready;
+  std::deque<std::uint32_t> resolve_queue;
+  using Timer = std::pair<Clock::time_point, std::uint32_t>;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> backoff;
+  Clock::time_point resolve_not_before;
+  bool source_done = false;
+  bool stopping = false;
+  std::uint64_t failed_this_run = 0;
+  Status first_failure;
+  std::minstd_rand rng{std::random_device{}()};
+  // bandwidth
+  Clock::time_point run_start;
+  std::uint64_t run_bytes = 0;
+
+  // ---------------------------------------------------------------- helpers
+
+  static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+
+  std::string Describe(const Job& j) const {
+    std::string s = j.req.label.empty() ? std::string("range") : j.req.label;
+    s += ": " + hub.DescribeFile(j.req.path) + " bytes=" + std::to_string(j.req.offset) + "-" +
+         std::to_string(j.req.offset + j.req.length - 1);
+    return s;
+  }
+
+  milliseconds Backoff(int attempt) {
+    const int shift = std::clamp(attempt - 1, 0, 20);
+    std::int64_t cap = opts.retry_base.count();
+    for (int i = 0; i < shift && cap < opts.retry_cap.count(); ++i) cap *= 2;
+    cap = std::max<std::int64_t>(1, std::min<std::int64_t>(cap, opts.retry_cap.count()));
+    std::uniform_int_distribution<std::int64_t> jitter(0, cap / 2);
+    return milliseconds(cap - cap / 2 + jitter(rng));
+  }
+
+  std::uint32_t FileFor(const std::string& path) {
+    auto it = file_index.find(std::string_view(path));
+    if (it != file_index.end()) return it->second;
+    const auto idx = static_cast<std::uint32_t>(files.size());
+    files.emplace_back();
+    files.back().path = path;
+    file_index.emplace(path, idx);
+    return idx;
+  }
+
+  Transfer* FreeTransfer() {
+    if (busy_transfers >= opts.max_parallel) return nullptr;
+    for (Transfer& t : transfers) {
+      if (!t.busy) return &t;
+    }
+    return nullptr;
+  }
+
+  // ------------------------------------------------------ ending a request
+
+  void ReleaseJob(std::uint32_t ji) {
+    Job& j = jobs[ji];
+    j.state = Job::State::kFree;
+    j.req.path.clear();
+    j.req.label.clear();
+    free_jobs.push_back(ji);
+  }
+
+  void FailJob(std::uint32_t ji, Status status) {
+    Job& j = jobs[ji];
+    Inc(counters.requests_failed);
+    ++failed_this_run;
+    if (first_failure.ok()) first_failure = status;
+    consumer->OnFailed(j.req.id, status);
+    ReleaseJob(ji);
+    if (opts.stop_on_failure) stopping = true;
+  }
+
+  void Retry(std::uint32_t ji, const Status& error) {
+    Job& j = jobs[ji];
+    ++j.attempts;
+    if (j.attempts >= opts.max_attempts) {
+      FailJob(ji, Status(error.code(), Describe(j) + ": failed after " + std::to_string(j.attempts) +
+                                           " attempts; last error: " + error.message()));
+      return;
+    }
+    Inc(counters.retries);
+    if (j.delivered > 0) Inc(counters.resumes);
+    Schedule(ji, Clock::now() + Backoff(j.attempts));
+  }
+
+  void Schedule(std::uint32_t ji, Clock::time_point when) {
+    jobs[ji].state = Job::State::kBackoff;
+    backoff.emplace(when, ji);
+  }
+
+  void CompleteJob(std::uint32_t ji) {
+    Job& j = jobs[ji];
+    RangeVerdict v = consumer->OnComplete(j.req.id);
+    switch (v.kind) {
+      case RangeVerdict::Kind::kAccept:
+        Inc(counters.requests_done);
+        ReleaseJob(ji);
+        return;
+      case RangeVerdict::Kind::kFail:
+        FailJob(ji, v.status.ok() ? InternalError(Describe(j) + ": consumer failed the range") : v.status);
+        return;
+      case RangeVerdict::Kind::kRefetch:
+        if (j.refetches >= opts.max_refetches) {
+          std::string msg = Describe(j) + ": data failed verification " + std::to_string(j.refetches + 1) + " times";
+          if (!v.status.ok()) msg += " (" + v.status.message() + ")";
+          FailJob(ji, CorruptionError(std::move(msg)));
+          return;
+        }
+        ++j.refetches;
+        Inc(counters.refetches);
+        consumer->OnReset(j.req.id);
+        j.delivered = 0;
+        j.attempts = 0;
+        j.state = Job::State::kReady;
+        ready.push_back(ji);
+        return;
+    }
+  }
+
+  // ------------------------------------------------------------ file state
+
+  void FailFile(std::uint32_t fi, Status status) {
+    FileState& f = files[fi];
+    f.state = FileState::State::kFailed;
+    f.failure = std::move(status);
+    std::vector<std::uint32_t> waiters;
+    waiters.swap(f.waiters);
+    for (std::uint32_t ji : waiters) FailJob(ji, f.failure.WithContext(Describe(jobs[ji])));
+  }
+
+  // The URL stopped working (403 from the CDN) or expired: resolve again.
+  // Returns false (and fails the file) past max_reresolves_per_file.
+  bool InvalidateFile(std::uint32_t fi, std::string_view why) {
+    FileState& f = files[fi];
+    if (f.state != FileState::State::kReady) return true;
+    if (f.resolves_this_run >= opts.max_reresolves_per_file) {
+      FailFile(fi, PermissionDeniedError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
+                                         std::to_string(f.resolves_this_run) + " re-resolves"));
+      return false;
+    }
+    f.state = FileState::State::kUnresolved;
+    return true;
+  }
+
+  void QueueResolve(std::uint32_t fi) {
+    FileState& f = files[fi];
+    if (f.state != FileState::State::kUnresolved) return;
+    f.state = FileState::State::kQueued;
+    f.hops = 0;
+    f.next_url = hub.ResolveUrl(f.path);
+    resolve_queue.push_back(fi);
+  }
+
+  void StartResolves(Clock::time_point now) {
+    while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves && now >= resolve_not_before &&
+           !stopping) {
+      Transfer* t = FreeTransfer();
+      if (t == nullptr) return;
+      const std::uint32_t fi = resolve_queue.front();
+      resolve_queue.pop_front();
+      FileState& f = files[fi];
+      if (f.waiters.empty()) {  // nobody needs it any more
+        f.state = FileState::State::kUnresolved;
+        continue;
+      }
+      f.state = FileState::State::kResolving;
+      BeginTransfer(*t, f.next_url);
+      t->is_resolve = true;
+      t->index = fi;
+      curl_easy_setopt(t->easy, CURLOPT_NOBODY, 1L);
+      curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER,
+                       hub.http_settings().ShouldSendToken(t->url) ? hub_headers : plain_headers);
+      Inc(counters.resolves);
+      hub.CountResolve();
+      if (f.ever_resolved && f.hops == 0) Inc(counters.reresolves);
+      ++running_resolves;
+      AddTransfer(*t);
+    }
+  }
+
+  void OnResolveDone(Transfer& t, CURLcode rc) {
+    --running_resolves;
+    const std::uint32_t fi = t.index;
+    FileState& f = files[fi];
+    const auto now = Clock::now();
+    auto retry = [&](const Status& error, std::optional<milliseconds> wait) {
+      ++f.failed_tries;
+      if (f.failed_tries >= opts.max_attempts) {
+        FailFile(fi, Status(error.code(), error.message() + " (resolve failed " + std::to_string(f.failed_tries) +
+                                              " times)"));
+        return;
+      }
+      if (wait && *wait > opts.max_throttle_wait) {
+        FailFile(fi, Status(error.code(), error.message() + "; server asks to wait " +
+                                              std::to_string(wait->count() / 1000) + " s, more than allowed"));
+        return;
+      }
+      resolve_not_before = std::max(resolve_not_before, now + (wait ? *wait : Backoff(f.failed_tries)));
+      f.state = FileState::State::kQueued;
+      resolve_queue.push_back(fi);
+    };
+    if (rc != CURLE_OK) {
+      std::string msg = curl_easy_strerror(rc);
+      if (t.errbuf[0] != '\0') msg += std::string(" (") + t.errbuf + ")";
+      retry(IOError(hub.DescribeFile(f.path) + ": resolve: " + msg), std::nullopt);
+      return;
+    }
+    HubClient::ResolveStep step = hub.InterpretResolve(f.path, t.url, t.head);
+    if (step.resolved) {
+      if (f.ever_resolved) ++f.resolves_this_run;
+      f.ever_resolved = true;
+      f.failed_tries = 0;
+      f.url = std::move(step.resolved->url);
+      f.on_hub = step.resolved->on_hub;
+      f.size = step.resolved->size;
+      f.expires = step.resolved->expires;
+      ++f.generation;
+      f.state = FileState::State::kReady;
+      for (std::uint32_t ji : f.waiters) {
+        jobs[ji].state = Job::State::kReady;
+        ready.push_back(ji);
+      }
+      f.waiters.clear();
+      return;
+    }
+    if (step.follow) {
+      if (++f.hops >= kMaxResolveHops) {
+        FailFile(fi, IOError(hub.DescribeFile(f.path) + ": too many redirects on the hub"));
+        return;
+      }
+      f.next_url = std::move(*step.follow);
+      f.state = FileState::State::kQueued;
+      resolve_queue.push_front(fi);
+      return;
+    }
+    if (t.head.status == 429) {
+      Inc(counters.rate_limited);
+      hub.CountRateLimited();
+    }
+    if (step.retryable) {
+      retry(step.status, step.wait);
+    } else {
+      FailFile(fi, step.status);
+    }
+  }
+
+  // --------------------------------------------------------------- ranges
+
+  void BeginTransfer(Transfer& t, const std::string& url) {
+    if (t.easy == nullptr) t.easy = curl_easy_init();
+    t.busy = true;
+    t.url = url;
+    t.head.Reset();
+    t.errbuf[0] = '\0';
+    t.skip = 0;
+    t.body_bytes = 0;
+    t.checked = t.discard = t.complete_early = t.overlong = t.bad_answer = t.paused = false;
+    t.error = Status::Ok();
+    t.consumer_error = Status::Ok();
+    ApplyCommonOptions(t.easy, hub.http_settings(), t.url);
+    curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
+    curl_easy_setopt(t.easy, CURLOPT_ERRORBUFFER, t.errbuf);
+    curl_easy_setopt(t.easy, CURLOPT_HEADERFUNCTION, &CurlHeaderCallback);
+    curl_easy_setopt(t.easy, CURLOPT_HEADERDATA, &t.head);
+    curl_easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, &WriteCallback);
+    curl_easy_setopt(t.easy, CURLOPT_WRITEDATA, &t);
+  }
+
+  void AddTransfer(Transfer& t) {
+    ++busy_transfers;
+    Inc(counters.active_transfers);
+    curl_multi_add_handle(multi, t.easy);
+  }
+
+  void StartRange(std::uint32_t ji, Transfer& t) {
+    Job& j = jobs[ji];
+    const FileState& f = files[j.file];
+    j.state = Job::State::kRunning;
+    BeginTransfer(t, f.url);
+    t.is_resolve = false;
+    t.index = ji;
+    t.generation = f.generation;
+    t.want_start = j.req.offset + j.delivered;
+    t.want_end = j.req.offset + j.req.length - 1;
+    const std::string range = std::to_string(t.want_start) + "-" + std::to_string(t.want_end);
+    curl_easy_setopt(t.easy, CURLOPT_RANGE, range.c_str());  // copied by libcurl
+    curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER,
+                     hub.http_settings().ShouldSendToken(t.url) ? hub_headers : plain_headers);
+    Inc(counters.transfers);
+    AddTransfer(t);
+  }
+
+  void StartRanges(Clock::time_point now) {
+    while (!ready.empty() && !stopping) {
+      const std::uint32_t ji = ready.front();
+      Job& j = jobs[ji];
+      FileState& f = files[j.file];
+      if (f.state == FileState::State::kReady && f.expires <= now) {
+        if (!InvalidateFile(j.file, "signed URL expired")) continue;  // f failed; ji was not a waiter
+      }
+      switch (f.state) {
+        case FileState::State::kReady: {
+          if (f.size && j.req.offset + j.req.length > *f.size) {
+            ready.pop_front();
+            FailJob(ji, InvalidArgumentError(Describe(j) + ": range ends past the file size " +
+                                             std::to_string(*f.size)));
+            continue;
+          }
+          Transfer* t = FreeTransfer();
+          if (t == nullptr) return;
+          ready.pop_front();
+          StartRange(ji, *t);
+          continue;
+        }
+        case FileState::State::kFailed:
+          ready.pop_front();
+          FailJob(ji, f.failure.WithContext(Describe(j)));
+          continue;
+        case FileState::State::kUnresolved:
+          QueueResolve(j.file);
+          [[fallthrough]];
+        case FileState::State::kQueued:
+        case FileState::State::kResolving:
+          ready.pop_front();
+          j.state = Job::State::kWaitFile;
+          f.waiters.push_back(ji);
+          StartResolves(now);
+          continue;
+      }
+    }
+  }
+
+  // libcurl write callback for range transfers (and error bodies).
+  static std::size_t WriteCallback(char* p, std::size_t size, std::size_t nmemb, void* ud) {
+    auto* t = static_cast<Transfer*>(ud);
+    return t->impl->OnBody(*t, p, size * nmemb);
+  }
+
+  // Bytes the bandwidth budget allows to have been delivered by `now`.
+  bool OverBudget(Clock::time_point now) const {
+    if (opts.max_bytes_per_second == 0) return false;
+    const double rate = static_cast<double>(opts.max_bytes_per_second);
+    const double elapsed = std::chrono::duration<double>(now - run_start).count();
+    return static_cast<double>(run_bytes) > rate * elapsed + std::max(rate / 20.0, 16384.0);
+  }
+
+  // Unpauses transfers held by the bandwidth limit while the budget allows.
+  // libcurl re-delivers the held chunk from inside curl_easy_pause.
+  void ResumePaused(Clock::time_point now) {
+    if (paused_transfers == 0) return;
+    for (Transfer& t : transfers) {
+      if (!t.busy || !t.paused) continue;
+      if (OverBudget(now)) return;
+      t.paused = false;
+      --paused_transfers;
+      curl_easy_pause(t.easy, CURLPAUSE_CONT);
+    }
+  }
+
+  std::size_t OnBody(Transfer& t, char* p, std::size_t n) {
+    if (t.is_resolve) return n;  // HEAD: no body expected
+    if (opts.max_bytes_per_second > 0 && !t.paused && OverBudget(Clock::now())) {
+      // libcurl keeps this chunk and stops reading the socket; TCP flow
+      // control then slows the sender. ResumePaused lets it go on.
+      t.paused = true;
+      ++paused_transfers;
+      return CURL_WRITEFUNC_PAUSE;
+    }
+    Job& j = jobs[t.index];
+    t.body_bytes += n;
+    if (!t.checked) {
+      t.checked = true;
+      const std::uint64_t want_len = t.want_end - t.want_start + 1;
+      if (t.head.status == 206) {
+        auto cr = ParseContentRange(t.head.content_range);
+        if (!cr || cr->first != t.want_start || cr->last != t.want_end) {
+          t.bad_answer = true;
+          t.error = CorruptionError("answered Content-Range '" + EscapeForMessage(t.head.content_range) +
+                                    "' for bytes=" + std::to_string(t.want_start) + "-" + std::to_string(t.want_end));
+          return 0;
+        }
+        if (t.head.content_length && *t.head.content_length > want_len) t.overlong = true;
+      } else if (t.head.status == 200) {
+        Inc(counters.ignored_range);
+        t.skip = t.want_start;  // the body starts at byte 0 of the file
+      } else {
+        t.discard = true;
+      }
+    }
+    if (t.discard) return t.body_bytes > kMaxErrorBody ? 0 : n;
+
+    std::size_t off = 0;
+    if (t.skip > 0) {
+      const std::uint64_t drop = std::min<std::uint64_t>(t.skip, n);
+      t.skip -= drop;
+      off = static_cast<std::size_t>(drop);
+      Inc(counters.bytes_discarded, drop);
+      if (off == n) return n;
+    }
+    const std::uint64_t remaining = j.req.length - j.delivered;
+    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, n - off));
+    if (take > 0) {
+      Status s = consumer->OnData(j.req.id, j.req.offset + j.delivered,
+                                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + off), take));
+      if (!s.ok()) {
+        t.consumer_error = std::move(s);
+        return 0;
+      }
+      j.delivered += take;
+      run_bytes += take;
+      Inc(counters.bytes_received, take);
+    }
+    if (off + take < n) {
+      // Bytes beyond the range: a 206 with a body longer than asked, or the
+      // rest of a whole-file 200. Cut the transfer here.
+      Inc(counters.bytes_discarded, n - off - take);
+      if (t.head.status == 206) t.overlong = true;
+      t.complete_early = true;
+      return 0;
+    }
+    if (j.delivered == j.req.length) {
+      // Range complete; stop a 200 (or announced-overlong 206) body now
+      // unless this was the body's natural end.
+      const bool body_done = t.head.content_length && t.body_bytes >= *t.head.content_length;
+      if (!body_done && (t.head.status == 200 || t.overlong)) {
+        t.complete_early = true;
+        return 0;
+      }
+    }
+    return n;
+  }
+
+  void OnRangeDone(Transfer& t, CURLcode rc) {
+    const std::uint32_t ji = t.index;
+    Job& j = jobs[ji];
+    const long status = t.head.status;
+    if (t.overlong) Inc(counters.overlong_bodies);
+    if (!t.consumer_error.ok()) {
+      FailJob(ji, t.consumer_error);
+      return;
+    }
+    if (j.delivered == j.req.length && (status == 200 || status == 206)) {
+      CompleteJob(ji);
+      return;
+    }
+    if (t.bad_answer) {
+      Inc(counters.bad_answers);
+      Retry(ji, t.error);
+      return;
+    }
+    if (status == 200 || status == 206 || status == 0) {
+      std::string msg;
+      if (rc != CURLE_OK) {
+        msg = curl_easy_strerror(rc);
+        if (t.errbuf[0] != '\0') msg += std::string(" (") + t.errbuf + ")";
+      } else {
+        Inc(counters.bad_answers);
+        msg = "short body";
+      }
+      Retry(ji, IOError(msg + " after " + std::to_string(j.delivered) + " of " + std::to_string(j.req.length) +
+                        " bytes"));
+      return;
+    }
+    FileState& f = files[j.file];
+    if ((status == 403 || status == 401) && !f.on_hub) {
+      // Signed URL expired or revoked: resolve again; this does not use up
+      // an attempt, but re-resolves per file are bounded.
+      if (t.generation == f.generation && f.state == FileState::State::kReady) {
+        if (!InvalidateFile(j.file, "CDN answered " + std::to_string(status))) {
+          FailJob(ji, f.failure.WithContext(Describe(j)));
+          return;
+        }
+      }
+      j.state = Job::State::kReady;
+      ready.push_back(ji);
+      return;
+    }
+    if (status == 429 || status == 503) {
+      if (status == 429) Inc(counters.rate_limited);
+      else Inc(counters.unavailable);
+      const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token());
+      auto wait = ThrottleWait(t.head);
+      if (++j.throttled > opts.max_throttled || (wait && *wait > opts.max_throttle_wait)) {
+        FailJob(ji, Status(error.code(), error.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
+        return;
+      }
+      Inc(counters.retries);
+      Schedule(ji, Clock::now() + (wait ? *wait : Backoff(j.throttled)));
+      return;
+    }
+    const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token());
+    if (IsRetryableHttp(status)) {
+      if (status >= 500) Inc(counters.unavailable);
+      Retry(ji, error);
+      return;
+    }
+    FailJob(ji, error);
+  }
+
+  // Handles finished transfers; returns how many.
+  int ProcessDone() {
+    int left = 0;
+    int done = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      ++done;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      const CURLcode rc = msg->data.result;
+      curl_multi_remove_handle(multi, msg->easy_handle);
+      if (t->paused) --paused_transfers;
+      t->paused = false;
+      t->busy = false;
+      --busy_transfers;
+      counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
+      if (t->is_resolve) {
+        OnResolveDone(*t, rc);
+      } else {
+        OnRangeDone(*t, rc);
+      }
+    }
+    return done;
+  }
+
+  // ------------------------------------------------------------- the loop
+
+  void PullRequests() {
+    while (!source_done && !stopping && !free_jobs.empty()) {
+      const std::uint32_t ji = free_jobs.back();
+      Job& j = jobs[ji];
+      if (!consumer->NextRequest(&j.req)) {
+        source_done = true;
+        return;
+      }
+      free_jobs.pop_back();
+      Inc(counters.requests_started);
+      j.delivered = 0;
+      j.attempts = j.refetches = j.throttled = 0;
+      if (j.req.length == 0 || j.req.offset > kMaxHubFileSize || j.req.length > kMaxHubFileSize - j.req.offset) {
+        j.file = kNone;
+        FailJob(ji, InvalidArgumentError((j.req.label.empty() ? std::string("range") : j.req.label) +
+                                         ": bad range offset " + std::to_string(j.req.offset) + " length " +
+                                         std::to_string(j.req.length)));
+        continue;
+      }
+      if (Status s = ValidateHubPath(j.req.path); !s.ok()) {
+        FailJob(ji, Status(StatusCode::kInvalidArgument,
+                           (j.req.label.empty() ? std::string("range") : j.req.label) + ": " + s.message()));
+        continue;
+      }
+      j.file = FileFor(j.req.path);
+      j.state = Job::State::kReady;
+      ready.push_back(ji);
+    }
+  }
+
+  void PromoteDue(Clock::time_point now) {
+    while (!backoff.empty() && backoff.top().first <= now) {
+      const std::uint32_t ji = backoff.top().second;
+      backoff.pop();
+      if (jobs[ji].state != Job::State::kBackoff) continue;
+      jobs[ji].state = Job::State::kReady;
+      ready.push_back(ji);
+    }
+  }
+
+  bool AnyLive() const { return free_jobs.size() < jobs.size() || busy_transfers > 0; }
+
+  void CancelAll(const Status& why) {
+    for (Transfer& t : transfers) {
+      if (!t.busy) continue;
+      curl_multi_remove_handle(multi, t.easy);
+      if (t.paused) --paused_transfers;
+      t.paused = false;
+      t.busy = false;
+      --busy_transfers;
+      counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
+      if (t.is_resolve) {
+        --running_resolves;
+        FileState& f = files[t.index];
+        f.state = FileState::State::kUnresolved;
+      }
+    }
+    for (FileState& f : files) {
+      f.waiters.clear();
+      if (f.state == FileState::State::kQueued || f.state == FileState::State::kResolving) {
+        f.state = FileState::State::kUnresolved;
+      }
+    }
+    resolve_queue.clear();
+    ready.clear();
+    while (!backoff.empty()) backoff.pop();
+    for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
+      if (jobs[ji].state == Job::State::kFree) continue;
+      Inc(counters.requests_failed);
+      consumer->OnFailed(jobs[ji].req.id, why.WithContext(Describe(jobs[ji])));
+      ReleaseJob(ji);
+    }
+  }
+
+  int PollTimeoutMs(Clock::time_point now) const {
+    Clock::time_point next = now + milliseconds(100);
+    if (!backoff.empty()) next = std::min(next, backoff.top().first);
+    if (!resolve_queue.empty() && resolve_not_before > now) next = std::min(next, resolve_not_before);
+    if (paused_transfers > 0) next = std::min(next, now + milliseconds(2));
+    const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<std::int64_t>(ms, 0, 100));
+  }
+
+  Status Run(RangeConsumer& c, const std::atomic<bool>* cancel) {
+    consumer = &c;
+    const std::size_t cap = static_cast<std::size_t>(opts.max_parallel) + static_cast<std::size_t>(opts.max_queued);
+    jobs.assign(cap, Job());
+    free_jobs.clear();
+    for (std::size_t i = cap; i-- > 0;) free_jobs.push_back(static_cast<std::uint32_t>(i));
+    ready.clear();
+    resolve_queue.clear();
+    while (!backoff.empty()) backoff.pop();
+    for (FileState& f : files) {
+      f.resolves_this_run = 0;
+      f.failed_tries = 0;
+      if (f.state == FileState::State::kFailed) f.state = FileState::State::kUnresolved;
+    }
+    resolve_not_before = Clock::time_point();
+    source_done = stopping = false;
+    failed_this_run = 0;
+    first_failure = Status::Ok();
+    run_start = Clock::now();
+    run_bytes = 0;
+
+    Status result;
+    while (true) {
+      const bool cancelled = cancel_flag.load() || (cancel != nullptr && cancel->load());
+      if (cancelled || stopping) {
+        const Status why = cancelled ? CancelledError("fetch cancelled")
+                                     : CancelledError("fetch stopped after an earlier failure");
+        CancelAll(why);
+        if (cancelled) {
+          cancel_flag.store(false);
+          result = why;
+        }
+        break;
+      }
+      const auto now = Clock::now();
+      PullRequests();
+      PromoteDue(now);
+      StartResolves(now);
+      StartRanges(now);
+      if (!AnyLive() && source_done) break;
+      if (stopping) continue;
+
+      ResumePaused(now);
+
+      int running = 0;
+      const CURLMcode mc = curl_multi_perform(multi, &running);
+      if (mc != CURLM_OK) {
+        result = InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+        CancelAll(result);
+        break;
+      }
+      // Completions free slots and may end the run: loop before sleeping.
+      if (ProcessDone() > 0) continue;
+      const int timeout = PollTimeoutMs(Clock::now());
+      if (timeout > 0) {
+        const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
+        if (pc != CURLM_OK) {
+          result = InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(pc));
+          CancelAll(result);
+          break;
+        }
+      }
+    }
+    consumer = nullptr;
+    if (!result.ok()) return result;
+    if (failed_this_run > 0) {
+      return Status(first_failure.code(), first_failure.message() + " (" + std::to_string(failed_this_run) +
+                                              " request(s) failed)");
+    }
+    return Status::Ok();
+  }
+};
+
+RangeFetcher::RangeFetcher(const HubClient& hub, RangeFetcherOptions options)
+    : impl_(std::make_unique<Impl>(hub, std::move(options))) {}
+
+RangeFetcher::~RangeFetcher() = default;
+
+Status RangeFetcher::Run(RangeConsumer& consumer, const std::atomic<bool>* cancel) {
+  return impl_->Run(consumer, cancel);
+}
+
+void RangeFetcher::Cancel() {
+  impl_->cancel_flag.store(true);
+  curl_multi_wakeup(impl_->multi);
+}
+
+FetchCounters RangeFetcher::counters() const {
+  const Impl::Counters& c = impl_->counters;
+  auto get = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  FetchCounters s;
+  s.requests_started = get(c.requests_started);
+  s.requests_done = get(c.requests_done);
+  s.requests_failed = get(c.requests_failed);
+  s.transfers = get(c.transfers);
+  s.retries = get(c.retries);
+  s.resumes = get(c.resumes);
+  s.bytes_received = get(c.bytes_received);
+  s.bytes_discarded = get(c.bytes_discarded);
+  s.resolves = get(c.resolves);
+  s.reresolves = get(c.reresolves);
+  s.rate_limited = get(c.rate_limited);
+  s.unavailable = get(c.unavailable);
+  s.ignored_range = get(c.ignored_range);
+  s.bad_answers = get(c.bad_answers);
+  s.overlong_bodies = get(c.overlong_bodies);
+  s.refetches = get(c.refetches);
+  s.active_transfers = get(c.active_transfers);
+  return s;
+}
+
+}  // namespace exlr8

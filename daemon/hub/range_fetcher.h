@@ -1,0 +1,195 @@
+// RangeFetcher: many byte ranges of a pinned hub repo, fetched in parallel
+// over libcurl's multi interface, delivered in order to a consumer.
+//
+// Shape of a pull:
+//
+//   PullEngine engine(...);            // implements RangeConsumer
+//   RangeFetcher fetcher(hub, opts);   // hub: an open HubClient
+//   Status s = fetcher.Run(engine);    // blocks; callbacks on this thread
+//
+// Requests are PULLED lazily from the consumer (NextRequest) whenever there
+// is room, so 230,000 requests cost no memory until they start: the fetcher
+// holds at most `max_parallel + max_queued` live requests.
+//
+// Per file, the fetcher resolves `{endpoint}/{repo}/resolve/{commit}/{path}`
+// once (HEAD, no automatic redirects), then sends every range of that file
+// to the answered URL (the signed CDN URL for LFS files, the hub URL for
+// regular files). It re-resolves when the URL's lifetime (HubOptions::
+// signed_url_ttl) is over or when the CDN answers 403; re-resolves are
+// counted and bounded per file. The bearer token goes to the hub origin only.
+//
+// Every transfer asks for one range, `Range: bytes=a-b`, with
+// `Accept-Encoding: identity`, and checks the answer:
+//  - 206 must carry `Content-Range: bytes a-b/...` exactly as asked; anything
+//    else is a bad answer (retried, counted in bad_answers);
+//  - 200 means the server ignored Range: the bytes before `a` are skipped and
+//    the transfer is cut as soon as the range is complete (counted in
+//    ignored_range);
+//  - a body longer than asked is cut at the range's end (counted in
+//    overlong_bodies); a short body, a reset or a stall (low-speed limit) is
+//    retried and RESUMES from the first byte not yet delivered;
+//  - 403 from a CDN -> re-resolve and retry; 401/403 from the hub ->
+//    PermissionDenied; 404 -> NotFound; 416 -> InvalidArgument (not retried);
+//  - 429/503 wait as Retry-After / RateLimit `t=` say (else backoff);
+//    408/5xx and transport errors back off exponentially with jitter.
+// After `max_attempts` failed tries of one range it fails with a message
+// naming the request's label, file, range and last error.
+//
+// Performance: OnData gets libcurl's receive buffer directly (no copy); the
+// per-byte work is the consumer's. Connections are reused (keep-alive; HTTP/2
+// multiplexing where the server offers it over TLS).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "daemon/hub/hub_client.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+// One range to fetch. Small; the fetcher copies it when it starts.
+struct RangeRequest {
+  std::string path;         // repo file path (validated by the fetcher)
+  std::uint64_t offset = 0; // absolute byte offset in the file
+  std::uint64_t length = 0; // > 0
+  std::uint64_t id = 0;     // opaque to the fetcher; passed back in callbacks
+  // Human label for messages, e.g. "L40 e7 gate h3 K3". May be empty.
+  std::string label;
+};
+
+// What the consumer says when a range has arrived completely.
+struct RangeVerdict {
+  enum class Kind : std::uint8_t { kAccept, kRefetch, kFail };
+  Kind kind = Kind::kAccept;
+  Status status;  // kRefetch: why (optional); kFail: the error
+
+  static RangeVerdict Accept() { return {}; }
+  // E.g. checksum mismatch: the fetcher calls OnReset(id) and fetches the
+  // whole range again from scratch (bounded by max_refetches; then the
+  // request fails with Corruption naming the label and this reason).
+  static RangeVerdict Refetch(Status why = Status::Ok()) { return {Kind::kRefetch, std::move(why)}; }
+  // The request ends failed with `error` (reported through OnFailed).
+  static RangeVerdict Fail(Status error) { return {Kind::kFail, std::move(error)}; }
+};
+
+// Implemented by the pull engine. All calls come from the thread inside
+// RangeFetcher::Run, one at a time; none of them may call back into the
+// fetcher except Cancel().
+//
+// Life of a request: NextRequest hands it over; then OnData zero or more
+// times (bytes in order, contiguous, each byte of [offset, offset+length)
+// exactly once per try — never twice, even across resumed retries); then
+// OnComplete once all bytes were delivered. A Refetch verdict is followed by
+// OnReset and a new try from `offset`. Every request ends with exactly one
+// of: OnComplete returning Accept, or OnFailed.
+class RangeConsumer {
+ public:
+  virtual ~RangeConsumer() = default;
+
+  // Fills `*out` with the next request and returns true, or returns false
+  // when there are no more (it is then not called again in this Run).
+  virtual bool NextRequest(RangeRequest* out) = 0;
+
+  // `bytes` are the file's bytes at [offset, offset + bytes.size()), valid
+  // only during the call. A non-OK return fails the request (OnFailed gets
+  // that status; no retry) — e.g. a disk write error.
+  virtual Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) = 0;
+
+  // All `length` bytes were delivered: verify and decide.
+  virtual RangeVerdict OnComplete(std::uint64_t id) = 0;
+
+  // Forget what was delivered for `id`; delivery restarts at its offset.
+  virtual void OnReset(std::uint64_t id) = 0;
+
+  // The request failed for good. `status` names the label, file and range.
+  // Codes: NotFound, PermissionDenied, InvalidArgument (416, bad request),
+  // Corruption (bad answers or refetches exhausted), Unavailable/IOError
+  // (retries exhausted), Cancelled, or the consumer's own status.
+  virtual void OnFailed(std::uint64_t id, const Status& status) = 0;
+};
+
+struct RangeFetcherOptions {
+  // Transfers in flight at once (ranges and resolves together); also the
+  // bound on open connections.
+  int max_parallel = 16;
+  // Concurrent /resolve/ requests (the Hub rate-limits them).
+  int max_parallel_resolves = 4;
+  // Requests pulled ahead of free transfer slots (waiting for a resolve or
+  // a retry).
+  int max_queued = 64;
+  // Tries per range before it fails (a resume counts as a try).
+  int max_attempts = 8;
+  // Refetch verdicts per request before it fails as Corruption.
+  int max_refetches = 2;
+  // Re-resolves of one file (403 or expiry) per Run before its requests fail.
+  int max_reresolves_per_file = 8;
+  // 429/503 answers per request tolerated (they do not use up attempts).
+  int max_throttled = 32;
+  // Backoff: base * 2^(try-1), capped, half of it random jitter.
+  std::chrono::milliseconds retry_base{200};
+  std::chrono::milliseconds retry_cap{std::chrono::seconds(20)};
+  // A server-requested wait above this fails the request instead.
+  std::chrono::milliseconds max_throttle_wait{std::chrono::minutes(5)};
+  // 0 = unlimited; else the total receive rate over all transfers, bytes/s.
+  std::uint64_t max_bytes_per_second = 0;
+  // If true, the first failed request cancels the rest (they fail with
+  // Cancelled) and Run returns that failure.
+  bool stop_on_failure = false;
+};
+
+// Progress counters, cumulative over the fetcher's life.
+struct FetchCounters {
+  std::uint64_t requests_started = 0;  // requests taken from NextRequest
+  std::uint64_t requests_done = 0;     // accepted
+  std::uint64_t requests_failed = 0;
+  std::uint64_t transfers = 0;         // range GETs sent (incl. retries)
+  std::uint64_t retries = 0;           // range tries after the first
+  std::uint64_t resumes = 0;           // retries that kept delivered bytes
+  std::uint64_t bytes_received = 0;    // bytes delivered to OnData
+  std::uint64_t bytes_discarded = 0;   // skipped (200) or cut (too long)
+  std::uint64_t resolves = 0;          // /resolve/ HEADs (incl. hops)
+  std::uint64_t reresolves = 0;        // resolves after the first, per file
+  std::uint64_t rate_limited = 0;      // 429 answers
+  std::uint64_t unavailable = 0;       // 5xx answers
+  std::uint64_t ignored_range = 0;     // 200 instead of 206
+  std::uint64_t bad_answers = 0;       // wrong Content-Range, short bodies
+  std::uint64_t overlong_bodies = 0;
+  std::uint64_t refetches = 0;         // Refetch verdicts acted on
+  std::uint64_t active_transfers = 0;  // now
+};
+
+class RangeFetcher {
+ public:
+  // REQUIRES: `hub` outlives the fetcher.
+  RangeFetcher(const HubClient& hub, RangeFetcherOptions options = {});
+  ~RangeFetcher();
+  RangeFetcher(const RangeFetcher&) = delete;
+  RangeFetcher& operator=(const RangeFetcher&) = delete;
+
+  // Fetches every request the consumer hands out; returns when all ended or
+  // on cancel. Returns OK if every request was accepted; Cancelled after
+  // Cancel() or `*cancel` became true (live requests get OnFailed with
+  // Cancelled; no further NextRequest); else the first failure's status,
+  // with the number of failed requests appended. Internal/IOError if libcurl
+  // itself fails. Resolved URLs are kept between Runs.
+  // REQUIRES: not called concurrently with itself.
+  Status Run(RangeConsumer& consumer, const std::atomic<bool>* cancel = nullptr);
+
+  // Thread-safe: makes Run stop soon (wakes its poll).
+  void Cancel();
+
+  // Thread-safe snapshot.
+  FetchCounters counters() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exlr8

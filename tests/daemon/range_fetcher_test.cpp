@@ -1,0 +1,660 @@
+// RangeFetcher against a fake hub (127.0.0.1) and fake CDN (127.0.0.2) on
+// real loopback sockets, with faults injected per request.
+#include "daemon/hub/range_fetcher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "tests/daemon/hub_test_server.h"
+
+namespace exlr8 {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FakeHub;
+using testing::MakeBlob;
+using testing::ServeBlobRange;
+using testing::TestRequest;
+using testing::TestResponse;
+
+// Records deliveries per request and checks the consumer contract: bytes in
+// order, contiguous, never twice, complete before OnComplete.
+class TestConsumer : public RangeConsumer {
+ public:
+  struct Want {
+    std::string path;
+    std::uint64_t offset;
+    std::uint64_t length;
+    std::string label;
+  };
+  std::vector<Want> wants;
+  std::size_t next = 0;
+  std::map<std::uint64_t, std::string> got;
+  std::map<std::uint64_t, int> completes, resets;
+  std::map<std::uint64_t, Status> failed;
+  std::set<std::uint64_t> accepted;
+  std::function<RangeVerdict(std::uint64_t, const std::string&)> verdict;
+  std::function<Status(std::uint64_t, std::uint64_t)> data_hook;
+  int violations = 0;
+  int outstanding = 0;
+  int max_outstanding = 0;
+
+  void Add(const std::string& path, std::uint64_t offset, std::uint64_t length, std::string label = "") {
+    wants.push_back({path, offset, length, std::move(label)});
+  }
+
+  bool NextRequest(RangeRequest* out) override {
+    if (next >= wants.size()) return false;
+    const Want& w = wants[next];
+    out->path = w.path;
+    out->offset = w.offset;
+    out->length = w.length;
+    out->label = w.label.empty() ? "req " + std::to_string(next) : w.label;
+    out->id = next++;
+    max_outstanding = std::max(max_outstanding, ++outstanding);
+    return true;
+  }
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
+    std::string& g = got[id];
+    const Want& w = wants[id];
+    if (offset != w.offset + g.size()) ++violations;
+    if (g.size() + bytes.size() > w.length) ++violations;
+    if (bytes.empty()) ++violations;
+    g.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    if (data_hook) return data_hook(id, g.size());
+    return Status::Ok();
+  }
+  RangeVerdict OnComplete(std::uint64_t id) override {
+    ++completes[id];
+    if (got[id].size() != wants[id].length) ++violations;
+    RangeVerdict v = verdict ? verdict(id, got[id]) : RangeVerdict::Accept();
+    if (v.kind == RangeVerdict::Kind::kAccept) {
+      accepted.insert(id);
+      --outstanding;
+    }
+    return v;
+  }
+  void OnReset(std::uint64_t id) override {
+    got[id].clear();
+    ++resets[id];
+  }
+  void OnFailed(std::uint64_t id, const Status& status) override {
+    if (failed.count(id) != 0 || accepted.count(id) != 0) ++violations;
+    failed[id] = status;
+    --outstanding;
+  }
+
+  // Every accepted range equals the blob's bytes.
+  void ExpectBytes(const std::map<std::string, std::string>& blobs) const {
+    for (std::uint64_t id : accepted) {
+      const Want& w = wants[id];
+      const std::string& blob = blobs.at(w.path);
+      ASSERT_TRUE(got.at(id) == blob.substr(w.offset, w.length)) << "range " << id << " differs";
+    }
+  }
+};
+
+HubOptions TestHubOptions(const FakeHub& hub) {
+  HubOptions o;
+  o.endpoint = hub.endpoint();
+  o.token_from_environment = false;
+  o.use_env_proxy = false;
+  o.retry_base = std::chrono::milliseconds(5);
+  o.stall_timeout = std::chrono::seconds(3);
+  return o;
+}
+
+RangeFetcherOptions FastOptions() {
+  RangeFetcherOptions o;
+  o.retry_base = std::chrono::milliseconds(5);
+  o.retry_cap = std::chrono::milliseconds(50);
+  o.max_attempts = 4;
+  return o;
+}
+
+std::unique_ptr<HubClient> Open(const FakeHub& hub, HubOptions o) {
+  auto c = HubClient::Open(std::move(o), hub.repo, "main");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// Splits [0, size) into `n` near-equal ranges of `path`.
+void AddSplit(TestConsumer& c, const std::string& path, std::uint64_t size, int n) {
+  std::uint64_t off = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t len = size / n + (static_cast<std::uint64_t>(i) < size % n ? 1 : 0);
+    c.Add(path, off, len);
+    off += len;
+  }
+}
+
+TEST(RangeFetcherTest, ManyRangesOneResolvePerFileTokenOnlyToHub) {
+  FakeHub hub;
+  hub.required_token = "hf_tok_abc";
+  hub.lfs_files["experts/a.k3.safetensors"] = MakeBlob(700'001, 1);
+  hub.lfs_files["experts/b.k4.safetensors"] = MakeBlob(300'000, 2);
+  HubOptions ho = TestHubOptions(hub);
+  ho.token = "hf_tok_abc";
+  auto client = Open(hub, ho);
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  AddSplit(c, "experts/a.k3.safetensors", 700'001, 150);
+  AddSplit(c, "experts/b.k4.safetensors", 300'000, 70);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(c.accepted.size(), 220u);
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 2);
+  EXPECT_EQ(hub.CountHub("GET", "/resolve/"), 0);
+  EXPECT_EQ(hub.cdn().request_count(), 220u);
+  for (const TestRequest& r : hub.cdn().requests()) {
+    EXPECT_FALSE(r.HasHeader("authorization"));
+    EXPECT_EQ(r.Header("accept-encoding"), "identity");
+    EXPECT_THAT(r.Header("range"), ::testing::StartsWith("bytes="));
+    EXPECT_THAT(r.Header("range"), ::testing::Not(HasSubstr(",")));
+    EXPECT_THAT(r.Header("user-agent"), HasSubstr("exlr8d/"));
+  }
+  for (const TestRequest& r : hub.hub().requests()) EXPECT_EQ(r.Header("authorization"), "Bearer hf_tok_abc");
+  const FetchCounters k = f.counters();
+  EXPECT_EQ(k.resolves, 2u);
+  EXPECT_EQ(k.reresolves, 0u);
+  EXPECT_EQ(k.requests_done, 220u);
+  EXPECT_EQ(k.bytes_received, 1'000'001u);
+  EXPECT_EQ(k.retries, 0u);
+  EXPECT_EQ(k.active_transfers, 0u);
+  // Connections are reused: far fewer than requests (the hub's connections
+  // share the cap of 16, so a CDN connection may be recycled once or twice).
+  EXPECT_LE(hub.cdn().connections(), 24);
+  EXPECT_LE(hub.cdn().max_concurrent_connections(), 16);
+}
+
+TEST(RangeFetcherTest, RegularFileRangesGoToTheHubWithToken) {
+  FakeHub hub;
+  hub.required_token = "hf_t";
+  hub.regular_files["tokenizer.json"] = MakeBlob(10'000, 5);
+  HubOptions ho = TestHubOptions(hub);
+  ho.token = "hf_t";
+  auto client = Open(hub, ho);
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  AddSplit(c, "tokenizer.json", 10'000, 5);
+  RangeFetcher f(*client, FastOptions());
+  ASSERT_TRUE(f.Run(c).ok());
+  c.ExpectBytes(hub.regular_files);
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 1);
+  EXPECT_EQ(hub.CountHub("GET", "/resolve/"), 5);
+  EXPECT_EQ(hub.cdn().request_count(), 0u);
+}
+
+TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(200'000, 3);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> served{0};
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    if (++served == 10) ++hub.signature;  // every URL handed out so far expires
+    return std::nullopt;
+  };
+  TestConsumer c;
+  AddSplit(c, "a.bin", 200'000, 40);
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 4;
+  RangeFetcher f(*client, o);
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 2);
+  EXPECT_EQ(f.counters().reresolves, 1u);
+}
+
+TEST(RangeFetcherTest, PersistentCdn403FailsAsPermissionDenied) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(1000, 3);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    TestResponse r;
+    r.status = 403;
+    return r;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 0, 1000, "L1 e2 up h0 K3");
+  RangeFetcherOptions o = FastOptions();
+  o.max_reresolves_per_file = 3;
+  RangeFetcher f(*client, o);
+  Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  ASSERT_EQ(c.failed.size(), 1u);
+  EXPECT_EQ(c.failed[0].code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("L1 e2 up h0 K3"));
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 4);  // first + 3 re-resolves
+}
+
+TEST(RangeFetcherTest, RateLimitWaitsAsRetryAfterSays) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    if (calls++ > 0) return std::nullopt;
+    TestResponse r;
+    r.status = 429;
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 4000);
+  RangeFetcher f(*client, FastOptions());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(f.Run(c).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(f.counters().rate_limited, 1u);
+}
+
+TEST(RangeFetcherTest, ResolveRateLimitHonoursRateLimitHeader) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.method != "HEAD" || calls++ > 0) return std::nullopt;
+    TestResponse resp;
+    resp.status = 429;
+    resp.headers.emplace_back("RateLimit", "\"resolvers\";r=0;t=1");
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 0, 5000);
+  RangeFetcher f(*client, FastOptions());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(f.Run(c).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(950));
+  EXPECT_EQ(f.counters().rate_limited, 1u);
+  EXPECT_EQ(client->stats().rate_limited, 1u);
+}
+
+TEST(RangeFetcherTest, IgnoredRangeSkipsToOffsetAndCutsTheRest) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(4 << 20, 5);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    TestResponse r;
+    r.status = 200;  // ignores Range
+    r.body = hub.lfs_files["a.bin"];
+    return r;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 1'000'000, 1000);
+  c.Add("a.bin", 0, 777);
+  c.Add("a.bin", (4 << 20) - 10, 10);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(f.counters().ignored_range, 3u);
+  EXPECT_EQ(f.counters().bytes_received, 1787u);
+}
+
+TEST(RangeFetcherTest, CutBodyResumesFromTheRightOffset) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(1 << 20, 6);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::mutex mu;
+  std::vector<std::string> ranges;
+  std::atomic<int> calls{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ranges.push_back(r.Header("range"));
+    }
+    const int n = calls++;
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    if (n == 0) resp.send_only = 100'003;  // reset mid-body
+    if (n == 1) {                          // clean but short answer
+      resp.body.resize(50'000);
+      resp.headers.clear();
+      std::uint64_t first = 0;
+      std::optional<std::uint64_t> last;
+      testing::ParseRangeHeader(r.Header("range"), &first, &last);
+      resp.headers.emplace_back("Content-Range", "bytes " + std::to_string(first) + "-" + std::to_string(*last) +
+                                                     "/" + std::to_string(1 << 20));
+    }
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 10, 500'000, "L40 e7 gate h3 K3");
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(hub.lfs_files);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0], "bytes=10-500009");
+  EXPECT_EQ(ranges[1], "bytes=100013-500009");
+  EXPECT_EQ(ranges[2], "bytes=150013-500009");
+  EXPECT_EQ(f.counters().resumes, 2u);
+  EXPECT_EQ(c.resets.size(), 0u);
+}
+
+TEST(RangeFetcherTest, WrongContentRangeIsRejectedAndRetried) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (calls++ > 0) return std::nullopt;
+    // Shifted by one byte: same length, wrong place.
+    TestResponse resp;
+    resp.status = 206;
+    resp.headers.emplace_back("Content-Range", "bytes 101-200/10000");
+    resp.body = hub.lfs_files["a.bin"].substr(101, 100);
+    (void)r;
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 100);
+  RangeFetcher f(*client, FastOptions());
+  ASSERT_TRUE(f.Run(c).ok());
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(f.counters().bad_answers, 1u);
+  EXPECT_EQ(c.got[0].size(), 100u);
+}
+
+TEST(RangeFetcherTest, AlwaysWrongContentRangeFailsWithLabel) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    TestResponse resp;
+    resp.status = 206;
+    resp.headers.emplace_back("Content-Range", "bytes 0-99/10000");
+    resp.body = hub.lfs_files["a.bin"].substr(0, 100);
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 100, "L40 e7 gate h3 K3");
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  ASSERT_EQ(c.failed.count(0), 1u);
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("L40 e7 gate h3 K3"));
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("Content-Range"));
+  EXPECT_EQ(c.got[0].size(), 0u);  // nothing from a wrong answer reached the consumer
+  EXPECT_EQ(hub.cdn().request_count(), 4u);
+}
+
+TEST(RangeFetcherTest, TooLongBodyIsCut) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(1 << 20, 8);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    resp.body += MakeBlob(300'000, 99);  // garbage beyond the range
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 1000, 2000);
+  c.Add("a.bin", 5000, 100'000);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(f.counters().overlong_bodies, 2u);
+  EXPECT_EQ(f.counters().bytes_received, 102'000u);
+}
+
+TEST(RangeFetcherTest, BoundedRetriesEndInAClearError) {
+  FakeHub hub;
+  hub.lfs_files["experts/exlr8-layer-040.k3.safetensors"] = MakeBlob(10'000, 9);
+  hub.lfs_files["ok.bin"] = MakeBlob(1000, 1);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("layer-040") == std::string::npos) return std::nullopt;
+    TestResponse resp = ServeBlobRange(hub.lfs_files["experts/exlr8-layer-040.k3.safetensors"], r);
+    resp.send_only = 10;  // always dies after 10 bytes
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("experts/exlr8-layer-040.k3.safetensors", 1000, 500, "L40 e7 gate h3 K3");
+  c.Add("ok.bin", 0, 1000);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("1 request(s) failed"));
+  ASSERT_EQ(c.failed.count(0), 1u);
+  const std::string& m = c.failed[0].message();
+  EXPECT_THAT(m, HasSubstr("L40 e7 gate h3 K3"));
+  EXPECT_THAT(m, HasSubstr("exlr8-layer-040.k3.safetensors"));
+  EXPECT_THAT(m, HasSubstr("bytes=1000-1499"));
+  EXPECT_THAT(m, HasSubstr("4 attempts"));
+  EXPECT_THAT(m, ::testing::Not(HasSubstr("sig=")));  // no signed URL in messages
+  EXPECT_EQ(c.failed[0].code(), StatusCode::kIOError);
+  EXPECT_EQ(hub.CountCdn("layer-040"), 4);
+  EXPECT_EQ(c.got[0].size(), 40u);  // 4 tries x 10 bytes, each resumed
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(c.accepted.count(1), 1u);
+}
+
+TEST(RangeFetcherTest, RefetchVerdictRestartsTheRange) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 10);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  c.Add("a.bin", 0, 30'000);
+  c.Add("a.bin", 30'000, 30'000, "always bad");
+  std::map<std::uint64_t, int> seen;
+  c.verdict = [&](std::uint64_t id, const std::string&) {
+    ++seen[id];
+    if (id == 0 && seen[id] == 1) return RangeVerdict::Refetch(CorruptionError("xxh64 mismatch"));
+    if (id == 1) return RangeVerdict::Refetch(CorruptionError("xxh64 mismatch"));
+    return RangeVerdict::Accept();
+  };
+  RangeFetcherOptions o = FastOptions();
+  o.max_refetches = 2;
+  RangeFetcher f(*client, o);
+  Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(c.accepted.count(0), 1u);
+  EXPECT_EQ(c.resets[0], 1);
+  EXPECT_EQ(c.completes[0], 2);
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.completes[1], 3);  // first try + 2 refetches
+  EXPECT_EQ(c.resets[1], 2);
+  ASSERT_EQ(c.failed.count(1), 1u);
+  EXPECT_THAT(c.failed[1].message(), HasSubstr("always bad"));
+  EXPECT_THAT(c.failed[1].message(), HasSubstr("xxh64 mismatch"));
+  EXPECT_EQ(f.counters().refetches, 3u);
+}
+
+TEST(RangeFetcherTest, FailVerdictAndConsumerErrorsEndTheRequest) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(300'000, 10);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  c.Add("a.bin", 0, 1000);
+  c.Add("a.bin", 1000, 200'000);
+  c.verdict = [](std::uint64_t id, const std::string&) {
+    return id == 0 ? RangeVerdict::Fail(CorruptionError("bad tile")) : RangeVerdict::Accept();
+  };
+  c.data_hook = [](std::uint64_t id, std::uint64_t have) {
+    return id == 1 && have > 0 ? ResourceExhaustedError("disk full") : Status::Ok();
+  };
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(c.failed[0].code(), StatusCode::kCorruption);
+  EXPECT_EQ(c.failed[1].code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(hub.cdn().request_count(), 2u);  // neither was retried
+  EXPECT_EQ(c.violations, 0);
+}
+
+TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(1000, 10);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  c.Add("missing.bin", 0, 10, "gone");
+  c.Add("../etc/passwd", 0, 10, "evil");
+  c.Add("a.bin", 900, 200, "past end");
+  c.Add("a.bin", 0, 0, "empty");
+  c.Add("a.bin", 0, 1000);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(c.failed[0].code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("EntryNotFound"));
+  EXPECT_EQ(c.failed[1].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.failed[2].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.failed[3].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.accepted.count(4), 1u);
+  EXPECT_EQ(hub.CountHub("HEAD", "missing.bin"), 1);
+  EXPECT_EQ(hub.CountHub("HEAD", "passwd"), 0);
+}
+
+TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 11);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> in_flight{0};
+  std::atomic<int> max_in_flight{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    const int now = ++in_flight;
+    int prev = max_in_flight.load();
+    while (prev < now && !max_in_flight.compare_exchange_weak(prev, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --in_flight;
+    return ServeBlobRange(hub.lfs_files["a.bin"], r);
+  };
+  TestConsumer c;
+  AddSplit(c, "a.bin", 100'000, 40);
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 4;
+  o.max_queued = 8;
+  RangeFetcher f(*client, o);
+  ASSERT_TRUE(f.Run(c).ok());
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_LE(hub.cdn().max_concurrent_connections(), 4);
+  EXPECT_LE(max_in_flight.load(), 4);
+  EXPECT_GE(max_in_flight.load(), 2);  // it does run in parallel
+  EXPECT_LE(c.max_outstanding, 12);    // requests are pulled lazily
+}
+
+TEST(RangeFetcherTest, RequestsArePulledLazily) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(20'000, 12);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  for (int i = 0; i < 5000; ++i) c.Add("a.bin", static_cast<std::uint64_t>(i) * 4, 4);
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 8;
+  o.max_queued = 16;
+  RangeFetcher f(*client, o);
+  ASSERT_TRUE(f.Run(c).ok());
+  EXPECT_EQ(c.accepted.size(), 5000u);
+  EXPECT_LE(c.max_outstanding, 24);
+  c.ExpectBytes(hub.lfs_files);
+}
+
+TEST(RangeFetcherTest, BandwidthLimitIsRoughlyRespected) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(3 << 20, 13);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  AddSplit(c, "a.bin", 3 << 20, 24);
+  RangeFetcherOptions o = FastOptions();
+  o.max_bytes_per_second = 4 << 20;  // 3 MiB at 4 MiB/s: ~0.75 s
+  RangeFetcher f(*client, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(f.Run(c).ok());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_GE(secs, 0.6);
+  EXPECT_LE(secs, 3.0);
+}
+
+TEST(RangeFetcherTest, StalledTransferIsRetried) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(10'000, 14);
+  HubOptions ho = TestHubOptions(hub);
+  ho.stall_timeout = std::chrono::seconds(1);
+  auto client = Open(hub, ho);
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (calls++ > 0) return std::nullopt;
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    resp.body.resize(600);  // then silence on an open connection: a stall
+    resp.content_length = 5000;
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 0, 5000);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_GE(f.counters().retries, 1u);
+}
+
+TEST(RangeFetcherTest, CancelFromAnotherThread) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 15);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    resp.delay = std::chrono::milliseconds(30);
+    return resp;
+  };
+  TestConsumer c;
+  for (int i = 0; i < 2000; ++i) c.Add("a.bin", static_cast<std::uint64_t>(i), 10);
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 2;
+  RangeFetcher f(*client, o);
+  std::atomic<bool> cancel{false};
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel.store(true);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = f.Run(c, &cancel);
+  t.join();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_LT(c.next, 2000u);
+  EXPECT_EQ(c.outstanding, 0);  // every handed-out request ended
+  EXPECT_EQ(c.violations, 0);
+}
+
+}  // namespace
+}  // namespace exlr8

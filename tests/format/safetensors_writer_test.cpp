@@ -52,6 +52,7 @@ TEST(SafetensorsWriter, RoundTripThroughReader) {
     EXPECT_EQ(info->dtype, t.dtype) << t.name;
     EXPECT_EQ(info->shape, t.shape) << t.name;
     ASSERT_EQ(info->byte_size(), t.bytes.size()) << t.name;
+    if (t.bytes.empty()) continue;  // memcmp on a null pointer is UB even for 0 bytes
     EXPECT_EQ(0, std::memcmp(file->data() + h->AbsoluteOffset(*info), t.bytes.data(), t.bytes.size())) << t.name;
   }
   // order of data = order given, not name order

@@ -36,7 +36,10 @@ struct HttpSettings {
   long connect_timeout_ms = 10'000;
   long low_speed_limit = 1;    // bytes/s ...
   long low_speed_time_s = 30;  // ... below which for this long = stalled
-  long buffer_size = 512 * 1024;
+  // libcurl's receive buffer per transfer. 100 KiB like the curl tool:
+  // measured on loopback (1 GiB as 2,731 ranges, 16 transfers), 512 KiB was
+  // 2x slower than this (buffer churn per transfer, cache misses).
+  long buffer_size = 100 * 1024;
 
   // True iff `url` is on the hub endpoint's origin (scheme, host, port).
   bool ShouldSendToken(std::string_view url) const;

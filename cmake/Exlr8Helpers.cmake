@@ -3,7 +3,8 @@
 # exlr8_set_warnings(target): strict warnings, errors when EXLR8_WERROR.
 function(exlr8_set_warnings target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wshadow=local>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor
       -Wno-missing-field-initializers>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${EXLR8_WERROR}>>:-Werror>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${EXLR8_WERROR}>>:-Werror=all-warnings>)

@@ -71,20 +71,6 @@ Result<UniqueFd> OpenSubdir(int dir_fd, const std::string& name, bool create, bo
 
 }  // namespace
 
-std::string EscapeForMessage(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c < 0x20 || c >= 0x7f || c == '\\') {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 Status ValidateRepoId(std::string_view repo) {
   const std::size_t slash = repo.find('/');

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/cache/posix.h"
+#include "format/json.h"  // EscapeForMessage
 #include "format/status.h"
 
 namespace exlr8 {
@@ -47,8 +48,6 @@ Status ValidateRepoPath(std::string_view path);
 // REQUIRES: ValidateRepoId(repo) and ValidateCommit(commit) are OK.
 std::string FilesetDir(std::string_view repo, std::string_view commit);
 
-// `s` with bytes outside printable ASCII written as \xNN, for messages.
-std::string EscapeForMessage(std::string_view s);
 
 // Result of OpenBeneath.
 struct BeneathFile {

@@ -202,6 +202,13 @@ Status HttpError(long status, const ResponseHead& head, std::string_view what, b
   std::string msg = std::string(what) + ": HTTP " + std::to_string(status);
   if (!head.x_error_code.empty()) msg += " (" + EscapeForMessage(head.x_error_code) + ")";
   if (!head.x_error_message.empty()) msg += ": " + EscapeForMessage(head.x_error_message);
+  // The Hub answers 401 RepoNotFound for a repo that does not exist or that
+  // this caller may not see (huggingface_hub: RepositoryNotFoundError).
+  if (status == 401 && head.x_error_code == "RepoNotFound") {
+    msg += token_sent ? "; repository not found, or the token has no access to it"
+                      : "; repository not found, or it is private or gated and no token was sent (set HF_TOKEN)";
+    return NotFoundError(std::move(msg));
+  }
   if (status == 401 || status == 403) {
     msg += token_sent ? "; the Hugging Face token was rejected or lacks access to this repo (check HF_TOKEN "
                         "or the token file; gated repos need their terms accepted)"

@@ -132,7 +132,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
                                                    std::string revision) {
   EnsureCurlGlobalInit();
   std::unique_ptr<HubClient> c(new HubClient());
-  EXLR8_RETURN_IF_ERROR(ValidateRepoId(repo));
+  EXLR8_RETURN_IF_ERROR(ValidateHubRepoId(repo));
   if (revision.empty()) return InvalidArgumentError("empty revision for " + repo);
   if (options.repo_type != "model" && options.repo_type != "dataset") {
     return InvalidArgumentError("repo type '" + EscapeForMessage(options.repo_type) +

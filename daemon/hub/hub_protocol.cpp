@@ -65,7 +65,7 @@ std::string PercentEncode(std::string_view s, bool keep_slash) {
   return out;
 }
 
-Status ValidateRepoId(std::string_view repo) {
+Status ValidateHubRepoId(std::string_view repo) {
   auto bad = [&](std::string_view why) {
     return InvalidArgumentError("repo id '" + EscapeForMessage(repo) + "': " + std::string(why));
   };

@@ -31,7 +31,7 @@ std::string PercentEncode(std::string_view s, bool keep_slash);
 
 // A repo id "name" or "owner/name": 1..96 bytes per part of [A-Za-z0-9-_.],
 // no part "." or "..". Else InvalidArgument (it comes from our caller).
-Status ValidateRepoId(std::string_view repo);
+Status ValidateHubRepoId(std::string_view repo);
 
 // A file path received from the Hub (untrusted): non-empty, at most
 // kMaxHubPathBytes, relative, '/'-separated, no empty, "." or ".." segment,

@@ -1,0 +1,204 @@
+// exlr8d pull --repo ORG/NAME [--revision REV] --manifest NAME|PATH --tp N --rank R ...
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "daemon/commands.h"
+#include "daemon/progress.h"
+#include "daemon/pull/pull_job.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: exlr8d pull --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+
+Fetches exactly the bytes TP rank R of N needs under a manifest from a Hugging
+Face compatible hub, verifies every slice, and keeps them in the local cache
+(<cache>/<org>/<name>/<commit>/<path>, holes where other ranks' bytes are).
+Bytes already verified in the cache are not fetched again; an interrupted pull
+resumes where it stopped.
+
+  --repo ORG/NAME        repository on the hub
+  --revision REV         branch, tag or commit (default main); resolved once
+  --manifest NAME|PATH   manifest name (home, down1, up1, ...) or repo path
+  --tp N --rank R        tensor-parallel degree and this node's rank
+  --endpoint URL         hub or mirror (default $HF_ENDPOINT, else https://huggingface.co)
+  --cache DIR            cache directory (default $EXLR8_CACHE, else
+                         $XDG_CACHE_HOME/exlr8, else ~/.cache/exlr8)
+  --jobs J               parallel transfers (default 16)
+  --token-file FILE      token file (default: $HF_TOKEN, else $HF_HOME/token)
+  --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
+  --limit-rate BYTES     total download rate limit, e.g. 200M (bytes/s)
+  --budget BYTES         refuse to grow the cache past this size
+  --coalesce-gap BYTES   merge ranges whose gap is <= BYTES (default 0)
+  --offline              use the cache only (also HF_HUB_OFFLINE=1)
+  --dry-run              fetch only what planning needs, print the plan
+  --no-progress          no progress bar or progress log lines
+  --json                 print the summary as JSON on stdout
+
+Exit status: 0 when everything in the plan is verified in the cache; 1 when
+the pull ended without that; 2 usage; 3 corrupt or missing data; 4 network or
+I/O; 5 permission (token); 6 out of space or budget; 7 cache locked or
+offline with missing bytes; 130 interrupted.
+)";
+
+// Cancels the job on SIGINT/SIGTERM from a thread (not a signal handler).
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(PullJob& job) : job_(job) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] {
+      timespec ts{0, 200'000'000};
+      while (!stop_.load()) {
+        if (sigtimedwait(&set_, nullptr, &ts) > 0) {
+          signalled_.store(true);
+          job_.Cancel();
+        }
+      }
+    });
+  }
+  ~SignalWatcher() {
+    stop_.store(true);
+    thread_.join();
+    pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
+  }
+  bool signalled() const { return signalled_.load(); }
+
+ private:
+  PullJob& job_;
+  sigset_t set_;
+  std::atomic<bool> stop_{false}, signalled_{false};
+  std::thread thread_;
+};
+
+void PrintSummary(const PullSummary& s, bool json) {
+  const double mbps = s.elapsed_s > 0 ? static_cast<double>(s.bytes_fetched) / s.elapsed_s : 0;
+  if (json) {
+    std::printf(
+        "{\"repo\":\"%s\",\"revision\":\"%s\",\"commit\":\"%s\",\"root\":\"%s\",\"complete\":%s,"
+        "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"requests\":%llu,\"retries\":%llu,"
+        "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
+        "\"shared_halves\":%llu,\"elapsed_s\":%.3f,\"bytes_per_second\":%.0f}\n",
+        s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
+        static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
+        static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.requests),
+        static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
+        static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
+        static_cast<unsigned long long>(s.plan.totals.routed_halves),
+        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.elapsed_s, mbps);
+    return;
+  }
+  std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
+              s.commit.c_str(), s.plan.manifest.c_str(), s.plan.tp, s.plan.rank);
+  std::printf("  cache            %s\n", s.root.c_str());
+  std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
+              HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.totals.routed_halves),
+              static_cast<unsigned long long>(s.plan.totals.shared_halves),
+              static_cast<unsigned long long>(s.plan.files.size()), HumanBytes(s.plan.totals.release_bytes).c_str());
+  std::printf("  fetched          %s\n", HumanBytes(s.bytes_fetched).c_str());
+  std::printf("  reused           %s (already verified in the cache)\n", HumanBytes(s.bytes_reused).c_str());
+  std::printf("  requests         %llu (%llu retries, %llu refetches, %llu /resolve/)\n",
+              static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retries),
+              static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
+  std::printf("  checksum errors  %llu (discarded and refetched)\n", static_cast<unsigned long long>(s.checksum_failures));
+  std::printf("  time             %.2f s, %s/s\n", s.elapsed_s, HumanBytes(static_cast<std::uint64_t>(mbps)).c_str());
+  std::printf("  verified         %s\n", s.complete ? "yes: every byte of the plan is in the cache" : "NO");
+}
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  if (const char* c = std::getenv("EXLR8_CACHE"); c && *c) return c;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exlr8";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exlr8";
+  return ".exlr8-cache";
+}
+
+int RunPullCommand(const std::vector<std::string>& argv) {
+  auto args = Args::Parse(argv,
+                          {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file",
+                           "proxy", "limit-rate", "budget", "coalesce-gap"},
+                          {"dry-run", "offline", "no-progress", "json", "help"});
+  if (!args.ok()) return ReportError("exlr8d pull", args.status());
+  if (args->Flag("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!args->positional().empty()) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  PullOptions opt;
+  CacheOptions cache_opt;
+  auto parse = [&]() -> Status {
+    EXLR8_ASSIGN_OR_RETURN(opt.repo, args->Require("repo"));
+    EXLR8_ASSIGN_OR_RETURN(opt.manifest, args->Require("manifest"));
+    opt.revision = args->GetOr("revision", "main");
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args->GetInt("tp", -1, 1, 1 << 20));
+    if (tp < 0) return InvalidArgumentError("missing --tp");
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
+    if (rank < 0) return InvalidArgumentError("missing --rank");
+    opt.tp = static_cast<int>(tp);
+    opt.rank = static_cast<int>(rank);
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t jobs, args->GetInt("jobs", 16, 1, 1024));
+    opt.fetch.max_parallel = static_cast<int>(jobs);
+    opt.fetch.max_queued = std::max(64, 4 * static_cast<int>(jobs));
+    opt.hub.endpoint = args->GetOr("endpoint", "");
+    opt.hub.token_file = args->GetOr("token-file", "");
+    opt.hub.proxy = args->GetOr("proxy", "");
+    if (auto r = args->Get("limit-rate")) {
+      EXLR8_ASSIGN_OR_RETURN(opt.fetch.max_bytes_per_second, ParseByteCount(*r));
+    }
+    if (auto b = args->Get("budget")) {
+      EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
+      cache_opt.byte_budget = budget;
+    }
+    if (auto g = args->Get("coalesce-gap")) {
+      EXLR8_ASSIGN_OR_RETURN(opt.coalesce_gap, ParseByteCount(*g));
+    }
+    const char* off = std::getenv("HF_HUB_OFFLINE");
+    opt.offline = args->Flag("offline") || (off && (std::string(off) == "1" || std::string(off) == "true"));
+    opt.dry_run = args->Flag("dry-run");
+    return Status::Ok();
+  };
+  if (Status s = parse(); !s.ok()) return ReportError("exlr8d pull", s);
+
+  const std::string cache_dir = args->GetOr("cache", DefaultCacheDir());
+  auto cache = Cache::Open(cache_dir, cache_opt);
+  if (!cache.ok()) return ReportError("exlr8d pull", cache.status());
+
+  PullJob job(**cache, opt);
+  Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
+  {
+    SignalWatcher signals(job);
+    ProgressDisplay progress(job, stderr, !args->Flag("no-progress") && !opt.dry_run);
+    result = job.Run();
+    progress.Stop();
+  }
+  if (!result.ok()) return ReportError("exlr8d pull", result.status());
+  if (opt.dry_run) {
+    const PlanTotals& t = result->plan.totals;
+    std::printf("dry run: %s@%s (commit %s), manifest %s, TP %d rank %d\n", result->repo.c_str(),
+                result->revision.c_str(), result->commit.c_str(), result->plan.manifest.c_str(), opt.tp, opt.rank);
+    std::printf("  would fetch %s in %llu requests (%llu routed + %llu shared halves) of a %s release; %.4f b/w on "
+                "this rank\n",
+                HumanBytes(t.bytes).c_str(), static_cast<unsigned long long>(t.requests),
+                static_cast<unsigned long long>(t.routed_halves), static_cast<unsigned long long>(t.shared_halves),
+                HumanBytes(t.release_bytes).c_str(), t.rank_bits_per_weight);
+    return 0;
+  }
+  PrintSummary(*result, args->Flag("json"));
+  return result->complete ? 0 : kExitVerifyFailed;
+}
+
+}  // namespace exlr8

@@ -1,0 +1,183 @@
+#include "daemon/pull/consumers.h"
+
+#include <algorithm>
+
+namespace exlr8 {
+
+void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
+  ++failures_;
+  if (first_error_.ok()) first_error_ = status;
+  Forget(id);
+  // Nothing else can succeed past these: stop the whole run early.
+  if (status.code() == StatusCode::kResourceExhausted || status.code() == StatusCode::kPermissionDenied ||
+      status.code() == StatusCode::kIOError)
+    fetcher_.Cancel();
+}
+
+// ---- whole files ----
+
+WholeFileConsumer::WholeFileConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
+                                     std::vector<WholeFileTarget> targets)
+    : ConsumerBase(fetcher), cache_(cache), batch_(batch), counters_(counters), targets_(std::move(targets)) {}
+
+bool WholeFileConsumer::NextRequest(RangeRequest* out) {
+  if (next_ >= targets_.size()) return false;
+  const WholeFileTarget& t = targets_[next_];
+  auto digest = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256,
+                                     t.size);
+  if (!digest.ok()) return false;  // OpenSSL broken: nothing can be verified
+  live_.emplace(next_, std::move(*digest));
+  out->path = t.path;
+  out->offset = 0;
+  out->length = t.size;
+  out->id = next_;
+  out->label = t.path;
+  ++next_;
+  return true;
+}
+
+Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
+  EXLR8_RETURN_IF_ERROR(cache_.WriteAt(targets_[id].file, offset, bytes));
+  live_.at(id).Update(bytes);
+  return Status::Ok();
+}
+
+RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
+  const WholeFileTarget& t = targets_[id];
+  const std::string got = live_.at(id).FinishHex();
+  const std::string& want = t.sha256.empty() ? t.git_sha1 : t.sha256;
+  if (got != want) {
+    counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    return RangeVerdict::Refetch(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") +
+                                                 got + ", the hub lists " + want));
+  }
+  live_.erase(id);
+  Status s = batch_.Add({t.file, 0, t.size});
+  if (!s.ok()) return RangeVerdict::Fail(s);
+  counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
+  verified_.push_back(t.file);
+  return RangeVerdict::Accept();
+}
+
+void WholeFileConsumer::OnReset(std::uint64_t id) { live_.at(id).Reset(); }
+
+// ---- width-file headers ----
+
+bool HeaderConsumer::NextRequest(RangeRequest* out) {
+  while (next_ < targets_.size() && targets_[next_].wanted <= targets_[next_].bytes.size()) ++next_;
+  if (next_ >= targets_.size()) return false;
+  HeaderTarget& t = targets_[next_];
+  out->path = t.path;
+  out->offset = t.bytes.size();
+  out->length = t.wanted - t.bytes.size();
+  out->id = next_;
+  out->label = t.path + " header";
+  start_size_[next_] = t.bytes.size();
+  ++next_;
+  return true;
+}
+
+Status HeaderConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
+  HeaderTarget& t = targets_[id];
+  if (offset != t.bytes.size()) return InternalError(t.path + ": header bytes out of order");
+  t.bytes.insert(t.bytes.end(), bytes.begin(), bytes.end());
+  return Status::Ok();
+}
+
+void HeaderConsumer::OnReset(std::uint64_t id) { targets_[id].bytes.resize(start_size_[id]); }
+
+// ---- expert halves ----
+
+void BuildRequests(FileWork& work, std::uint64_t gap) {
+  work.requests.clear();
+  for (std::uint32_t i = 0; i < work.halves.size(); ++i) {
+    const HalfWork& h = work.halves[i];
+    if (!work.requests.empty()) {
+      FileWork::Request& last = work.requests.back();
+      const std::uint64_t end = last.offset + last.length;
+      if (h.offset >= end && h.offset - end <= gap) {
+        last.length = h.offset + h.length - last.offset;
+        ++last.count;
+        continue;
+      }
+    }
+    work.requests.push_back({h.offset, h.length, i, 1});
+  }
+}
+
+HalfConsumer::HalfConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
+                           std::vector<FileWork>& files)
+    : ConsumerBase(fetcher), cache_(cache), batch_(batch), counters_(counters), files_(files) {}
+
+bool HalfConsumer::NextRequest(RangeRequest* out) {
+  while (next_file_ < files_.size() && next_request_ >= files_[next_file_].requests.size()) {
+    ++next_file_;
+    next_request_ = 0;
+  }
+  if (next_file_ >= files_.size()) return false;
+  FileWork& fw = files_[next_file_];
+  const FileWork::Request& rq = fw.requests[next_request_++];
+  const std::uint64_t id = next_id_++;
+  Live live{&fw, &rq, std::vector<Xxh64>(rq.count), 0};
+  live_.emplace(id, std::move(live));
+  out->path = fw.path;
+  out->offset = rq.offset;
+  out->length = rq.length;
+  out->id = id;
+  out->label = fw.halves[rq.first].tag.What();
+  if (rq.count > 1) out->label += " (+" + std::to_string(rq.count - 1) + " adjacent)";
+  return true;
+}
+
+Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
+  Live& lv = live_.at(id);
+  EXLR8_RETURN_IF_ERROR(cache_.WriteAt(lv.file->file, offset, bytes));
+  const std::uint64_t end = offset + bytes.size();
+  while (lv.cursor < lv.request->count) {
+    const HalfWork& h = lv.file->halves[lv.request->first + lv.cursor];
+    if (h.offset >= end) break;  // this chunk ends before the half (in a gap)
+    const std::uint64_t from = std::max(h.offset, offset);
+    const std::uint64_t to = std::min(h.offset + h.length, end);
+    if (to > from) lv.hashes[lv.cursor].Update(bytes.subspan(from - offset, to - from));
+    if (h.offset + h.length > end) break;  // half continues in the next chunk
+    ++lv.cursor;
+  }
+  return Status::Ok();
+}
+
+RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
+  Live& lv = live_.at(id);
+  for (std::uint32_t i = 0; i < lv.request->count; ++i) {
+    const HalfWork& h = lv.file->halves[lv.request->first + i];
+    Xxh64& hash = lv.hashes[i];
+    for (const ByteRun& run : h.tail) {
+      tail_buf_.resize(run.length);
+      Status s = lv.file->index->ReadAt(run.offset, tail_buf_);
+      if (!s.ok()) return RangeVerdict::Fail(s);
+      hash.Update(tail_buf_);
+    }
+    if (hash.Digest() != h.xxh64) {
+      counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+      return RangeVerdict::Refetch(CorruptionError(lv.file->path + " offset " + std::to_string(h.offset) + " (" +
+                                                   h.tag.What() + "): xxh64 " + Hex64(hash.Digest()) +
+                                                   ", expected " + Hex64(h.xxh64)));
+    }
+  }
+  for (std::uint32_t i = 0; i < lv.request->count; ++i) {
+    const HalfWork& h = lv.file->halves[lv.request->first + i];
+    Status s = batch_.Add({lv.file->file, h.offset, h.length});
+    if (!s.ok()) return RangeVerdict::Fail(s);
+    counters_.bytes_verified.fetch_add(h.length, std::memory_order_relaxed);
+    counters_.ranges_done.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_.erase(id);
+  return RangeVerdict::Accept();
+}
+
+void HalfConsumer::OnReset(std::uint64_t id) {
+  Live& lv = live_.at(id);
+  for (auto& h : lv.hashes) h.Reset();
+  lv.cursor = 0;
+}
+
+}  // namespace exlr8

@@ -1,0 +1,164 @@
+// The three kinds of fetch a pull makes, as RangeConsumers
+// (daemon/hub/range_fetcher.h). Internal to daemon/pull.
+//
+//   WholeFileConsumer  whole files, streamed into the cache and hashed
+//                      (SHA-256 or git blob SHA-1) as they arrive
+//   HeaderConsumer     the first bytes of width files, kept in memory until
+//                      the safetensors header is complete
+//   HalfConsumer       expert halves: written into the cache and hashed
+//                      (XXH64 + index-file tail) as they stream in
+//
+// All of them write with Cache::WriteAt only; recording happens through the
+// CommitBatcher after verification.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/cache/cache.h"
+#include "daemon/hub/range_fetcher.h"
+#include "daemon/pull/commit_batcher.h"
+#include "daemon/pull/digest.h"
+#include "format/checksum.h"
+#include "format/plan.h"
+
+namespace exlr8 {
+
+// Counters shared with PullJob::Progress() (read from other threads).
+struct JobCounters {
+  std::atomic<std::uint64_t> bytes_planned{0};
+  std::atomic<std::uint64_t> bytes_reused{0};
+  std::atomic<std::uint64_t> bytes_verified{0};
+  std::atomic<std::uint64_t> ranges_total{0};
+  std::atomic<std::uint64_t> ranges_done{0};
+  std::atomic<std::uint64_t> checksum_failures{0};
+};
+
+// Base: remembers the first failure and cancels the fetcher on failures that
+// no other request can get past (disk full, permission).
+class ConsumerBase : public RangeConsumer {
+ public:
+  explicit ConsumerBase(RangeFetcher& fetcher) : fetcher_(fetcher) {}
+  void OnFailed(std::uint64_t id, const Status& status) override;
+  const Status& first_error() const { return first_error_; }
+  std::uint64_t failures() const { return failures_; }
+
+ protected:
+  virtual void Forget(std::uint64_t id) = 0;
+  RangeFetcher& fetcher_;
+  Status first_error_;
+  std::uint64_t failures_ = 0;
+};
+
+struct WholeFileTarget {
+  FileId file = 0;
+  std::string path;
+  std::uint64_t size = 0;
+  std::string sha256;    // LFS files
+  std::string git_sha1;  // regular files
+};
+
+class WholeFileConsumer final : public ConsumerBase {
+ public:
+  WholeFileConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
+                    std::vector<WholeFileTarget> targets);
+  bool NextRequest(RangeRequest* out) override;
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
+  RangeVerdict OnComplete(std::uint64_t id) override;
+  void OnReset(std::uint64_t id) override;
+  // Files verified (and queued for commit) in this run.
+  const std::vector<FileId>& verified() const { return verified_; }
+
+ private:
+  void Forget(std::uint64_t id) override { live_.erase(id); }
+  Cache& cache_;
+  CommitBatcher& batch_;
+  JobCounters& counters_;
+  std::vector<WholeFileTarget> targets_;
+  std::size_t next_ = 0;
+  std::unordered_map<std::uint64_t, StreamDigest> live_;
+  std::vector<FileId> verified_;
+};
+
+struct HeaderTarget {
+  FileId file = 0;
+  std::string path;
+  std::uint64_t size = 0;
+  std::vector<std::byte> bytes;   // what arrived so far, from offset 0
+  std::uint64_t wanted = 0;       // bytes to request in this round
+  std::optional<std::uint64_t> header_bytes;  // 8 + N once known
+};
+
+class HeaderConsumer final : public ConsumerBase {
+ public:
+  // Requests [bytes.size(), wanted) of each target with wanted > bytes.size().
+  HeaderConsumer(RangeFetcher& fetcher, std::vector<HeaderTarget>& targets) : ConsumerBase(fetcher), targets_(targets) {}
+  bool NextRequest(RangeRequest* out) override;
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
+  RangeVerdict OnComplete(std::uint64_t) override { return RangeVerdict::Accept(); }
+  void OnReset(std::uint64_t id) override;
+
+ private:
+  void Forget(std::uint64_t) override {}
+  std::vector<HeaderTarget>& targets_;
+  std::size_t next_ = 0;
+  std::unordered_map<std::uint64_t, std::size_t> start_size_;  // id -> bytes.size() at start
+};
+
+// One half still to fetch.
+struct HalfWork {
+  std::uint64_t offset = 0, length = 0, xxh64 = 0;
+  std::array<ByteRun, 2> tail{};
+  HalfTag tag;
+};
+
+// One width file's halves still to fetch, and the requests covering them.
+struct FileWork {
+  FileId file = 0;
+  std::string path;
+  const ByteSource* index = nullptr;  // the verified index file (checksum tails)
+  std::vector<HalfWork> halves;       // sorted by offset
+  struct Request {
+    std::uint64_t offset, length;
+    std::uint32_t first, count;       // halves[first, first + count)
+  };
+  std::vector<Request> requests;
+};
+
+// Builds `requests` from `halves`: runs merged when the gap is <= gap.
+void BuildRequests(FileWork& work, std::uint64_t gap);
+
+class HalfConsumer final : public ConsumerBase {
+ public:
+  HalfConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
+               std::vector<FileWork>& files);
+  bool NextRequest(RangeRequest* out) override;
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
+  RangeVerdict OnComplete(std::uint64_t id) override;
+  void OnReset(std::uint64_t id) override;
+
+ private:
+  struct Live {
+    FileWork* file;
+    const FileWork::Request* request;
+    std::vector<Xxh64> hashes;  // one per half of the request
+    std::uint32_t cursor = 0;   // first half not yet fully hashed
+  };
+  void Forget(std::uint64_t id) override { live_.erase(id); }
+  Cache& cache_;
+  CommitBatcher& batch_;
+  JobCounters& counters_;
+  std::vector<FileWork>& files_;
+  std::size_t next_file_ = 0, next_request_ = 0;
+  std::uint64_t next_id_ = 0;
+  std::unordered_map<std::uint64_t, Live> live_;
+  std::vector<std::byte> tail_buf_;
+};
+
+}  // namespace exlr8

@@ -1,0 +1,487 @@
+#include "daemon/pull/pull_job.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+
+#include "daemon/pull/commit_batcher.h"
+#include "daemon/pull/consumers.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+#include "format/safetensors.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::array<std::string_view, 10> kPhaseNames = {"starting", "resolve", "list", "metadata", "headers",
+                                                          "plan",     "files",   "halves", "done", "failed"};
+static_assert(kPhaseNames.size() == static_cast<std::size_t>(PullPhase::kFailed) + 1);
+
+// First bytes fetched from each width file: enough for most headers in one go.
+constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
+constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+
+bool IsValidRepoId(std::string_view repo) {
+  const auto slash = repo.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == repo.size() ||
+      repo.find('/', slash + 1) != std::string_view::npos)
+    return false;
+  return std::all_of(repo.begin(), repo.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.' || c == '/';
+  });
+}
+
+}  // namespace
+
+std::string_view PullPhaseName(PullPhase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
+
+struct PullJob::Rep {
+  Cache& cache;
+  PullOptions opt;
+  std::atomic<bool> cancel{false};
+  std::atomic<int> phase{static_cast<int>(PullPhase::kStarting)};
+  JobCounters counters;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  std::unique_ptr<HubClient> hub;
+  std::unique_ptr<RangeFetcher> fetcher;  // created after the hub; read by Progress()
+  mutable std::mutex fetcher_mu;          // guards the fetcher pointer for Progress()
+
+  // state of one run
+  FilesetId fileset = 0;
+  std::string commit;
+  std::map<std::string, FileInfo> files;  // by repo path
+  std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
+  std::optional<PullId> pull_id;
+
+  Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
+
+  void SetPhase(PullPhase p) { phase.store(static_cast<int>(p)); }
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  Status CheckOptions() const;
+  Status ResolveAndList();
+  Status RefreshFiles();
+  Result<const FileInfo*> File(const std::string& path) const;
+  Status EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused);
+  Status EnsureHeaders(const std::vector<std::string>& paths, std::map<std::string, std::uint64_t>* header_bytes,
+                       const std::map<int, ExpertIndex>& indexes, std::uint64_t* reused);
+  Status FetchHalves(const Plan& plan, std::uint64_t* reused);
+  Status RunFetch(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch);
+  Result<std::string> ReadCachedText(const std::string& path);
+  PullCounters CacheCounters() const;
+  Result<bool> PlanComplete(const Plan& plan);
+};
+
+PullJob::PullJob(Cache& cache, PullOptions options) : rep_(std::make_unique<Rep>(cache, std::move(options))) {}
+PullJob::~PullJob() = default;
+
+void PullJob::Cancel() {
+  rep_->cancel.store(true);
+  std::lock_guard<std::mutex> lock(rep_->fetcher_mu);
+  if (rep_->fetcher) rep_->fetcher->Cancel();
+}
+
+PullProgress PullJob::Progress() const {
+  PullProgress p;
+  p.phase = static_cast<PullPhase>(rep_->phase.load());
+  p.bytes_planned = rep_->counters.bytes_planned.load();
+  p.bytes_reused = rep_->counters.bytes_reused.load();
+  p.bytes_verified = rep_->counters.bytes_verified.load();
+  p.ranges_total = rep_->counters.ranges_total.load();
+  p.ranges_done = rep_->counters.ranges_done.load();
+  p.checksum_failures = rep_->counters.checksum_failures.load();
+  {
+    std::lock_guard<std::mutex> lock(rep_->fetcher_mu);
+    if (rep_->fetcher) p.fetch = rep_->fetcher->counters();
+  }
+  p.bytes_received = p.fetch.bytes_received;
+  p.elapsed_s = rep_->Elapsed();
+  return p;
+}
+
+Status PullJob::Rep::CheckOptions() const {
+  if (!IsValidRepoId(opt.repo)) return InvalidArgumentError("--repo must be ORG/NAME, got '" + opt.repo + "'");
+  if (opt.revision.empty()) return InvalidArgumentError("--revision must not be empty");
+  if (opt.manifest.empty()) return InvalidArgumentError("missing --manifest");
+  if (opt.tp < 1) return InvalidArgumentError("--tp must be >= 1");
+  if (opt.rank < 0 || opt.rank >= opt.tp)
+    return InvalidArgumentError("--rank must be in [0, " + std::to_string(opt.tp - 1) + "]");
+  return Status::Ok();
+}
+
+Status PullJob::Rep::RefreshFiles() {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> list, cache.ListFiles(fileset));
+  files.clear();
+  for (auto& f : list) files.emplace(f.path, std::move(f));
+  return Status::Ok();
+}
+
+Result<const FileInfo*> PullJob::Rep::File(const std::string& path) const {
+  auto it = files.find(path);
+  if (it == files.end()) return NotFoundError(opt.repo + "@" + commit + " has no file " + path);
+  return &it->second;
+}
+
+Status PullJob::Rep::ResolveAndList() {
+  SetPhase(PullPhase::kResolve);
+  if (opt.offline) {
+    auto c = cache.LookupCommit(opt.repo, opt.revision);
+    if (!c.ok())
+      return FailedPreconditionError("offline mode (HF_HUB_OFFLINE=1): " + opt.repo + "@" + opt.revision +
+                                     " was never pulled into this cache (" + c.status().message() + ")");
+    commit = *c;
+    EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
+    SetPhase(PullPhase::kList);
+    return RefreshFiles();
+  }
+  EXLR8_ASSIGN_OR_RETURN(hub, HubClient::Open(opt.hub, opt.repo, opt.revision));
+  commit = hub->commit();
+  {
+    std::lock_guard<std::mutex> lock(fetcher_mu);
+    fetcher = std::make_unique<RangeFetcher>(*hub, opt.fetch);
+  }
+  EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
+  SetPhase(PullPhase::kList);
+  EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> listing, hub->ListFiles());
+  for (const HubFile& f : listing) {
+    std::optional<std::string> sha256, sha1;
+    if (!f.lfs_sha256.empty()) sha256 = f.lfs_sha256;
+    else if (!f.blob_id.empty()) sha1 = f.blob_id;
+    EXLR8_RETURN_IF_ERROR(cache.PutFile(fileset, f.path, f.size, sha256, sha1).status());
+  }
+  return RefreshFiles();
+}
+
+Status PullJob::Rep::RunFetch(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch) {
+  Status s = fetcher->Run(consumer, &cancel);
+  Status flushed = batch ? batch->Flush() : Status::Ok();
+  if (cancel.load()) return CancelledError("pull cancelled");
+  if (!base.first_error().ok()) return base.first_error();
+  EXLR8_RETURN_IF_ERROR(s);
+  return flushed;
+}
+
+Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused) {
+  std::vector<WholeFileTarget> targets;
+  std::uint64_t missing_bytes = 0;
+  for (const auto& path : paths) {
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
+    if (f->whole_verified) {
+      *reused += f->size;
+      continue;
+    }
+    if (!f->sha256 && !f->git_sha1)
+      return CorruptionError(path + ": the hub lists no sha256 or git blob id, so it cannot be verified");
+    WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
+    if (t.size == 0) {  // nothing to fetch; the empty content must still match
+      auto d = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256, 0);
+      if (!d.ok()) return d.status();
+      if (d->FinishHex() != (t.sha256.empty() ? t.git_sha1 : t.sha256))
+        return CorruptionError(path + ": empty file whose listed hash is not the empty content's");
+      EXLR8_RETURN_IF_ERROR(cache.MarkWholeFileVerified(t.file));
+      continue;
+    }
+    missing_bytes += t.size;
+    targets.push_back(std::move(t));
+  }
+  if (targets.empty()) return Status::Ok();
+  if (opt.offline)
+    return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
+                                   std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
+                                   ") are not in the cache");
+  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(missing_bytes));
+  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes);
+  WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
+  Status s = RunFetch(consumer, consumer, &batch);
+  // Flags only after the extents are durable (RunFetch flushed).
+  if (batch.Flush().ok())
+    for (FileId id : consumer.verified()) EXLR8_RETURN_IF_ERROR(cache.MarkWholeFileVerified(id));
+  EXLR8_RETURN_IF_ERROR(s);
+  return RefreshFiles();
+}
+
+Result<std::string> PullJob::Rep::ReadCachedText(const std::string& path) {
+  EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
+  if (f->size > kMaxManifestBytes) return ResourceExhaustedError(path + ": " + std::to_string(f->size) + " bytes is too large");
+  EXLR8_ASSIGN_OR_RETURN(auto src, cache.OpenVerified(f->id));
+  std::string text(f->size, '\0');
+  EXLR8_RETURN_IF_ERROR(src->ReadAt(0, std::as_writable_bytes(std::span(text))));
+  return text;
+}
+
+Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
+                                   std::map<std::string, std::uint64_t>* header_bytes,
+                                   const std::map<int, ExpertIndex>& indexes, std::uint64_t* reused) {
+  std::vector<HeaderTarget> targets;
+  std::vector<std::pair<std::string, std::vector<std::byte>>> ready;  // from the cache
+  for (const auto& path : paths) {
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
+    // Already verified in the cache?
+    std::array<std::byte, 8> first{};
+    if (f->size >= 8) {
+      EXLR8_ASSIGN_OR_RETURN(auto src, cache.OpenVerified(f->id));
+      if (src->ReadAt(0, first).ok()) {
+        auto n = SafetensorsHeaderSize(first, f->size, path);
+        if (n.ok()) {
+          std::vector<std::byte> bytes(*n);
+          if (src->ReadAt(0, bytes).ok()) {
+            ready.emplace_back(path, std::move(bytes));
+            continue;
+          }
+        }
+      }
+    }
+    HeaderTarget t;
+    t.file = f->id;
+    t.path = path;
+    t.size = f->size;
+    t.wanted = std::min(f->size, kHeaderProbeBytes);
+    targets.push_back(std::move(t));
+  }
+  if (!targets.empty() && opt.offline)
+    return FailedPreconditionError("offline mode: the header of " + targets[0].path + " is not in the cache");
+
+  // Round 1: the probe; round 2: the rest of headers longer than the probe.
+  for (int round = 0; round < 2 && !targets.empty(); ++round) {
+    HeaderConsumer consumer(*fetcher, targets);
+    EXLR8_RETURN_IF_ERROR(RunFetch(consumer, consumer, nullptr));
+    for (auto& t : targets) {
+      if (t.bytes.size() < 8) return CorruptionError(t.path + ": " + std::to_string(t.size) + " bytes, too short");
+      EXLR8_ASSIGN_OR_RETURN(std::uint64_t n, SafetensorsHeaderSize(std::span(t.bytes).first(8), t.size, t.path));
+      if (n > opt.max_header_bytes)
+        return CorruptionError(t.path + ": header of " + std::to_string(n) + " bytes exceeds the limit");
+      t.header_bytes = n;
+      t.wanted = std::max<std::uint64_t>(t.bytes.size(), n);
+    }
+  }
+
+  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes);
+  auto validate = [&](const std::string& path, std::span<const std::byte> bytes, std::uint64_t size) -> Status {
+    EXLR8_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(bytes, size, path));
+    const ReleasePath rp = ClassifyReleasePath(path);
+    auto ix = indexes.find(rp.layer);
+    if (ix == indexes.end()) return CorruptionError(path + ": no index file for layer " + std::to_string(rp.layer));
+    EXLR8_RETURN_IF_ERROR(ix->second.ValidateWidthFile(rp.k, header, size, path));
+    (*header_bytes)[path] = header.data_start();
+    return Status::Ok();
+  };
+  for (const auto& [path, bytes] : ready) {
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
+    EXLR8_RETURN_IF_ERROR(validate(path, bytes, f->size));
+    *reused += bytes.size();
+  }
+  for (auto& t : targets) {
+    const std::uint64_t n = *t.header_bytes;
+    std::span<const std::byte> header(t.bytes.data(), n);
+    EXLR8_RETURN_IF_ERROR(validate(t.path, header, t.size));
+    EXLR8_RETURN_IF_ERROR(cache.WriteAt(t.file, 0, header));
+    EXLR8_RETURN_IF_ERROR(batch.Add({t.file, 0, n}));
+    counters.bytes_verified.fetch_add(n, std::memory_order_relaxed);
+  }
+  return batch.Flush();
+}
+
+Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused) {
+  std::vector<FileWork> work;
+  std::uint64_t missing = 0, ranges = 0;
+  for (const PlanFile& pf : plan.files) {
+    if (pf.whole) continue;
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(pf.path));
+    auto ix = index_sources.find(pf.index_path);
+    if (ix == index_sources.end()) return InternalError(pf.index_path + " not loaded");
+    FileWork fw;
+    fw.file = f->id;
+    fw.path = pf.path;
+    fw.index = ix->second.get();
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, cache.VerifiedExtents(f->id));
+    auto covered = [&](std::uint64_t off, std::uint64_t len) {
+      auto it = std::upper_bound(have.begin(), have.end(), off,
+                                 [](std::uint64_t o, const Extent& e) { return o < e.offset; });
+      if (it == have.begin()) return false;
+      --it;
+      return it->offset <= off && off + len <= it->end();
+    };
+    for (const PlanRange& r : pf.ranges) {
+      if (r.kind != PlanRange::Kind::kHalf) continue;
+      if (covered(r.offset, r.length)) {
+        *reused += r.length;
+        continue;
+      }
+      fw.halves.push_back({r.offset, r.length, r.xxh64, r.checksum_tail, r.tag});
+      missing += r.length;
+    }
+    if (fw.halves.empty()) continue;
+    BuildRequests(fw, opt.coalesce_gap);
+    ranges += fw.halves.size();
+    work.push_back(std::move(fw));
+  }
+  counters.ranges_total.store(ranges);
+  counters.bytes_reused.store(*reused);
+  if (work.empty()) return Status::Ok();
+  if (opt.offline)
+    return FailedPreconditionError("offline mode: " + std::to_string(ranges) + " halves (" + std::to_string(missing) +
+                                   " bytes) of this plan are not in the cache");
+  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(missing));
+  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes, [this] {
+    if (pull_id) (void)cache.UpdatePull(*pull_id, CacheCounters());
+  });
+  HalfConsumer consumer(*fetcher, cache, batch, counters, work);
+  return RunFetch(consumer, consumer, &batch);
+}
+
+PullCounters PullJob::Rep::CacheCounters() const {
+  PullCounters c;
+  c.bytes_planned = counters.bytes_planned.load();
+  c.bytes_reused = counters.bytes_reused.load();
+  FetchCounters f;
+  if (fetcher) f = fetcher->counters();
+  c.bytes_fetched = f.bytes_received;
+  c.requests = f.transfers;
+  c.retries = f.retries;
+  c.checksum_failures = counters.checksum_failures.load();
+  return c;
+}
+
+Result<bool> PullJob::Rep::PlanComplete(const Plan& plan) {
+  EXLR8_RETURN_IF_ERROR(RefreshFiles());
+  for (const PlanFile& pf : plan.files) {
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(pf.path));
+    if (pf.whole) {
+      if (!f->whole_verified) return false;
+      continue;
+    }
+    for (const PlanRange& r : pf.ranges) {
+      EXLR8_ASSIGN_OR_RETURN(bool c, cache.Covers(f->id, r.offset, r.length));
+      if (!c) return false;
+    }
+  }
+  return true;
+}
+
+Result<PullSummary> PullJob::Run() {
+  Rep& r = *rep_;
+  auto body = [&]() -> Result<PullSummary> {
+    EXLR8_RETURN_IF_ERROR(r.CheckOptions());
+    EXLR8_RETURN_IF_ERROR(r.ResolveAndList());
+    EXLR8_RETURN_IF_ERROR(r.cache.Touch(r.fileset));
+    PullSummary sum;
+    sum.repo = r.opt.repo;
+    sum.revision = r.opt.revision;
+    sum.commit = r.commit;
+    std::uint64_t reused = 0;
+
+    // metadata: index files and the manifest
+    r.SetPhase(PullPhase::kMetadata);
+    const std::string manifest_path = IsManifestName(r.opt.manifest) ? ManifestPath(r.opt.manifest) : r.opt.manifest;
+    if (!r.files.contains(manifest_path))
+      return NotFoundError("manifest '" + r.opt.manifest + "' is not in " + r.opt.repo + "@" + r.commit + " (no " +
+                           manifest_path + ")");
+    ReleaseInputs inputs;
+    std::vector<std::string> metadata = {manifest_path};
+    for (const auto& [path, f] : r.files) {
+      inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
+      if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
+    }
+    EXLR8_RETURN_IF_ERROR(r.EnsureWholeFiles(metadata, &reused));
+    std::map<int, LayerGeometry> geometry;
+    for (const auto& path : metadata) {
+      const ReleasePath rp = ClassifyReleasePath(path);
+      if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
+      EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, r.File(path));
+      EXLR8_ASSIGN_OR_RETURN(auto src, r.cache.OpenVerified(f->id));
+      EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*src, rp.layer));
+      geometry[rp.layer] = LayerGeometry::Of(ix);
+      inputs.indexes.emplace(rp.layer, std::move(ix));
+      r.index_sources[path] = std::move(src);
+    }
+    EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, r.ReadCachedText(manifest_path));
+    EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.opt.manifest, geometry));
+
+    // headers of the width files this rank reads from
+    r.SetPhase(PullPhase::kHeaders);
+    std::set<std::string> width_paths;
+    for (const auto& [layer, lw] : manifest.layers()) {
+      for (std::uint32_t e = 0; e < lw.experts; ++e)
+        for (std::uint32_t h = 0; h < lw.halves; ++h)
+          if (RankOfHalf(lw.halves, e, h, layer, r.opt.tp) == r.opt.rank)
+            for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
+              width_paths.insert(ExpertWidthPath(layer, lw.Width(static_cast<int>(e), p, h)));
+      if (lw.has_shared)
+        for (std::uint32_t h = 0; h < lw.halves; ++h)
+          for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
+            width_paths.insert(ExpertWidthPath(layer, lw.Width(kSharedExpert, p, h)));
+    }
+    EXLR8_RETURN_IF_ERROR(r.EnsureHeaders({width_paths.begin(), width_paths.end()}, &inputs.width_header_bytes,
+                                          inputs.indexes, &reused));
+
+    // plan
+    r.SetPhase(PullPhase::kPlan);
+    EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, {r.opt.tp, r.opt.rank, r.opt.coalesce_gap}));
+    r.counters.bytes_planned.store(plan.totals.bytes);
+    r.counters.bytes_reused.store(reused);
+    EXLR8_ASSIGN_OR_RETURN(std::filesystem::path manifest_file, r.cache.DataPath(r.files.at(manifest_path).id));
+    sum.root = manifest_file.parent_path().parent_path();
+    if (r.opt.dry_run) {
+      sum.plan = std::move(plan);
+      return sum;
+    }
+    PullSpec spec;
+    spec.fileset = r.fileset;
+    spec.manifest = manifest_path;
+    spec.tp = r.opt.tp;
+    spec.rank = r.opt.rank;
+    spec.plan_summary_json = "{\"bytes\":" + std::to_string(plan.totals.bytes) +
+                             ",\"routed_halves\":" + std::to_string(plan.totals.routed_halves) +
+                             ",\"shared_halves\":" + std::to_string(plan.totals.shared_halves) + "}";
+    EXLR8_ASSIGN_OR_RETURN(r.pull_id, r.cache.StartPull(spec));
+
+    // every other whole file, then the halves
+    r.SetPhase(PullPhase::kFiles);
+    std::vector<std::string> whole;
+    for (const PlanFile& pf : plan.files)
+      if (pf.whole && std::find(metadata.begin(), metadata.end(), pf.path) == metadata.end()) whole.push_back(pf.path);
+    EXLR8_RETURN_IF_ERROR(r.EnsureWholeFiles(whole, &reused));
+    r.SetPhase(PullPhase::kHalves);
+    EXLR8_RETURN_IF_ERROR(r.FetchHalves(plan, &reused));
+
+    EXLR8_ASSIGN_OR_RETURN(sum.complete, r.PlanComplete(plan));
+    sum.plan = std::move(plan);
+    return sum;
+  };
+
+  Result<PullSummary> result = body();
+  const FetchCounters fc = r.fetcher ? r.fetcher->counters() : FetchCounters{};
+  if (r.pull_id) {
+    (void)r.cache.UpdatePull(*r.pull_id, r.CacheCounters());
+    if (result.ok() && result->complete) (void)r.cache.FinishPull(*r.pull_id, PullState::kDone);
+    else if (!result.ok() && result.status().code() == StatusCode::kCancelled)
+      (void)r.cache.FinishPull(*r.pull_id, PullState::kCancelled, result.status().message());
+    else
+      (void)r.cache.FinishPull(*r.pull_id, PullState::kFailed,
+                               result.ok() ? "plan not fully verified" : result.status().message());
+  }
+  if (!result.ok()) {
+    r.SetPhase(PullPhase::kFailed);
+    return result;
+  }
+  r.SetPhase(PullPhase::kDone);
+  PullSummary& s = *result;
+  s.bytes_planned = r.counters.bytes_planned.load();
+  s.bytes_reused = r.counters.bytes_reused.load();
+  s.bytes_fetched = fc.bytes_received;
+  s.requests = fc.transfers;
+  s.retries = fc.retries;
+  s.refetches = fc.refetches;
+  s.resolves = fc.resolves;
+  s.checksum_failures = r.counters.checksum_failures.load();
+  s.elapsed_s = r.Elapsed();
+  return result;
+}
+
+}  // namespace exlr8

@@ -1,0 +1,117 @@
+// PullJob: fetch exactly the bytes one TP rank needs from a Hugging Face
+// compatible hub into the verified local cache. The engine behind
+// `exlr8d pull`, and later behind each pull of `exlr8d serve`.
+//
+// Phases, in order:
+//   resolve   revision -> commit (once; every later request is pinned to it)
+//   list      the commit's files with sizes, LFS sha256 and git blob ids
+//   metadata  whole files the planner needs: expert index files and the
+//             manifest (each verified by SHA-256 or git blob SHA-1)
+//   headers   the safetensors header of every width file the rank reads from
+//             (parsed; every indexed half checked to lie inside it)
+//   plan      format/plan.h: files, ranges, checksums
+//   files     every other whole file (dense, vocab, config, other manifests)
+//   halves    the rank's expert halves: single-range requests, each half
+//             hashed while it streams in (XXH64 + its index-file tail, spec
+//             5.3); a mismatch discards and refetches (bounded)
+//   done      every byte of the plan is recorded as verified
+//
+// Crash safety: bytes are written where they belong (pwrite), and an extent
+// is recorded only after it is verified AND the file is fdatasync'ed
+// (Cache::CommitVerified), in batches (commit_interval / commit_bytes). A
+// kill at any moment loses at most the unrecorded batch and what was in
+// flight; a rerun fetches only what is not recorded. Bytes already verified
+// in the cache (another rank, another manifest, an earlier run) are reused.
+//
+// Thread rules: Run() on one thread; Cancel() and Progress() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "daemon/cache/cache.h"
+#include "daemon/hub/hub_client.h"
+#include "daemon/hub/range_fetcher.h"
+#include "format/plan.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+struct PullOptions {
+  std::string repo;               // "org/name"
+  std::string revision = "main";  // branch, tag or commit
+  std::string manifest;           // name ("home") or a repo path ("manifests/x.json")
+  int tp = 1;
+  int rank = 0;
+  std::uint64_t coalesce_gap = 0;
+  bool dry_run = false;  // fetch only what planning needs, then stop
+  bool offline = false;  // serve from the cache only (HF_HUB_OFFLINE=1)
+  HubOptions hub;
+  RangeFetcherOptions fetch;
+  // Verified extents are made durable and recorded at least this often.
+  std::chrono::milliseconds commit_interval{1000};
+  std::uint64_t commit_bytes = 256ull << 20;
+  // Largest whole file fetched into memory-free streaming is unbounded; the
+  // largest width-file header accepted:
+  std::uint64_t max_header_bytes = 100'000'000;
+};
+
+enum class PullPhase : int { kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kFiles, kHalves, kDone, kFailed };
+std::string_view PullPhaseName(PullPhase phase);
+
+// A consistent-enough snapshot for progress displays and the REST API.
+struct PullProgress {
+  PullPhase phase = PullPhase::kStarting;
+  std::uint64_t bytes_planned = 0;   // the plan's bytes (0 until planned)
+  std::uint64_t bytes_reused = 0;    // already verified in the cache
+  std::uint64_t bytes_verified = 0;  // fetched and verified by this job
+  std::uint64_t bytes_received = 0;  // off the network (includes refetches)
+  std::uint64_t ranges_total = 0;    // half ranges to fetch
+  std::uint64_t ranges_done = 0;
+  std::uint64_t checksum_failures = 0;
+  FetchCounters fetch;               // the fetcher's counters
+  double elapsed_s = 0;
+};
+
+struct PullSummary {
+  std::string repo, revision, commit;
+  std::filesystem::path root;  // <cache>/<org>/<name>/<commit>: the partial mirror
+  Plan plan;                   // files and totals (dry run: the full plan)
+  bool complete = false;       // every byte of the plan verified in the cache
+  std::uint64_t bytes_planned = 0, bytes_fetched = 0, bytes_reused = 0;
+  std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
+  double elapsed_s = 0;
+};
+
+class PullJob {
+ public:
+  // REQUIRES: `cache` outlives the job and is used by no other thread while
+  // Run() runs.
+  PullJob(Cache& cache, PullOptions options);
+  ~PullJob();
+  PullJob(const PullJob&) = delete;
+  PullJob& operator=(const PullJob&) = delete;
+
+  // Runs the pull to the end. OK with complete = true when every byte of the
+  // plan is verified in the cache (or, dry run, when the plan is made).
+  // Errors: InvalidArgument (options), NotFound/PermissionDenied (hub),
+  // Corruption (bad release data, checksums failing past the refetch bound),
+  // ResourceExhausted (disk or budget), FailedPrecondition (offline and
+  // missing bytes), Unavailable/IOError (network), Cancelled.
+  Result<PullSummary> Run();
+
+  void Cancel();
+  PullProgress Progress() const;
+
+ private:
+  struct Rep;
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace exlr8

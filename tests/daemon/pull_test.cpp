@@ -1,0 +1,373 @@
+// Integration tests of the pull engine: a real hub simulator on loopback
+// (tests/hubsim), real HTTP through libcurl, a real SQLite cache on disk.
+#include "daemon/pull/pull_job.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "client/file_sink.h"
+#include "client/local_release.h"
+#include "format/layout.h"
+#include "format/release_writer.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/hubsim/hubsim.h"
+
+namespace exlr8 {
+namespace {
+
+namespace fs = std::filesystem;
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+fs::path TinyRelease() { return fs::path(EXLR8_SHARED_DIR) / "fixtures" / "exlr8-tiny"; }
+
+std::vector<char> ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::unique_ptr<hubsim::HubSim> StartSim(const fs::path& dir, const std::string& token = "",
+                                         hubsim::FaultConfig faults = {}) {
+  hubsim::HubSimOptions o;
+  o.repos.push_back({"exlr8/test", dir.string()});
+  o.token = token;
+  o.faults = faults;
+  o.tree_page_size = 7;  // exercise paging
+  auto sim = hubsim::HubSim::Start(o);
+  EXPECT_TRUE(sim.ok()) << sim.status().ToString();
+  return std::move(*sim);
+}
+
+PullOptions Options(const hubsim::HubSim& sim, const std::string& manifest, int tp, int rank) {
+  PullOptions o;
+  o.repo = "exlr8/test";
+  o.manifest = manifest;
+  o.tp = tp;
+  o.rank = rank;
+  o.hub.endpoint = sim.hub_url();
+  o.hub.token_from_environment = false;
+  o.hub.use_env_proxy = false;
+  o.hub.retry_base = std::chrono::milliseconds(5);
+  o.fetch.max_parallel = 8;
+  o.fetch.retry_base = std::chrono::milliseconds(5);
+  o.fetch.retry_cap = std::chrono::milliseconds(100);
+  o.fetch.max_attempts = 12;
+  o.fetch.max_refetches = 6;
+  o.commit_interval = std::chrono::milliseconds(50);
+  return o;
+}
+
+Result<PullSummary> Pull(const fs::path& cache_dir, const PullOptions& o, CacheOptions co = {}) {
+  EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::Open(cache_dir, co));
+  PullJob job(*cache, o);
+  return job.Run();
+}
+
+// The cache holds exactly the plan's bytes: each recorded extent set equals
+// the union of the plan's ranges (whole files: the file), every recorded
+// byte equals the source, and nothing else was written (zeros elsewhere).
+void ExpectCacheHoldsExactlyThePlan(const fs::path& cache_dir, const fs::path& source, const PullSummary& s) {
+  auto cache = Cache::Open(cache_dir);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  auto filesets = (*cache)->ListFilesets();
+  ASSERT_TRUE(filesets.ok());
+  ASSERT_EQ(filesets->size(), 1u);
+  const FilesetId fs_id = (*filesets)[0].id;
+  std::map<std::string, const PlanFile*> planned;
+  for (const auto& pf : s.plan.files) planned[pf.path] = &pf;
+  auto files = (*cache)->ListFiles(fs_id);
+  ASSERT_TRUE(files.ok());
+  for (const FileInfo& f : *files) {
+    auto extents = (*cache)->VerifiedExtents(f.id);
+    ASSERT_TRUE(extents.ok());
+    auto it = planned.find(f.path);
+    if (it == planned.end()) {
+      EXPECT_TRUE(extents->empty()) << f.path << " is not in the plan but has verified bytes";
+      continue;
+    }
+    const PlanFile& pf = *it->second;
+    std::vector<ByteRun> want;
+    if (pf.whole) {
+      if (f.size) want.push_back({0, f.size});
+      EXPECT_TRUE(f.whole_verified) << f.path;
+    } else {
+      std::vector<ByteRun> runs;
+      for (const auto& r : pf.ranges) runs.push_back({r.offset, r.length});
+      want = CoalesceRuns(runs, 0);
+    }
+    std::vector<ByteRun> got;
+    for (const auto& e : *extents) got.push_back({e.offset, e.length});
+    EXPECT_EQ(got, want) << f.path;
+    if (f.size == 0) continue;
+    auto path = (*cache)->DataPath(f.id);
+    ASSERT_TRUE(path.ok());
+    const auto cached = ReadAll(*path);
+    const auto src = ReadAll(source / f.path);
+    ASSERT_EQ(cached.size(), src.size()) << f.path;
+    std::vector<bool> in_plan(cached.size(), false);
+    for (const auto& r : want)
+      for (std::uint64_t i = r.offset; i < r.end(); ++i) in_plan[i] = true;
+    std::uint64_t wrong = 0, stray = 0;
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      if (in_plan[i]) wrong += cached[i] != src[i];
+      else stray += cached[i] != 0;
+    }
+    EXPECT_EQ(wrong, 0u) << f.path << ": recorded bytes differ from the source";
+    EXPECT_EQ(stray, 0u) << f.path << ": bytes outside the plan were written";
+  }
+}
+
+TEST(PullTest, FixtureEveryRankOfTp3To7HoldsExactlyItsPlan) {
+  auto sim = StartSim(TinyRelease());
+  for (int n = 3; n <= 7; ++n) {
+    for (int r = 0; r < n; ++r) {
+      TempDir cache;
+      auto s = Pull(cache.path(), Options(*sim, "home", n, r));
+      ASSERT_TRUE(s.ok()) << "TP " << n << " rank " << r << ": " << s.status().ToString();
+      EXPECT_TRUE(s->complete);
+      EXPECT_EQ(s->plan.totals.routed_halves, 0u + [&] {
+        std::uint64_t c = 0;
+        for (int layer : {3, 4})
+          for (int e = 0; e < 4; ++e)
+            for (int h = 0; h < 16; ++h) c += RankOfHalf(16, e, h, layer, n) == r ? 3 : 0;
+        return c;
+      }());
+      EXPECT_EQ(s->bytes_reused, 0u);
+      // about one /resolve/ per file fetched from
+      EXPECT_LE(s->resolves, s->plan.files.size() + 3);
+      ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+    }
+  }
+}
+
+TEST(PullTest, SynthesizedReleaseWithOtherChoices) {
+  TempDir release;
+  SynthOptions so;
+  so.hidden = 384;
+  so.halves = 4;
+  so.experts = 5;
+  so.moe_layers = {1, 2, 5};
+  so.dense_layers = {0};
+  so.num_hidden_layers = 6;
+  so.widths = {1, 3, 5};
+  so.shared_widths = {5};
+  so.index_dtype = DType::kU64;
+  so.checksum_dtype = DType::kI64;
+  so.vector_dtype = DType::kBF16;
+  so.block_vector_dtype = DType::kF16;
+  so.width_alignment = 1;
+  so.half_order = HalfOrder::kShuffled;
+  so.seed = 7;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  auto sim = StartSim(release.path());
+  for (int n : {3, 5}) {
+    for (int r = 0; r < n; ++r) {
+      TempDir cache;
+      auto s = Pull(cache.path(), Options(*sim, "up1", n, r));
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_TRUE(s->complete);
+      ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
+    }
+  }
+}
+
+TEST(PullTest, SecondRankAndRerunReuseVerifiedBytes) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto first = Pull(cache.path(), Options(*sim, "home", 4, 0));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto again = Pull(cache.path(), Options(*sim, "home", 4, 0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->complete);
+  EXPECT_EQ(again->bytes_fetched, 0u);
+  EXPECT_EQ(again->bytes_reused, again->bytes_planned);
+  auto second = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->complete);
+  // Whole files and the shared expert's halves were already there.
+  EXPECT_GE(second->bytes_reused, second->plan.totals.whole_file_bytes);
+  EXPECT_LT(second->bytes_fetched, second->bytes_planned);
+}
+
+TEST(PullTest, FaultsStillByteExact) {
+  hubsim::FaultConfig f;
+  f.seed = 11;
+  f.drop = 0.06;
+  f.corrupt = 0.05;
+  f.http500 = 0.02;
+  f.http503 = 0.02;
+  f.http429 = 0.02;
+  f.retry_after_s = 0;
+  f.ignore_range = 0.05;
+  f.on_hub = false;  // listing stays clean; every CDN answer may be faulty
+  auto sim = StartSim(TinyRelease(), "", f);
+  sim->SetUrlTtl(1);  // signed URLs expire during the pull
+  std::atomic<bool> done{false};
+  std::thread expirer([&] {
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      sim->ExpireSignedUrls();
+    }
+  });
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "up1", 3, 1));
+  done.store(true);
+  expirer.join();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  EXPECT_GT(s->retries, 0u);
+  EXPECT_GT(s->checksum_failures, 0u);
+  EXPECT_GT(s->refetches, 0u);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+}
+
+TEST(PullTest, TokenGoesToTheHubOnlyNeverTheCdn) {
+  auto sim = StartSim(TinyRelease(), "hf_secret_test_token");
+  TempDir cache;
+  PullOptions o = Options(*sim, "home", 4, 2);
+  auto denied = Pull(cache.path(), o);  // the Hub hides private repos: 401 RepoNotFound
+  EXPECT_EQ(denied.status().code(), StatusCode::kNotFound) << denied.status().ToString();
+  EXPECT_THAT(denied.status().message(), HasSubstr("HF_TOKEN"));
+  o.hub.token = "hf_wrong";
+  auto wrong = Pull(cache.path(), o);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied) << wrong.status().ToString();
+  EXPECT_THAT(wrong.status().message(), ::testing::Not(HasSubstr("hf_wrong")));
+  o.hub.token = "hf_secret_test_token";
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  const std::string stats = sim->StatsJson();
+  EXPECT_THAT(stats, ::testing::ContainsRegex("\"cdn\":\\{[^}]*\"with_authorization\":0"));
+  EXPECT_THAT(stats, ::testing::ContainsRegex("\"hub\":\\{[^}]*\"with_authorization\":[1-9]"));
+  EXPECT_THAT(denied.status().message(), ::testing::Not(HasSubstr("hf_secret_test_token")));
+}
+
+TEST(PullTest, BudgetExhaustedFailsCleanlyThenCompletes) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  CacheOptions tight;
+  tight.byte_budget = 2'000'000;  // the plan needs more
+  auto s = Pull(cache.path(), Options(*sim, "up1", 3, 0), tight);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.status().message(), HasSubstr("budget"));
+  {  // nothing recorded that is not verified and on disk
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    auto recorded = (*c)->RecordedBytes();
+    ASSERT_TRUE(recorded.ok());
+    EXPECT_LE(*recorded, 2'000'000u);
+  }
+  auto ok = Pull(cache.path(), Options(*sim, "up1", 3, 0));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->complete);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *ok);
+}
+
+TEST(PullTest, OfflineServesFromTheCacheOnly) {
+  TempDir cache;
+  PullOptions o;
+  {
+    auto sim = StartSim(TinyRelease());
+    o = Options(*sim, "down1", 5, 3);
+    auto offline_empty = o;
+    offline_empty.offline = true;
+    auto e = Pull(cache.path(), offline_empty);
+    EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(Pull(cache.path(), o).ok());
+  }  // the hub is gone
+  o.offline = true;
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  EXPECT_EQ(s->bytes_fetched, 0u);
+  auto other_rank = o;
+  other_rank.rank = 4;
+  EXPECT_EQ(Pull(cache.path(), other_rank).status().code(), StatusCode::kFailedPrecondition);
+}
+
+struct HostileCase {
+  const char* name;
+  hubsim::FaultConfig faults;
+  StatusCode code;
+  const char* message;
+};
+
+TEST(PullTest, HostileHubAnswersAreRejected) {
+  std::vector<HostileCase> cases;
+  {
+    hubsim::FaultConfig f;
+    f.hostile_listing = true;
+    cases.push_back({"hostile listing", f, StatusCode::kCorruption, "path"});
+  }
+  {
+    hubsim::FaultConfig f;
+    f.absurd_sizes = true;
+    cases.push_back({"absurd sizes", f, StatusCode::kCorruption, "size"});
+  }
+  {
+    hubsim::FaultConfig f;
+    f.wrong_content_range = 1.0;
+    f.on_hub = false;
+    cases.push_back({"always wrong Content-Range", f, StatusCode::kCorruption, "Content-Range"});
+  }
+  for (const auto& c : cases) {
+    TempDir root;
+    const fs::path cache_dir = root.path() / "cache";
+    auto sim = StartSim(TinyRelease(), "", c.faults);
+    PullOptions o = Options(*sim, "home", 4, 0);
+    o.fetch.max_attempts = 3;
+    auto s = Pull(cache_dir, o);
+    ASSERT_FALSE(s.ok()) << c.name;
+    EXPECT_EQ(s.status().code(), c.code) << c.name << ": " << s.status().ToString();
+    EXPECT_THAT(s.status().message(), HasSubstr(c.message)) << c.name;
+    // nothing outside the cache directory
+    for (const auto& e : fs::directory_iterator(root.path())) EXPECT_EQ(e.path(), cache_dir) << c.name;
+  }
+  {  // recoverable hostility: some answers too long or with the wrong range
+    hubsim::FaultConfig f;
+    f.wrong_content_range = 0.1;
+    f.body_longer = 0.1;
+    f.on_hub = false;
+    auto sim = StartSim(TinyRelease(), "", f);
+    TempDir cache;
+    auto s = Pull(cache.path(), Options(*sim, "home", 3, 2));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  }
+}
+
+TEST(PullTest, BadOptionsAndMissingManifest) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto o = Options(*sim, "home", 4, 4);
+  EXPECT_EQ(Pull(cache.path(), o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(*sim, "nope", 4, 0);
+  auto s = Pull(cache.path(), o);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("manifests/exlr8-manifest-nope.json"));
+  o = Options(*sim, "home", 4, 0);
+  o.repo = "exlr8/missing";
+  EXPECT_EQ(Pull(cache.path(), o).status().code(), StatusCode::kNotFound);
+}
+
+TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto o = Options(*sim, "home", 4, 1);
+  o.dry_run = true;
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_GT(s->plan.totals.routed_halves, 0u);
+  // index files + manifest + width headers, far less than the plan
+  EXPECT_LT(s->bytes_fetched, s->plan.totals.bytes / 2);
+}
+
+}  // namespace
+}  // namespace exlr8

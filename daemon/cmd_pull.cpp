@@ -42,6 +42,9 @@ resumes where it stopped.
   --dry-run              fetch only what planning needs, print the plan
   --no-progress          no progress bar or progress log lines
   --json                 print the summary as JSON on stdout
+  --commit-interval-ms MS  how often verified bytes are made durable and
+                         recorded (default 1000); a crash refetches at most
+                         what arrived since the last commit
 
 Exit status: 0 when everything in the plan is verified in the cache; 1 when
 the pull ended without that; 2 usage; 3 corrupt or missing data; 4 network or
@@ -127,7 +130,7 @@ std::string DefaultCacheDir() {
 int RunPullCommand(const std::vector<std::string>& argv) {
   auto args = Args::Parse(argv,
                           {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file",
-                           "proxy", "limit-rate", "budget", "coalesce-gap"},
+                           "proxy", "limit-rate", "budget", "coalesce-gap", "commit-interval-ms"},
                           {"dry-run", "offline", "no-progress", "json", "help"});
   if (!args.ok()) return ReportError("exlr8d pull", args.status());
   if (args->Flag("help")) {
@@ -166,6 +169,8 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     if (auto g = args->Get("coalesce-gap")) {
       EXLR8_ASSIGN_OR_RETURN(opt.coalesce_gap, ParseByteCount(*g));
     }
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t commit_ms, args->GetInt("commit-interval-ms", 1000, 1, 3'600'000));
+    opt.commit_interval = std::chrono::milliseconds(commit_ms);
     const char* off = std::getenv("HF_HUB_OFFLINE");
     opt.offline = args->Flag("offline") || (off && (std::string(off) == "1" || std::string(off) == "true"));
     opt.dry_run = args->Flag("dry-run");

@@ -63,7 +63,7 @@ TEST(CachePathsTest, RepoPathCatalogue) {
   }
   // The message names the path, escaped.
   EXPECT_NE(ValidateRepoPath("x/../y").message().find("'x/../y'"), std::string::npos);
-  EXPECT_NE(ValidateRepoPath("a\nb").message().find("a\\x0ab"), std::string::npos);
+  EXPECT_NE(ValidateRepoPath("a\nb").message().find("a\\x0Ab"), std::string::npos);
 }
 
 TEST(CachePathsTest, RepoIdCatalogue) {

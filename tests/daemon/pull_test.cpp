@@ -15,6 +15,7 @@
 #include "format/layout.h"
 #include "format/release_writer.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
 #include "tests/hubsim/hubsim.h"
 
 namespace exlr8 {
@@ -23,104 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
-
-fs::path TinyRelease() { return fs::path(EXLR8_SHARED_DIR) / "fixtures" / "exlr8-tiny"; }
-
-std::vector<char> ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::unique_ptr<hubsim::HubSim> StartSim(const fs::path& dir, const std::string& token = "",
-                                         hubsim::FaultConfig faults = {}) {
-  hubsim::HubSimOptions o;
-  o.repos.push_back({"exlr8/test", dir.string()});
-  o.token = token;
-  o.faults = faults;
-  o.tree_page_size = 7;  // exercise paging
-  auto sim = hubsim::HubSim::Start(o);
-  EXPECT_TRUE(sim.ok()) << sim.status().ToString();
-  return std::move(*sim);
-}
-
-PullOptions Options(const hubsim::HubSim& sim, const std::string& manifest, int tp, int rank) {
-  PullOptions o;
-  o.repo = "exlr8/test";
-  o.manifest = manifest;
-  o.tp = tp;
-  o.rank = rank;
-  o.hub.endpoint = sim.hub_url();
-  o.hub.token_from_environment = false;
-  o.hub.use_env_proxy = false;
-  o.hub.retry_base = std::chrono::milliseconds(5);
-  o.fetch.max_parallel = 8;
-  o.fetch.retry_base = std::chrono::milliseconds(5);
-  o.fetch.retry_cap = std::chrono::milliseconds(100);
-  o.fetch.max_attempts = 12;
-  o.fetch.max_refetches = 6;
-  o.commit_interval = std::chrono::milliseconds(50);
-  return o;
-}
-
-Result<PullSummary> Pull(const fs::path& cache_dir, const PullOptions& o, CacheOptions co = {}) {
-  EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::Open(cache_dir, co));
-  PullJob job(*cache, o);
-  return job.Run();
-}
-
-// The cache holds exactly the plan's bytes: each recorded extent set equals
-// the union of the plan's ranges (whole files: the file), every recorded
-// byte equals the source, and nothing else was written (zeros elsewhere).
-void ExpectCacheHoldsExactlyThePlan(const fs::path& cache_dir, const fs::path& source, const PullSummary& s) {
-  auto cache = Cache::Open(cache_dir);
-  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
-  auto filesets = (*cache)->ListFilesets();
-  ASSERT_TRUE(filesets.ok());
-  ASSERT_EQ(filesets->size(), 1u);
-  const FilesetId fs_id = (*filesets)[0].id;
-  std::map<std::string, const PlanFile*> planned;
-  for (const auto& pf : s.plan.files) planned[pf.path] = &pf;
-  auto files = (*cache)->ListFiles(fs_id);
-  ASSERT_TRUE(files.ok());
-  for (const FileInfo& f : *files) {
-    auto extents = (*cache)->VerifiedExtents(f.id);
-    ASSERT_TRUE(extents.ok());
-    auto it = planned.find(f.path);
-    if (it == planned.end()) {
-      EXPECT_TRUE(extents->empty()) << f.path << " is not in the plan but has verified bytes";
-      continue;
-    }
-    const PlanFile& pf = *it->second;
-    std::vector<ByteRun> want;
-    if (pf.whole) {
-      if (f.size) want.push_back({0, f.size});
-      EXPECT_TRUE(f.whole_verified) << f.path;
-    } else {
-      std::vector<ByteRun> runs;
-      for (const auto& r : pf.ranges) runs.push_back({r.offset, r.length});
-      want = CoalesceRuns(runs, 0);
-    }
-    std::vector<ByteRun> got;
-    for (const auto& e : *extents) got.push_back({e.offset, e.length});
-    EXPECT_EQ(got, want) << f.path;
-    if (f.size == 0) continue;
-    auto path = (*cache)->DataPath(f.id);
-    ASSERT_TRUE(path.ok());
-    const auto cached = ReadAll(*path);
-    const auto src = ReadAll(source / f.path);
-    ASSERT_EQ(cached.size(), src.size()) << f.path;
-    std::vector<bool> in_plan(cached.size(), false);
-    for (const auto& r : want)
-      for (std::uint64_t i = r.offset; i < r.end(); ++i) in_plan[i] = true;
-    std::uint64_t wrong = 0, stray = 0;
-    for (std::size_t i = 0; i < cached.size(); ++i) {
-      if (in_plan[i]) wrong += cached[i] != src[i];
-      else stray += cached[i] != 0;
-    }
-    EXPECT_EQ(wrong, 0u) << f.path << ": recorded bytes differ from the source";
-    EXPECT_EQ(stray, 0u) << f.path << ": bytes outside the plan were written";
-  }
-}
 
 TEST(PullTest, FixtureEveryRankOfTp3To7HoldsExactlyItsPlan) {
   auto sim = StartSim(TinyRelease());

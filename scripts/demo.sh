@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: synthesize a small EXLR8 release, serve
+# it from a local Hugging Face stand-in (tests/hubsim: hub on 127.0.0.1, signed
+# CDN URLs on 127.0.0.2), pull rank 1 of TP 4 under the home manifest with
+# `exlr8d pull`, then read the cache with the offline tools.
+#
+#   scripts/demo.sh              setup + build + demo (work files in ./out/demo)
+#   EXLR8_SKIP_SETUP=1 ...       skip apt-get
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${EXLR8_DEMO_DIR:-$PWD/out/demo}
+jobs=$(nproc)
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
+  say "setup (Debian packages)"
+  scripts/setup.sh
+fi
+say "build (Release) in build-release/"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON >/dev/null
+cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim | grep -E "error|warning|Built target (exlr8|exlr8d|exlr8-hubsim)$" || true
+bin=$PWD/build-release/bin
+
+rm -rf "$work"
+mkdir -p "$work"
+say "synthesize a release: 4 MoE layers x 16 experts, hidden 1024, widths 2/3/4, shared expert 3/4"
+"$bin/exlr8" synth "$work/release" --seed 42 --hidden 1024 --halves 16 --experts 16 --moe-layers 3-6 \
+  --dense-layers 0-2 --vocab 4096
+du -sh --apparent-size "$work/release" | awk '{print "  release size: " $1}'
+
+say "serve it from the hub stand-in"
+"$bin/exlr8-hubsim" --repo demo/glm-mini="$work/release" --port-file "$work/ports" > "$work/hubsim.log" 2>&1 &
+sim=$!
+trap 'kill $sim 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [[ -s "$work/ports" ]] && break; sleep 0.1; done
+hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$work/ports")
+echo "  hub at $hub ($(cat "$work/ports"))"
+
+say "what rank 1 of TP 4 needs under 'home' (planned from the local copy)"
+"$bin/exlr8" plan "$work/release" --manifest home --tp 4 --rank 1
+
+say "exlr8d pull --repo demo/glm-mini --manifest home --tp 4 --rank 1"
+"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache"
+
+root=$(ls -d "$work"/cache/demo/glm-mini/*/)
+say "the cache is a partial mirror: $root"
+du -sh --apparent-size "$root" | awk '{print "  apparent size: " $1}'
+du -sh "$root" | awk '{print "  on disk:       " $1 "  (holes where other ranks'"'"' halves are)"}'
+
+say "verify rank 1's bytes in the cache with the offline verifier"
+"$bin/exlr8" verify "$root" --manifest home --tp 4 --rank 1
+
+say "decode one of rank 1's halves from the cache (layer 3, expert 0, gate, half 2)"
+k=$(python3 -c "import json;print(json.load(open('$root/manifests/exlr8-manifest-home.json'))['layers']['3']['gate'][0][2])")
+"$bin/exlr8" decode "$root" --layer 3 --expert 0 --proj gate --half 2 --width "$k" --out "$work/half.f32"
+python3 - "$work/half.f32" <<'PY'
+import struct, sys, math
+data = open(sys.argv[1], 'rb').read()
+vals = struct.unpack('<%df' % (len(data) // 4), data)
+print(f"  {len(vals)} weights (hidden x 128), max |w| {max(abs(v) for v in vals):.4f}, "
+      f"rms {math.sqrt(sum(v*v for v in vals)/len(vals)):.4f}")
+PY
+
+say "pull again: everything is reused, nothing is fetched"
+"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
+  --no-progress | grep -E "fetched|reused|verified"
+say "done"

@@ -12,9 +12,9 @@
 //             in batches into a bounded output buffer; best of `reps` passes,
 //             timed with CUDA events. Columns: Gweights/s, GB/s of input read,
 //             GB/s of output written, speed-up over the CPU baseline.
-//   upload: UploadHalves through pinned staging; once also from pageable
-//             memory, and a plain cudaMemcpyAsync from one pinned buffer (the
-//             link's ceiling).
+//   upload: UploadHalves through pinned staging (4 host copy threads; at
+//             K = 2 also 1 and 8), once from pageable memory, and a plain
+//             cudaMemcpyAsync from one pinned buffer (the link's ceiling).
 // Before timing, CheckGpuDecode compares a few halves bit for bit with the CPU.
 //
 // Usage: gpu_decode_bench [GiB_of_halves (default 2)] [reps (default 3)]
@@ -25,6 +25,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "format/trellis.h"
@@ -114,6 +115,22 @@ int main(int argc, char** argv) {
     }
     std::printf("%-58s %8.2f GB/s  (%.2f GiB)\n", "H2D ceiling: cudaMemcpyAsync from one pinned buffer",
                 static_cast<double>(n) / best / 1e9, static_cast<double>(n) / (1ull << 30));
+    // The host side of pinned staging: memcpy pageable -> pinned.
+    for (int threads : {1, 4, 8}) {
+      double best_cpu = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        const auto t0 = Clock::now();
+        std::vector<std::thread> ts;
+        const std::size_t per = n / threads;
+        for (int t = 0; t < threads; ++t)
+          ts.emplace_back([&, t] { std::memcpy(pinned.bytes().data() + t * per, pool.data() + t * per, per); });
+        for (auto& t : ts) t.join();
+        best_cpu = std::min(best_cpu, std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      char name[80];
+      std::snprintf(name, sizeof name, "host memcpy pageable -> pinned, %d thread%s", threads, threads == 1 ? "" : "s");
+      std::printf("%-58s %8.2f GB/s\n", name, static_cast<double>(n) / best_cpu / 1e9);
+    }
   }
 
   std::printf("\n%-44s %2s %10s %10s %10s %9s\n", "row", "K", "Gweights/s", "in GB/s", "out GB/s", "vs CPU");
@@ -126,9 +143,20 @@ int main(int argc, char** argv) {
     // upload (pinned staging for every K; pageable once, at K = 2)
     exlr8::UploadStats up;
     const exlr8::StagedHalves staged = Take(exlr8::UploadHalves(halves, 1, sv, {}, &up), "upload");
-    std::printf("%-44s %2d %10s %10.2f %10s %9s  (%.2f GiB, %zu halves)\n", "upload: pinned staging (2 x 32 MiB)", k,
-                "-", up.GBPerSecond(), "-", "-", static_cast<double>(up.bytes) / (1ull << 30), count);
+    std::printf("%-44s %2d %10s %10.2f %10s %9s  (%.2f GiB, %zu halves)\n",
+                "upload: pinned staging 2 x 32 MiB, 4 threads", k, "-", up.GBPerSecond(), "-", "-",
+                static_cast<double>(up.bytes) / (1ull << 30), count);
     if (k == 2) {
+      for (int threads : {1, 8}) {
+        exlr8::UploadOptions o;
+        o.copy_threads = threads;
+        exlr8::UploadStats st;
+        { auto tmp = Take(exlr8::UploadHalves(halves, 1, sv, o, &st), "upload threads"); }
+        char name[64];
+        std::snprintf(name, sizeof name, "upload: pinned staging 2 x 32 MiB, %d thread%s", threads,
+                      threads == 1 ? "" : "s");
+        std::printf("%-44s %2d %10s %10.2f %10s %9s\n", name, k, "-", st.GBPerSecond(), "-", "-");
+      }
       exlr8::UploadOptions pageable;
       pageable.pinned_staging = false;
       exlr8::UploadStats upp;

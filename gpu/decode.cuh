@@ -10,8 +10,9 @@
 //   place   : stream index 8t+m -> tile (row, col)                    (7.6)
 //             tile n -> T block per HalfLayout (kGateUp 8.1, kDown 8.2)
 //
-// One warp decodes one tile at a time (lane g owns stream elements 8g..8g+7);
-// a persistent grid strides over every tile of the batch.
+// One warp decodes one tile at a time (lane g owns stream elements 8g..8g+7;
+// fp32 is stored directly, E4M3 bytes through a shared-memory tile as 8-byte
+// row pieces); a persistent grid strides over every tile of the batch.
 //
 // Addressing: halves live anywhere in one device allocation `base`; a device
 // table `offsets` gives the byte offset of each half (kernels read half i at
@@ -74,7 +75,8 @@ struct HalfBatch {
   std::uint64_t hidden = 0;                 // the run's length: positive multiple of 128
 };
 
-// Device outputs; either may be null (not produced), not both. Each holds
+// Device outputs; either may be null (not produced), not both. f32 must be
+// 16-byte aligned and e4m3 8-byte aligned (cudaMalloc memory is). Each holds
 // count * 128 * hidden elements; half j of the batch starts at j*128*hidden.
 struct DecodeOutputs {
   float* f32 = nullptr;           // exact E4M3 values as fp32 (DecodeHalfTiles)
@@ -91,7 +93,7 @@ struct DecodeOutputs {
 //   stream has passed the kernel.
 // Errors: InvalidArgument for k outside 1..8, hidden 0 / not a multiple of
 // 128 / above 2^31, no output, null base/offsets, a size overflow, or a
-// misaligned base; Internal for a failed launch.
+// misaligned base or output; Internal for a failed launch.
 Status LaunchDecodeHalves(const HalfBatch& batch, const DecodeOutputs& out, const DeviceCodebook& codebook,
                           DecodeTableMode mode, CudaStreamView stream);
 

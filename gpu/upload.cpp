@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "gpu/cuda_check.h"
@@ -14,12 +16,50 @@ namespace exlr8 {
 
 namespace {
 
+// One pending host copy into a staging buffer.
+struct Piece {
+  std::byte* dst;
+  const std::byte* src;
+  std::size_t len;
+};
+
+// Copies `pieces` (total `total` bytes) with up to `threads` threads, each
+// taking one contiguous share of the concatenated bytes; the calling thread
+// takes the first share. Parts under 1 MiB are not worth a thread.
+void ParallelCopy(const std::vector<Piece>& pieces, std::size_t total, int threads) {
+  constexpr std::size_t kMinPart = std::size_t{1} << 20;
+  const std::size_t parts = std::max<std::size_t>(1, std::min<std::size_t>(threads, total / kMinPart));
+  auto copy_share = [&pieces](std::size_t begin, std::size_t end) {
+    std::size_t at = 0;  // offset of the current piece in the concatenation
+    for (const Piece& p : pieces) {
+      const std::size_t lo = std::max(begin, at), hi = std::min(end, at + p.len);
+      if (lo < hi) std::memcpy(p.dst + (lo - at), p.src + (lo - at), hi - lo);
+      at += p.len;
+      if (at >= end) break;
+    }
+  };
+  const std::size_t per = (total + parts - 1) / parts;
+  std::vector<std::jthread> workers;
+  workers.reserve(parts - 1);
+  for (std::size_t t = 1; t < parts; ++t) {
+    const std::size_t begin = std::min(total, t * per), end = std::min(total, begin + per);
+    if (begin == end) continue;
+    try {
+      workers.emplace_back([=] { copy_share(begin, end); });
+    } catch (const std::system_error&) {  // no thread to be had: copy this share here
+      copy_share(begin, end);
+    }
+  }
+  copy_share(0, std::min(total, per));
+}  // joins
+
 // The ring of pinned buffers; each chunk maps to one contiguous device range.
 class StagingRing {
  public:
   StagingRing(std::byte* device, CudaStreamView stream) : device_(device), stream_(stream) {}
 
   Status Init(const UploadOptions& o) {
+    copy_threads_ = o.copy_threads;
     bufs_.resize(static_cast<std::size_t>(o.staging_buffers));
     busy_.assign(bufs_.size(), false);
     for (std::size_t i = 0; i < bufs_.size(); ++i) {
@@ -41,7 +81,8 @@ class StagingRing {
       if (zeros) {
         std::memset(dst, 0, take);
       } else {
-        std::memcpy(dst, src, take);
+        pending_.push_back({dst, src, take});  // copied at Flush, in parallel
+        pending_bytes_ += take;
         src += take;
       }
       fill_ += take;
@@ -53,6 +94,9 @@ class StagingRing {
   // Queues the current chunk and moves to the next buffer.
   Status Flush() {
     if (fill_ == 0) return Status::Ok();
+    ParallelCopy(pending_, pending_bytes_, copy_threads_);
+    pending_.clear();
+    pending_bytes_ = 0;
     EXLR8_CUDA_TRY(cudaMemcpyAsync(device_ + chunk_start_, bufs_[cur_].bytes().data(), fill_, cudaMemcpyHostToDevice,
                                    stream_.value()));
     EXLR8_RETURN_IF_ERROR(events_[cur_].Record(stream_));
@@ -78,6 +122,9 @@ class StagingRing {
   std::vector<PinnedHostBuffer> bufs_;
   std::vector<CudaEvent> events_;
   std::vector<bool> busy_;
+  int copy_threads_ = 1;
+  std::vector<Piece> pending_;  // host copies into the current buffer
+  std::size_t pending_bytes_ = 0;
   std::size_t cur_ = 0;
   std::size_t fill_ = 0;
   std::uint64_t chunk_start_ = 0;
@@ -105,9 +152,12 @@ Result<StagedHalves> UploadHalves(std::span<const std::span<const std::byte>> ha
   if (align < 4 || (align & (align - 1)) != 0)
     return InvalidArgumentError("UploadHalves: alignment " + std::to_string(align) + " is not a power of two >= 4");
   if (options.pinned_staging && (options.staging_buffers < 1 || options.staging_buffers > 16 ||
-                                 options.staging_bytes < 4096 || options.staging_bytes > (std::size_t{1} << 32)))
+                                 options.staging_bytes < 4096 || options.staging_bytes > (std::size_t{1} << 32) ||
+                                 options.copy_threads < 1 || options.copy_threads > 64))
     return InvalidArgumentError("UploadHalves: staging ring of " + std::to_string(options.staging_buffers) + " x " +
-                                std::to_string(options.staging_bytes) + " bytes (want 1..16 x 4 KiB..4 GiB)");
+                                std::to_string(options.staging_bytes) + " bytes, " +
+                                std::to_string(options.copy_threads) +
+                                " copy threads (want 1..16 x 4 KiB..4 GiB, 1..64 threads)");
 
   // layout
   StagedHalves staged;

@@ -290,6 +290,28 @@ TEST_F(Gpu, UploadRoundTripByteExactWithPointerTable) {
   }
 }
 
+// Chunks of several MiB are filled by several host threads (ParallelCopy).
+TEST_F(Gpu, UploadWithCopyThreadsRoundTrip) {
+  std::mt19937_64 rng(123);
+  std::vector<Bytes> halves{RandomBytes((9 << 20) + 17, rng), RandomBytes(3 << 20, rng), RandomBytes(5, rng)};
+  for (int threads : {1, 3, 8}) {
+    UploadOptions opt;
+    opt.staging_bytes = 4 << 20;
+    opt.copy_threads = threads;
+    auto staged = UploadHalves(Spans(halves), 1, stream(), opt);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    for (std::size_t i = 0; i < halves.size(); ++i) {
+      Bytes back(halves[i].size());
+      ASSERT_TRUE(staged->CopyHalfToHostAsync(i, back, stream()).ok());
+      ASSERT_TRUE(stream_->Synchronize().ok());
+      EXPECT_EQ(back, halves[i]) << threads << " threads, half " << i;
+    }
+  }
+  UploadOptions bad;
+  bad.copy_threads = 0;
+  EXPECT_EQ(UploadHalves(Spans(halves), 1, stream(), bad).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(Gpu, UploadRejectsBadArguments) {
   std::mt19937_64 rng(5);
   std::vector<Bytes> halves{RandomBytes(10, rng), RandomBytes(10, rng), RandomBytes(10, rng)};
@@ -355,6 +377,9 @@ TEST_F(Gpu, LaunchRejectsBadArguments) {
   EXPECT_EQ(code({base, offs, 0, 1, 2, HalfLayout::kGateUp, 128}, {nullptr, nullptr}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({nullptr, offs, 0, 1, 2, HalfLayout::kGateUp, 128}, {out, nullptr}), StatusCode::kInvalidArgument);
   EXPECT_EQ(code({base + 1, offs, 0, 1, 2, HalfLayout::kGateUp, 128}, {out, nullptr}), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({base, offs, 0, 1, 2, HalfLayout::kGateUp, 128}, {out + 1, nullptr}), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({base, offs, 0, 1, 2, HalfLayout::kGateUp, 128}, {nullptr, buf->data_as<std::uint8_t>() + 4}),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(code({base, offs, 0, ~0ull / 1024, 2, HalfLayout::kGateUp, 1024}, {out, nullptr}),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(stream_->Synchronize().ok());

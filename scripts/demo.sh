@@ -19,11 +19,16 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
 fi
 say "build (Release) in build-release/"
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON >/dev/null
-cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim | grep -E "error|warning|Built target (exlr8|exlr8d|exlr8-hubsim)$" || true
+mkdir -p "$work"
+if ! cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim > "$work/build.log" 2>&1; then
+  cat "$work/build.log"
+  exit 1
+fi
+echo "  built exlr8, exlr8d, exlr8-hubsim"
+
 bin=$PWD/build-release/bin
 
-rm -rf "$work"
-mkdir -p "$work"
+rm -rf "$work/release" "$work/cache" "$work/ports"
 say "synthesize a release: 4 MoE layers x 16 experts, hidden 1024, widths 2/3/4, shared expert 3/4"
 "$bin/exlr8" synth "$work/release" --seed 42 --hidden 1024 --halves 16 --experts 16 --moe-layers 3-6 \
   --dense-layers 0-2 --vocab 4096

@@ -424,12 +424,15 @@ Reply Resolve(Rep& rep, const Request& req, const RepoIndex& repo, const std::st
     r.res.set(http::field::etag, "\"" + f->git_oid + "\"");
     return FileReply(rep, Host::kHub, req, *f, std::move(r));
   }
-  const std::uint64_t expires = NowUnix() + rep.url_ttl_s.load();
-  const std::string resource = repo.id() + "/" + repo.commit() + "/" + f->path;
-  const std::string url = rep.CdnBase() + "/" + PercentEncode(repo.id(), true) + "/" + repo.commit() + "/" +
-                          PercentEncode(f->path, true) + "?expires=" + std::to_string(expires) +
-                          "&sig=" + rep.signer.Sign(resource, expires);
-  {
+  std::string url;
+  if (!rep.options.cdn_base.empty()) {
+    url = rep.options.cdn_base + "/" + PercentEncode(f->path, true);
+  } else {
+    const std::uint64_t expires = NowUnix() + rep.url_ttl_s.load();
+    const std::string resource = repo.id() + "/" + repo.commit() + "/" + f->path;
+    url = rep.CdnBase() + "/" + PercentEncode(repo.id(), true) + "/" + repo.commit() + "/" +
+          PercentEncode(f->path, true) + "?expires=" + std::to_string(expires) +
+          "&sig=" + rep.signer.Sign(resource, expires);
     std::lock_guard lock(rep.stats_mu);
     ++rep.signed_urls;
   }
@@ -857,6 +860,14 @@ Result<std::unique_ptr<HubSim>> HubSim::Start(HubSimOptions options) {
     return InvalidArgumentError("hubsim: tree page size must be in [1, 1000]");
   }
   if (options.read_timeout_s < 1) return InvalidArgumentError("hubsim: read timeout must be >= 1 s");
+  if (!options.cdn_base.empty()) {
+    const std::string& b = options.cdn_base;
+    const bool scheme = b.rfind("http://", 0) == 0 || b.rfind("https://", 0) == 0;
+    const bool clean = b.find_first_of("?# \r\n") == std::string::npos && b.back() != '/';
+    if (!scheme || !clean) {
+      return InvalidArgumentError("hubsim: cdn base '" + b + "' must be an http(s) URL without '?', '#' or a trailing '/'");
+    }
+  }
   auto rep = std::make_unique<Rep>();
   for (const auto& spec : options.repos) {
     for (const auto& existing : rep->repos) {

@@ -23,7 +23,8 @@
 //        {rev} percent-encoded; "main", "refs/heads/main" or the commit id.
 //        Regular file: 200 (206 with Range) with the bytes, ETag: "<git oid>",
 //          X-Repo-Commit, Content-Length, Accept-Ranges: bytes.
-//        LFS file: 302, Location: http://CDN/{repo}/{commit}/{path}?expires=E&sig=S,
+//        LFS file: 302, Location: http://CDN/{repo}/{commit}/{path}?expires=E&sig=S
+//          (or <cdn_base>/{path}, unsigned, when HubSimOptions::cdn_base is set),
 //          ETag and X-Linked-Etag: "<sha256>", X-Linked-Size, X-Repo-Commit,
 //          Content-Length: 0.
 //   HEAD|GET CDN /{repo}/{commit}/{path}?expires=E&sig=S
@@ -83,6 +84,13 @@ struct HubSimOptions {
   std::uint64_t lfs_threshold = 10ull * 1000 * 1000;
   int threads = 4;                    // io_context threads (1..64)
   std::uint32_t read_timeout_s = 30;  // per request read; also per body write
+  // Non-empty ("http://127.0.0.2:8080", no trailing '/'): /resolve/ of an LFS
+  // file answers 302 to "<cdn_base>/<path>" (path percent-encoded, slashes
+  // literal, no signature or expiry) instead of a signed URL on our own CDN,
+  // so an external server (nginx serving the release directory) carries the
+  // bytes. Meant for one repo: every repo's files map onto the same base.
+  // Our CDN listener still runs; CDN faults then do not apply.
+  std::string cdn_base;
   FaultConfig faults;
 };
 

@@ -315,6 +315,26 @@ TEST_F(HubSimTest, LfsFileRedirectsToSignedCdnUrlServingRanges) {
   EXPECT_EQ(Stats()["resolve"].to_number<int>(), 2);
 }
 
+TEST_F(HubSimTest, CdnBaseRedirectsLfsFilesUnsignedAndKeepsRegularFilesOnTheHub) {
+  HubSimOptions options;
+  options.cdn_base = "http://127.0.0.2:8080/rel";
+  StartSim(options);
+  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const HttpResult head = Fetch(ResolveUrl(kLfs), "HEAD");
+  ASSERT_EQ(head.status, 302);
+  EXPECT_EQ(head.Header("location"), std::string("http://127.0.0.2:8080/rel/") + kLfs);
+  EXPECT_EQ(head.Header("x-linked-etag"), "\"" + Hex(EVP_sha256(), "", bytes) + "\"");
+  EXPECT_EQ(head.Header("x-linked-size"), std::to_string(bytes.size()));
+  EXPECT_EQ(head.Header("x-repo-commit"), sim_->commit(kRepo));
+  // Regular files are still served by the hub itself.
+  const HttpResult small = Fetch(ResolveUrl(kSmall));
+  EXPECT_EQ(small.status, 200);
+  EXPECT_EQ(small.body, ReadFile(kFixture + "/" + kSmall));
+  const json::object stats = Stats();
+  EXPECT_EQ(stats.at("resolve").to_number<int>(), 2);
+  EXPECT_EQ(stats.at("signed_urls_issued").to_number<int>(), 0);
+}
+
 TEST_F(HubSimTest, UnsatisfiableAndMultiRangesGet416) {
   const std::string url = SignedUrl();
   const std::string size = std::to_string(fs::file_size(kFixture + "/" + kLfs));
@@ -615,6 +635,11 @@ TEST(HubSimStart, RejectsBadOptions) {
   EXPECT_EQ(HubSim::Start(o).status().code(), StatusCode::kNotFound);
   o.repos = {{"a/b", kFixture}, {"a/b", kFixture}};
   EXPECT_EQ(HubSim::Start(o).status().code(), StatusCode::kInvalidArgument);
+  for (const char* bad : {"127.0.0.2:8080", "http://127.0.0.2:8080/", "http://h/?x", "ftp://h"}) {
+    o.repos = {{"a/b", kFixture}};
+    o.cdn_base = bad;
+    EXPECT_EQ(HubSim::Start(o).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

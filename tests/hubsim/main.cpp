@@ -1,7 +1,7 @@
 // exlr8-hubsim: the Hugging Face Hub simulator as a process.
 //
 //   exlr8-hubsim --repo ORG/NAME=DIR [--repo ...] [--hub 127.0.0.1:0]
-//                [--cdn 127.0.0.2:0] [--port-file F] [--token T] ...
+//                [--cdn 127.0.0.2:0] [--cdn-base URL] [--port-file F] [--token T] ...
 //
 // Prints "hub=http://127.0.0.1:PORT cdn=http://127.0.0.2:PORT" on stdout (and
 // writes the same line to --port-file, atomically) once both listeners are
@@ -29,6 +29,8 @@ constexpr std::string_view kUsage = R"(usage: exlr8-hubsim --repo ORG/NAME=DIR [
   --repo ORG/NAME=DIR         serve DIR as model repo ORG/NAME (repeatable)
   --hub ADDR:PORT             hub listener (default 127.0.0.1:0)
   --cdn ADDR:PORT             CDN listener (default 127.0.0.2:0)
+  --cdn-base URL              LFS resolves redirect to URL/<path>, unsigned
+                              (an external server, e.g. nginx, serves the files)
   --port-file F               write "hub=URL cdn=URL" to F once listening
   --token T                   hub requires "Authorization: Bearer T"
   --url-ttl S                 signed CDN URL lifetime in seconds (3600)
@@ -104,6 +106,8 @@ int main(int argc, char** argv) {
       ok = SplitHostPort(v, &options.hub_address, &options.hub_port);
     } else if (arg == "--cdn") {
       ok = SplitHostPort(v, &options.cdn_address, &options.cdn_port);
+    } else if (arg == "--cdn-base") {
+      options.cdn_base = v;
     } else if (arg == "--port-file") {
       port_file = v;
     } else if (arg == "--token") {

@@ -1,6 +1,7 @@
 #include "client/args.h"
 
 #include <cctype>
+#include <iostream>
 #include <charconv>
 #include <limits>
 
@@ -75,6 +76,27 @@ Result<std::int64_t> Args::GetInt(std::string_view name, std::int64_t fallback, 
     return InvalidArgumentError("--" + std::string(name) + ": " + *v + " is outside [" + std::to_string(min) +
                                 ", " + std::to_string(max) + "]");
   return x;
+}
+
+std::optional<int> ParseCommandLine(std::string_view prog, std::string_view usage,
+                                    const std::vector<std::string>& argv, const std::set<std::string>& value_options,
+                                    std::set<std::string> flags, std::size_t positionals, Args* out) {
+  flags.insert("help");
+  auto args = Args::Parse(argv, value_options, flags);
+  if (!args.ok()) {
+    std::cerr << prog << ": error: " << args.status().message() << " (see --help)\n";
+    return 2;
+  }
+  if (args->Flag("help")) {
+    std::cout << usage;
+    return 0;
+  }
+  if (args->positional().size() != positionals) {
+    std::cerr << usage;
+    return 2;
+  }
+  *out = std::move(*args);
+  return std::nullopt;
 }
 
 Result<std::uint64_t> ParseByteCount(std::string_view text) {

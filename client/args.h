@@ -40,6 +40,15 @@ class Args {
   std::map<std::string, std::string, std::less<>> values_;
 };
 
+// The common start of every subcommand: parses `argv`; `--help` prints
+// `usage` to stdout; a parse error or a positional count other than
+// `positionals` prints the error (or `usage`) to stderr. Returns the exit
+// status to end with, or nullopt (and fills `*out`) when the command should
+// go on. "help" must not be among `flags` (it is added).
+std::optional<int> ParseCommandLine(std::string_view prog, std::string_view usage,
+                                    const std::vector<std::string>& argv, const std::set<std::string>& value_options,
+                                    std::set<std::string> flags, std::size_t positionals, Args* out);
+
 // Parses "123", "10G", "512MiB" style byte counts (K/M/G/T = 10^3.., Ki/Mi/Gi/Ti = 2^10..).
 Result<std::uint64_t> ParseByteCount(std::string_view text);
 

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "format/status.h"
+#include "format/units.h"  // HumanBytes, used with every summary
 
 namespace exlr8 {
 
@@ -34,7 +35,5 @@ int ExitCodeFor(const Status& status);
 // Prints "<prog>: error: <message>" to stderr and returns ExitCodeFor().
 int ReportError(std::string_view prog, const Status& status);
 
-// "1.23 GB", "512 B" (decimal units, as the spec's sizes).
-std::string HumanBytes(std::uint64_t bytes);
 
 }  // namespace exlr8

@@ -7,8 +7,8 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "client/commands.h"
-#include "client/file_source.h"
 #include "client/dense_verify.h"
+#include "client/file_source.h"
 #include "format/expert_decode.h"
 #include "format/layout.h"
 
@@ -65,15 +65,16 @@ Status DecodeHalf(const Args& args, const std::filesystem::path& root, const std
   const std::string index_path = ExpertIndexPath(static_cast<int>(layer));
   EXLR8_ASSIGN_OR_RETURN(auto index_src, FileByteSource::Open(root / index_path, index_path));
   EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*index_src, static_cast<int>(layer)));
-  EXLR8_ASSIGN_OR_RETURN(HalfEntry he, ix.Half(expert, *proj, static_cast<std::uint32_t>(half), static_cast<int>(k)));
+  EXLR8_ASSIGN_OR_RETURN(HalfEntry he,
+                         ix.Half(expert, *proj, static_cast<std::uint32_t>(half), static_cast<int>(k)));
   const std::string width_path = ExpertWidthPath(static_cast<int>(layer), static_cast<int>(k));
   EXLR8_ASSIGN_OR_RETURN(auto width_src, FileByteSource::Open(root / width_path, width_path));
   std::vector<std::byte> bytes(he.length);
   EXLR8_RETURN_IF_ERROR(width_src->ReadAt(he.offset, bytes));
   std::vector<float> out;
-  EXLR8_RETURN_IF_ERROR(DecodeExpertHalf(ix, *index_src, bytes, expert, *proj, static_cast<std::uint32_t>(half),
-                                         static_cast<int>(k), args.Flag("tiles") ? DecodeStage::kTiles : DecodeStage::kWeights,
-                                         !args.Flag("no-verify"), &out));
+  EXLR8_RETURN_IF_ERROR(DecodeExpertHalf(
+      ix, *index_src, bytes, expert, *proj, static_cast<std::uint32_t>(half), static_cast<int>(k),
+      args.Flag("tiles") ? DecodeStage::kTiles : DecodeStage::kWeights, !args.Flag("no-verify"), &out));
   return WriteFloats(out_path, out);
 }
 
@@ -88,17 +89,12 @@ Status DecodeDense(const Args& args, const std::filesystem::path& root, const st
 }  // namespace
 
 int RunDecode(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"layer", "expert", "proj", "half", "width", "out", "dense", "matrix"},
-                          {"tiles", "no-verify", "help"});
-  if (!args.ok()) return ReportError("exlr8 decode", args.status());
-  if (args->Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
+  Args parsed;
+  if (auto exit = ParseCommandLine("exlr8 decode", kUsage, argv,
+                                   {"layer", "expert", "proj", "half", "width", "out", "dense", "matrix"},
+                                   {"tiles", "no-verify"}, 1, &parsed))
+    return *exit;
+  const Args* args = &parsed;
   auto out = args->Require("out");
   if (!out.ok()) return ReportError("exlr8 decode", out.status());
   const std::filesystem::path root = args->positional()[0];

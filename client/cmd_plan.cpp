@@ -12,7 +12,8 @@ namespace exlr8 {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: exlr8 plan ROOT --manifest NAME|PATH --tp N --rank R [--json] [--coalesce-gap BYTES]
+constexpr const char* kUsage =
+    R"(usage: exlr8 plan ROOT --manifest NAME|PATH --tp N --rank R [--json] [--coalesce-gap BYTES]
 
 Prints the files and byte ranges TP rank R of N needs from the release at
 ROOT under a manifest: whole small files (manifests, index, dense, vocab,
@@ -39,27 +40,24 @@ void PrintSummary(const Plan& plan, const LocalRelease& rel) {
               static_cast<unsigned long long>(t.shared_halves));
   std::printf("  half bytes               %s\n", HumanBytes(t.half_bytes).c_str());
   std::printf("  requests         %6llu\n", static_cast<unsigned long long>(t.requests));
-  std::printf("  total            %s of %s in the release (%.1f%%)\n", HumanBytes(t.bytes).c_str(),
-              HumanBytes(t.release_bytes).c_str(),
-              t.release_bytes ? 100.0 * static_cast<double>(t.bytes) / static_cast<double>(t.release_bytes) : 0.0);
-  std::printf("  bits per weight  %.4f on this rank's routed halves, %.4f over the manifest's routed halves\n",
-              t.rank_bits_per_weight, t.manifest_bits_per_weight);
+  std::printf(
+      "  total            %s of %s in the release (%.1f%%)\n", HumanBytes(t.bytes).c_str(),
+      HumanBytes(t.release_bytes).c_str(),
+      t.release_bytes ? 100.0 * static_cast<double>(t.bytes) / static_cast<double>(t.release_bytes) : 0.0);
+  std::printf(
+      "  bits per weight  %.4f on this rank's routed halves, %.4f over the manifest's routed halves\n",
+      t.rank_bits_per_weight, t.manifest_bits_per_weight);
   for (const auto& w : plan.warnings) std::printf("  warning: %s\n", w.c_str());
 }
 
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"manifest", "tp", "rank", "coalesce-gap"}, {"json", "help"});
-  if (!args.ok()) return ReportError("exlr8 plan", args.status());
-  if (args->Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
+  Args parsed;
+  if (auto exit = ParseCommandLine("exlr8 plan", kUsage, argv, {"manifest", "tp", "rank", "coalesce-gap"},
+                                   {"json"}, 1, &parsed))
+    return *exit;
+  const Args* args = &parsed;
   auto run = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(std::string manifest_arg, args->Require("manifest"));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args->GetInt("tp", -1, 1, 1 << 20));

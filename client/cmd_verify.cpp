@@ -7,10 +7,10 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "client/commands.h"
+#include "client/dense_verify.h"
 #include "client/file_source.h"
 #include "client/local_release.h"
 #include "format/checksum.h"
-#include "client/dense_verify.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
 
@@ -56,16 +56,11 @@ class SourceCache {
 }  // namespace
 
 int RunVerify(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"manifest", "tp", "rank"}, {"quiet", "help"});
-  if (!args.ok()) return ReportError("exlr8 verify", args.status());
-  if (args->Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (args->positional().size() != 1) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
+  Args parsed;
+  if (auto exit =
+          ParseCommandLine("exlr8 verify", kUsage, argv, {"manifest", "tp", "rank"}, {"quiet"}, 1, &parsed))
+    return *exit;
+  const Args* args = &parsed;
   const bool quiet = args->Flag("quiet");
   std::uint64_t failures = 0, halves_ok = 0, half_bytes = 0, headers_ok = 0, dense_blocks_ok = 0;
   auto fail = [&](const std::string& line) {
@@ -85,7 +80,8 @@ int RunVerify(const std::vector<std::string>& argv) {
       EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
       if (tp < 0 || rank < 0) return InvalidArgumentError("--manifest needs --tp and --rank");
       EXLR8_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(rel, manifest_arg));
-      EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(rel.inputs, manifest, {static_cast<int>(tp), static_cast<int>(rank)}));
+      EXLR8_ASSIGN_OR_RETURN(Plan plan,
+                             MakePlan(rel.inputs, manifest, {static_cast<int>(tp), static_cast<int>(rank)}));
       for (const auto& f : plan.files) {
         const auto kind = ClassifyReleasePath(f.path).kind;
         if (kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab) dense_files.push_back(f.path);
@@ -138,8 +134,10 @@ int RunVerify(const std::vector<std::string>& argv) {
         continue;
       }
       Status s = rel.inputs.indexes.at(rp.layer).ValidateWidthFile(rp.k, *header, (*src)->size(), wpath);
-      if (!s.ok()) fail(s.message());
-      else ++headers_ok;
+      if (!s.ok())
+        fail(s.message());
+      else
+        ++headers_ok;
     }
 
     // halves
@@ -168,8 +166,8 @@ int RunVerify(const std::vector<std::string>& argv) {
         continue;
       }
       if (h.Digest() != c.expected) {
-        fail(c.width_path + " offset " + std::to_string(c.offset) + " (" + c.what + "): xxh64 " + Hex64(h.Digest()) +
-             ", expected " + Hex64(c.expected));
+        fail(c.width_path + " offset " + std::to_string(c.offset) + " (" + c.what + "): xxh64 " +
+             Hex64(h.Digest()) + ", expected " + Hex64(c.expected));
         continue;
       }
       ++halves_ok;

@@ -19,12 +19,9 @@ which evicts every unpinned fileset). Pinned filesets are never evicted.
 }  // namespace
 
 int RunGcCommand(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv, {"cache", "budget"}, {"help"});
-  if (!args.ok()) return ReportError("exlr8d gc", args.status());
-  if (args->Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
+  Args parsed;
+  if (auto exit = ParseCommandLine("exlr8d gc", kUsage, argv, {"cache", "budget"}, {}, 0, &parsed)) return *exit;
+  const Args* args = &parsed;
   std::uint64_t budget = 0;
   if (auto b = args->Get("budget")) {
     auto v = ParseByteCount(*b);

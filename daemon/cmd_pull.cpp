@@ -128,19 +128,14 @@ std::string DefaultCacheDir() {
 }
 
 int RunPullCommand(const std::vector<std::string>& argv) {
-  auto args = Args::Parse(argv,
-                          {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file",
-                           "proxy", "limit-rate", "budget", "coalesce-gap", "commit-interval-ms"},
-                          {"dry-run", "offline", "no-progress", "json", "help"});
-  if (!args.ok()) return ReportError("exlr8d pull", args.status());
-  if (args->Flag("help")) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (!args->positional().empty()) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
+  Args parsed;
+  if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
+                                   {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
+                                    "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
+                                    "commit-interval-ms"},
+                                   {"dry-run", "offline", "no-progress", "json"}, 0, &parsed))
+    return *exit;
+  const Args* args = &parsed;
   PullOptions opt;
   CacheOptions cache_opt;
   auto parse = [&]() -> Status {

@@ -17,14 +17,6 @@ constexpr std::uint64_t kB = 128;
 
 std::uint64_t CeilDiv(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
-std::string ShapeStr(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 // "<file>: matrix 'm': <what> at byte <offset>: <message>".
 class MatrixErrors {
@@ -290,7 +282,7 @@ Result<DenseFile> DenseFile::Parse(const SafetensorsHeader& header, const ByteSo
     // record (10.2)
     if (!IsIntegerDType(rt.dtype) || rt.shape != std::vector<std::uint64_t>{8})
       return err.Tensor(rt, "record must be an integer vector of 8, got " + std::string(DTypeName(rt.dtype)) + " " +
-                                ShapeStr(rt.shape));
+                                ShapeToString(rt.shape));
     EXLR8_ASSIGN_OR_RETURN(const auto rec_bytes, ReadTensor(rt, source));
     std::int64_t f[8];
     for (int i = 0; i < 8; ++i) f[i] = ReadIntAsI64(rt.dtype, rec_bytes, i);
@@ -331,7 +323,7 @@ Result<DenseFile> DenseFile::Parse(const SafetensorsHeader& header, const ByteSo
     const std::uint64_t blocks = CeilDiv(dim, kB);
     if ((ck->dtype != DType::kI64 && ck->dtype != DType::kU64) || ck->shape != std::vector<std::uint64_t>{blocks})
       return err.Tensor(m.checksum_tensor, "checksum must be I64/U64 [" + std::to_string(blocks) + "], got " +
-                                               std::string(DTypeName(ck->dtype)) + " " + ShapeStr(ck->shape));
+                                               std::string(DTypeName(ck->dtype)) + " " + ShapeToString(ck->shape));
     EXLR8_ASSIGN_OR_RETURN(const auto ck_bytes, ReadTensor(m.checksum_tensor, source));
     m.checksums.resize(blocks);
     for (std::uint64_t b = 0; b < blocks; ++b) m.checksums[b] = ReadIntAsU64(ck->dtype, ck_bytes, b);
@@ -346,8 +338,8 @@ Result<DenseFile> DenseFile::Parse(const SafetensorsHeader& header, const ByteSo
                       "missing; format " + std::string(DenseFormatName(m.record.format)) + " needs it");
       DenseTensor t = MakeTensor(header, *ti);
       if (!DTypeFits(want.kind, t.dtype) || t.shape != want.shape)
-        return err.Tensor(t, std::string(DTypeName(t.dtype)) + " " + ShapeStr(t.shape) + ", expected " +
-                                 std::string(KindName(want.kind)) + " " + ShapeStr(want.shape) + " for " +
+        return err.Tensor(t, std::string(DTypeName(t.dtype)) + " " + ShapeToString(t.shape) + ", expected " +
+                                 std::string(KindName(want.kind)) + " " + ShapeToString(want.shape) + " for " +
                                  std::string(DenseFormatName(m.record.format)) + " out=" +
                                  std::to_string(m.record.out) + " inp=" + std::to_string(m.record.inp) +
                                  " K=" + std::to_string(m.record.k) +

@@ -10,11 +10,6 @@ namespace {
 constexpr std::array<std::string_view, kProjCount> kProjNames = {"gate", "up", "down"};
 static_assert(kProjNames.size() == static_cast<size_t>(Proj::kDown) + 1);
 
-std::string ShapeString(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Error helper: "<file>: tensor 'name' at byte N: what".
 Status TensorError(const std::string& file, const SafetensorsHeader& hdr, const TensorInfo& t,
@@ -32,7 +27,7 @@ Result<const TensorInfo*> Require(const std::string& file, const SafetensorsHead
 Status CheckShape(const std::string& file, const SafetensorsHeader& hdr, const TensorInfo& t,
                   const std::vector<std::uint64_t>& want) {
   if (t.shape != want)
-    return TensorError(file, hdr, t, "shape " + ShapeString(t.shape) + ", expected " + ShapeString(want));
+    return TensorError(file, hdr, t, "shape " + ShapeToString(t.shape) + ", expected " + ShapeToString(want));
   return Status::Ok();
 }
 
@@ -117,7 +112,7 @@ Result<ExpertIndex> ExpertIndex::Read(const ByteSource& src, int layer) {
   EXLR8_RETURN_IF_ERROR(CheckFloat(file, hdr, *signs_in));
   EXLR8_RETURN_IF_ERROR(CheckFloat(file, hdr, *signs_out));
   if (signs_in->shape.size() != 1 || signs_in->shape[0] == 0 || signs_in->shape[0] % 128 != 0)
-    return TensorError(file, hdr, *signs_in, "shape " + ShapeString(signs_in->shape) +
+    return TensorError(file, hdr, *signs_in, "shape " + ShapeToString(signs_in->shape) +
                                                   ", expected [D] with D a positive multiple of 128");
   ix.hidden_ = signs_in->shape[0];
   EXLR8_RETURN_IF_ERROR(CheckShape(file, hdr, *signs_out, {ix.hidden_}));
@@ -130,7 +125,7 @@ Result<ExpertIndex> ExpertIndex::Read(const ByteSource& src, int layer) {
     EXLR8_ASSIGN_OR_RETURN(const TensorInfo* t, Require(file, hdr, first_name));
     if (t->shape.size() != 4 || t->shape[0] == 0 || t->shape[1] != 3 || t->shape[2] == 0 || t->shape[3] != 2 ||
         t->shape[0] > (1u << 20) || t->shape[2] > (1u << 16))
-      return TensorError(file, hdr, *t, "shape " + ShapeString(t->shape) + ", expected [E, 3, H, 2]");
+      return TensorError(file, hdr, *t, "shape " + ShapeToString(t->shape) + ", expected [E, 3, H, 2]");
     ix.experts_ = static_cast<std::uint32_t>(t->shape[0]);
     ix.halves_ = static_cast<std::uint32_t>(t->shape[2]);
   }

@@ -815,4 +815,6 @@ std::string EscapeForMessage(std::string_view s, std::size_t max_bytes) {
   return out;
 }
 
+void AppendJsonString(std::string& out, std::string_view s) { DumpString(s, out); }
+
 }  // namespace exlr8

@@ -158,6 +158,10 @@ inline constexpr std::size_t kJsonMaxDepthLimit = 1000;
 // the limits. Errors are Corruption with "at byte N: ..." in the message.
 Result<JsonValue> ParseJson(std::string_view text, const JsonLimits& limits = {});
 
+// Appends `s` as a JSON string literal (quotes, escapes) to `out`, for code
+// that writes JSON without building a JsonValue (the plan, summaries).
+void AppendJsonString(std::string& out, std::string_view s);
+
 // Same, for text that sits at `base_offset` inside a larger buffer (a
 // safetensors header at file offset 8): every offset, in error messages and
 // in JsonValue::offset(), is base_offset + the offset within `text`.

@@ -3,32 +3,12 @@
 #include <cstdio>
 
 #include "format/checksum.h"
+#include "format/json.h"
 
 namespace exlr8 {
 
 namespace {
 
-void AppendString(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
 
 void AppendDouble(std::string& out, double d) {
   char buf[32];
@@ -42,26 +22,26 @@ std::string PlanToJson(const Plan& plan) {
   std::string o;
   o.reserve(256 + plan.totals.routed_halves * 120);
   o += "{\"schema\":\"exlr8-plan/1\",\"manifest\":";
-  AppendString(o, plan.manifest);
+  AppendJsonString(o, plan.manifest);
   o += ",\"tp\":" + std::to_string(plan.tp) + ",\"rank\":" + std::to_string(plan.rank) + ",\"files\":[";
   bool first_file = true;
   for (const auto& f : plan.files) {
     if (!first_file) o += ',';
     first_file = false;
     o += "{\"path\":";
-    AppendString(o, f.path);
+    AppendJsonString(o, f.path);
     o += ",\"size\":" + std::to_string(f.size) + ",\"whole\":" + (f.whole ? "true" : "false");
     if (f.sha256) {
       o += ",\"sha256\":";
-      AppendString(o, *f.sha256);
+      AppendJsonString(o, *f.sha256);
     }
     if (f.git_sha1) {
       o += ",\"git_sha1\":";
-      AppendString(o, *f.git_sha1);
+      AppendJsonString(o, *f.git_sha1);
     }
     if (!f.whole) {
       o += ",\"index\":";
-      AppendString(o, f.index_path);
+      AppendJsonString(o, f.index_path);
       o += ",\"ranges\":[";
       for (size_t i = 0; i < f.ranges.size(); ++i) {
         const PlanRange& r = f.ranges[i];
@@ -71,7 +51,7 @@ std::string PlanToJson(const Plan& plan) {
           o += ",\"xxh64\":\"" + Hex64(r.xxh64) + "\"";
         }
         o += ",\"what\":";
-        AppendString(o, r.What());
+        AppendJsonString(o, r.What());
         if (r.kind == PlanRange::Kind::kHalf) {
           o += ",\"tail\":[[" + std::to_string(r.checksum_tail[0].offset) + "," +
                std::to_string(r.checksum_tail[0].length) + "],[" + std::to_string(r.checksum_tail[1].offset) + "," +
@@ -104,7 +84,7 @@ std::string PlanToJson(const Plan& plan) {
   o += "},\"warnings\":[";
   for (size_t i = 0; i < plan.warnings.size(); ++i) {
     if (i) o += ',';
-    AppendString(o, plan.warnings[i]);
+    AppendJsonString(o, plan.warnings[i]);
   }
   o += "]}";
   return o;

@@ -17,14 +17,6 @@ constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
 // hostile header can make the parser allocate.
 constexpr std::size_t kMaxValuesPerEntry = 6 + kMaxTensorRank;
 
-std::string ShapeString(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 // Builds "<file>: <what> at byte <offset>: <message>".
 class ErrorBuilder {
@@ -132,7 +124,7 @@ Status ParseEntry(const ErrorBuilder& err, const std::string& name, const JsonVa
   for (std::uint64_t d : t.shape) {
     if (d != 0 && expected > kU64Max / d)
       return err.Tensor(name, shape->offset(),
-                        "byte size of shape " + ShapeString(t.shape) + " x " +
+                        "byte size of shape " + ShapeToString(t.shape) + " x " +
                             std::string(DTypeName(t.dtype)) + " overflows 64 bits");
     expected *= d;
   }
@@ -140,7 +132,7 @@ Status ParseEntry(const ErrorBuilder& err, const std::string& name, const JsonVa
     return err.Tensor(name, offsets->offset(),
                       range() + " length " + std::to_string(t.byte_size()) +
                           ", expected " + std::to_string(expected) + " (shape " +
-                          ShapeString(t.shape) + " x " + std::string(DTypeName(t.dtype)) + ")");
+                          ShapeToString(t.shape) + " x " + std::string(DTypeName(t.dtype)) + ")");
   return Status::Ok();
 }
 
@@ -271,6 +263,15 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
     header.tensors_.push_back(std::move(e.info));
   }
   return header;
+}
+
+std::string ShapeToString(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
 }
 
 }  // namespace exlr8

@@ -97,6 +97,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
                                                  std::optional<std::uint64_t> file_size,
                                                  std::string_view file_name);
 
+// "[4,3,16,2]": a shape as error messages print it.
+std::string ShapeToString(const std::vector<std::uint64_t>& shape);
+
 // Whether a tensor name is a padding entry.
 inline bool IsPaddingName(std::string_view name) { return name.starts_with("__pad."); }
 

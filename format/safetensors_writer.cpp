@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "format/json.h"  // AppendJsonString
 #include "format/safetensors.h"
 
 namespace exlr8 {
@@ -60,25 +61,6 @@ void AppendEntry(std::string& json, const RawEntry& e) {
 }
 
 }  // namespace
-
-void AppendJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      out += "\\u00";
-      out += kHex[u >> 4];
-      out += kHex[u & 0xF];
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
 
 SafetensorsBuilder::SafetensorsBuilder(SafetensorsWriteOptions options) : options_(std::move(options)) {}
 

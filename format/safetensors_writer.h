@@ -118,7 +118,4 @@ struct TensorBytes {
 Result<std::vector<std::byte>> SerializeSafetensors(std::span<const TensorBytes> tensors,
                                                     const SafetensorsWriteOptions& options = {});
 
-// Appends `s` as a JSON string literal (quotes, escapes) to `out`.
-void AppendJsonString(std::string& out, std::string_view s);
-
 }  // namespace exlr8

@@ -423,7 +423,7 @@ TEST(CacheTest, CheckSpaceAgainstBudgetAndDisk) {
   const Status over = fx.cache->CheckSpace(401);
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(over.message().find("need 401 B"), std::string::npos) << over.message();
-  EXPECT_NE(over.message().find("budget 1.00 KB, 600 B used"), std::string::npos) << over.message();
+  EXPECT_NE(over.message().find("budget 1.00 kB, 600 B used"), std::string::npos) << over.message();
   EXPECT_NE(over.message().find(fx.tmp.path().string()), std::string::npos) << over.message();
   const Status disk = fx.cache->CheckSpace(std::uint64_t{1} << 62);
   EXPECT_EQ(disk.code(), StatusCode::kResourceExhausted);

@@ -55,7 +55,10 @@ Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const P
   std::map<std::string, PlanFile> width_files;
 
   double rank_bits = 0, rank_halves = 0;
-  for (const auto& [layer, lw] : manifest.layers()) {
+  for (const auto& layer_entry : manifest.layers()) {
+    // (named, not a structured binding: clang 14 cannot capture those in lambdas)
+    const int layer = layer_entry.first;
+    const LayerWidths& lw = layer_entry.second;
     auto ix_it = in.indexes.find(layer);
     if (ix_it == in.indexes.end())
       return CorruptionError("manifest " + manifest.name() + " names layer " + std::to_string(layer) +

@@ -31,10 +31,11 @@ function(exlr8_library name)
   endif()
 endfunction()
 
-# exlr8_add_test(name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
-# One GoogleTest executable; each TEST() becomes a ctest test.
+# exlr8_add_test(name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [PREFIX p])
+# One GoogleTest executable; each TEST() becomes a ctest test (named with
+# PREFIX in front, when the same tests are built twice).
 function(exlr8_add_test name)
-  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "TIMEOUT;PREFIX" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
@@ -47,6 +48,6 @@ function(exlr8_add_test name)
     EXLR8_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   exlr8_set_warnings(${name})
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${A_PREFIX}"
     PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
 endfunction()

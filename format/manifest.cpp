@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "format/json.h"
 
@@ -21,31 +22,39 @@ class ManifestReader {
   explicit ManifestReader(std::string_view name) : name_(name) {}
 
   Status Error(const JsonValue& v, const std::string& path, const std::string& what) const {
-    return CorruptionError("manifest " + name_ + ": " + path + " at byte " + std::to_string(v.offset()) + ": " + what);
+    return CorruptionError("manifest " + name_ + ": " + path + " at byte " + std::to_string(v.offset()) +
+                           ": " + what);
   }
 
   // One width: an integer (or integral float) that is in `allowed`.
-  Result<std::uint8_t> Width(const JsonValue& v, const std::string& path, const std::vector<int>& allowed) const {
+  Result<std::uint8_t> Width(const JsonValue& v, const std::string& path,
+                             const std::vector<int>& allowed) const {
     if (!v.is_number()) return Error(v, path, "expected a width (integer)");
     const double d = v.as_double();
     if (!std::isfinite(d) || d != std::floor(d)) return Error(v, path, "width is not an integer");
-    if (d < 0 || d > 255 || !std::binary_search(allowed.begin(), allowed.end(), static_cast<int>(d)))
-      return Error(v, path, "width " + std::to_string(static_cast<long long>(d)) + " is not stored (stored: " +
-                                WidthsString(allowed) + ")");
+    if (d < 0 || d > 255 || !std::binary_search(allowed.begin(), allowed.end(), static_cast<int>(d))) {
+      // Print huge values as written, never through an out-of-range cast.
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%.17g", d);
+      return Error(v, path,
+                   std::string("width ") + shown + " is not stored (stored: " + WidthsString(allowed) + ")");
+    }
     return static_cast<std::uint8_t>(d);
   }
 
   // A list of `n` widths, or one width expanded to n.
-  Status WidthRow(const JsonValue& v, const std::string& path, std::uint32_t n, const std::vector<int>& allowed,
-                  std::uint8_t* out) const {
+  Status WidthRow(const JsonValue& v, const std::string& path, std::uint32_t n,
+                  const std::vector<int>& allowed, std::uint8_t* out) const {
     if (v.is_number()) {
       EXLR8_ASSIGN_OR_RETURN(std::uint8_t w, Width(v, path, allowed));
       std::fill(out, out + n, w);
       return Status::Ok();
     }
-    if (!v.is_array()) return Error(v, path, "expected a list of " + std::to_string(n) + " widths or one width");
+    if (!v.is_array())
+      return Error(v, path, "expected a list of " + std::to_string(n) + " widths or one width");
     if (v.as_array().size() != n)
-      return Error(v, path, "has " + std::to_string(v.as_array().size()) + " entries, expected " + std::to_string(n));
+      return Error(v, path,
+                   "has " + std::to_string(v.as_array().size()) + " entries, expected " + std::to_string(n));
     for (std::uint32_t i = 0; i < n; ++i) {
       EXLR8_ASSIGN_OR_RETURN(out[i], Width(v.as_array()[i], path + "[" + std::to_string(i) + "]", allowed));
     }
@@ -83,16 +92,22 @@ LayerGeometry LayerGeometry::Of(const ExpertIndex& index) {
 int LayerWidths::Width(int expert, Proj p, std::uint32_t h) const {
   if (expert == kSharedExpert) {
     switch (p) {
-      case Proj::kGate: return shared_gate[h];
-      case Proj::kUp: return shared_up[h];
-      case Proj::kDown: return shared_down;
+      case Proj::kGate:
+        return shared_gate[h];
+      case Proj::kUp:
+        return shared_up[h];
+      case Proj::kDown:
+        return shared_down;
     }
   }
   const auto e = static_cast<std::size_t>(expert);
   switch (p) {
-    case Proj::kGate: return gate[e * halves + h];
-    case Proj::kUp: return up[e * halves + h];
-    case Proj::kDown: return down[e];
+    case Proj::kGate:
+      return gate[e * halves + h];
+    case Proj::kUp:
+      return up[e * halves + h];
+    case Proj::kDown:
+      return down[e];
   }
   return 0;
 }
@@ -103,7 +118,8 @@ double Manifest::BitsPerWeight() const {
     for (auto w : lw.gate) sum += w;
     for (auto w : lw.up) sum += w;
     for (auto w : lw.down) sum += static_cast<double>(w) * lw.halves;
-    count += static_cast<double>(lw.gate.size() + lw.up.size()) + static_cast<double>(lw.down.size()) * lw.halves;
+    count +=
+        static_cast<double>(lw.gate.size() + lw.up.size()) + static_cast<double>(lw.down.size()) * lw.halves;
   }
   return count > 0 ? sum / count : 0;
 }
@@ -142,23 +158,29 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
                               std::pair<std::string_view, std::uint8_t*>{"up", lw.up.data()}}) {
       const std::string ppath = path + "." + std::string(pname);
       EXLR8_ASSIGN_OR_RETURN(const JsonValue* arr, r.Member(lv, path, pname));
-      if (!arr->is_array()) return r.Error(*arr, ppath, "expected a list of " + std::to_string(geo.experts) + " experts");
+      if (!arr->is_array())
+        return r.Error(*arr, ppath, "expected a list of " + std::to_string(geo.experts) + " experts");
       if (arr->as_array().size() != geo.experts)
-        return r.Error(*arr, ppath, "has " + std::to_string(arr->as_array().size()) + " experts, expected " +
-                                        std::to_string(geo.experts));
+        return r.Error(*arr, ppath,
+                       "has " + std::to_string(arr->as_array().size()) + " experts, expected " +
+                           std::to_string(geo.experts));
       for (std::uint32_t e = 0; e < geo.experts; ++e)
-        EXLR8_RETURN_IF_ERROR(r.WidthRow(arr->as_array()[e], ppath + "[" + std::to_string(e) + "]", geo.halves,
-                                         geo.widths, out + static_cast<std::size_t>(e) * geo.halves));
+        EXLR8_RETURN_IF_ERROR(r.WidthRow(arr->as_array()[e], ppath + "[" + std::to_string(e) + "]",
+                                         geo.halves, geo.widths,
+                                         out + static_cast<std::size_t>(e) * geo.halves));
     }
     {
       EXLR8_ASSIGN_OR_RETURN(const JsonValue* arr, r.Member(lv, path, "down"));
-      if (!arr->is_array()) return r.Error(*arr, path + ".down", "expected a list of " + std::to_string(geo.experts) + " widths");
+      if (!arr->is_array())
+        return r.Error(*arr, path + ".down", "expected a list of " + std::to_string(geo.experts) + " widths");
       if (arr->as_array().size() != geo.experts)
-        return r.Error(*arr, path + ".down", "has " + std::to_string(arr->as_array().size()) + " experts, expected " +
-                                                 std::to_string(geo.experts));
+        return r.Error(*arr, path + ".down",
+                       "has " + std::to_string(arr->as_array().size()) + " experts, expected " +
+                           std::to_string(geo.experts));
       for (std::uint32_t e = 0; e < geo.experts; ++e) {
-        EXLR8_ASSIGN_OR_RETURN(lw.down[e], r.DownWidth(arr->as_array()[e], path + ".down[" + std::to_string(e) + "]",
-                                                        geo.halves, geo.widths));
+        EXLR8_ASSIGN_OR_RETURN(
+            lw.down[e], r.DownWidth(arr->as_array()[e], path + ".down[" + std::to_string(e) + "]", geo.halves,
+                                    geo.widths));
       }
     }
     const JsonValue* shared = lv.Find("shared");
@@ -171,18 +193,21 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
       lw.shared_gate.resize(geo.halves);
       lw.shared_up.resize(geo.halves);
       EXLR8_ASSIGN_OR_RETURN(const JsonValue* sg, r.Member(*shared, path + ".shared", "gate"));
-      EXLR8_RETURN_IF_ERROR(r.WidthRow(*sg, path + ".shared.gate", geo.halves, geo.shared_widths, lw.shared_gate.data()));
+      EXLR8_RETURN_IF_ERROR(
+          r.WidthRow(*sg, path + ".shared.gate", geo.halves, geo.shared_widths, lw.shared_gate.data()));
       EXLR8_ASSIGN_OR_RETURN(const JsonValue* su, r.Member(*shared, path + ".shared", "up"));
-      EXLR8_RETURN_IF_ERROR(r.WidthRow(*su, path + ".shared.up", geo.halves, geo.shared_widths, lw.shared_up.data()));
+      EXLR8_RETURN_IF_ERROR(
+          r.WidthRow(*su, path + ".shared.up", geo.halves, geo.shared_widths, lw.shared_up.data()));
       EXLR8_ASSIGN_OR_RETURN(const JsonValue* sd, r.Member(*shared, path + ".shared", "down"));
-      EXLR8_ASSIGN_OR_RETURN(lw.shared_down, r.DownWidth(*sd, path + ".shared.down", geo.halves, geo.shared_widths));
+      EXLR8_ASSIGN_OR_RETURN(lw.shared_down,
+                             r.DownWidth(*sd, path + ".shared.down", geo.halves, geo.shared_widths));
     }
     m.layers_.emplace(layer, std::move(lw));
   }
   for (const auto& [layer, geo] : geometry)
     if (!m.layers_.contains(layer))
-      m.warnings_.push_back("manifest " + std::string(name) + " has no entry for MoE layer " + std::to_string(layer) +
-                            ": its experts will not be loaded");
+      m.warnings_.push_back("manifest " + std::string(name) + " has no entry for MoE layer " +
+                            std::to_string(layer) + ": its experts will not be loaded");
   return m;
 }
 

@@ -4,8 +4,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -69,7 +71,7 @@ TEST(PullTest, SynthesizedReleaseWithOtherChoices) {
   DirectoryReleaseSink sink(release.path().string());
   ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
   auto sim = StartSim(release.path());
-  for (int n : {3, 5}) {
+  for (int n = 3; n <= 7; ++n) {
     for (int r = 0; r < n; ++r) {
       TempDir cache;
       auto s = Pull(cache.path(), Options(*sim, "up1", n, r));
@@ -171,6 +173,33 @@ TEST(PullTest, BudgetExhaustedFailsCleanlyThenCompletes) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_TRUE(ok->complete);
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *ok);
+}
+
+TEST(PullTest, FullDiskFailsCleanlyThenCompletesWhenSpaceIsFreed) {
+  TempDir mnt;
+  if (::mount("tmpfs", mnt.path().c_str(), "tmpfs", 0, "size=12m") != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << "); the cache tests cover ENOSPC";
+  struct Unmount {
+    const fs::path& p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt.path()};
+  const fs::path cache = mnt.path() / "cache";
+  const fs::path junk = mnt.path() / "junk";
+  {  // leave about 1 MB free: less than the plan needs
+    std::ofstream f(junk, std::ios::binary);
+    std::vector<char> block(1 << 20, 'x');
+    for (int i = 0; i < 11; ++i) f.write(block.data(), static_cast<std::streamsize>(block.size()));
+  }
+  auto sim = StartSim(TinyRelease());
+  auto s = Pull(cache, Options(*sim, "up1", 3, 0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted) << s.status().ToString();
+  EXPECT_THAT(s.status().message(), HasSubstr("free"));
+  fs::remove(junk);
+  auto ok = Pull(cache, Options(*sim, "up1", 3, 0));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->complete);
+  ExpectCacheHoldsExactlyThePlan(cache, TinyRelease(), *ok);
 }
 
 TEST(PullTest, OfflineServesFromTheCacheOnly) {

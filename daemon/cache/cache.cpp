@@ -20,6 +20,7 @@
 #include "daemon/cache/mutex.h"
 #include "daemon/cache/posix.h"
 #include "daemon/cache/sqlite_db.h"
+#include "format/units.h"
 
 namespace exlr8 {
 namespace {
@@ -44,22 +45,6 @@ struct FileRow {
   std::string rel;
 };
 
-std::string FormatBytes(std::uint64_t n) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1000.0 && u < 5) {
-    v /= 1000.0;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  }
-  return buf;
-}
 
 // [offset, offset + length) must lie within a file of `size` bytes.
 Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
@@ -735,9 +720,9 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed) {
   const std::optional<std::uint64_t>& budget = rep_->options.byte_budget;
   const bool over_budget = budget && (used > *budget || bytes_needed > *budget - used);
   if (bytes_needed <= free && !over_budget) return Status::Ok();
-  std::string msg = "need " + FormatBytes(bytes_needed) + ", " + FormatBytes(free) + " free on " + rep_->shown;
+  std::string msg = "need " + HumanBytes(bytes_needed) + ", " + HumanBytes(free) + " free on " + rep_->shown;
   if (budget) {
-    msg += " (budget " + FormatBytes(*budget) + ", " + FormatBytes(used) + " used";
+    msg += " (budget " + HumanBytes(*budget) + ", " + HumanBytes(used) + " used";
     if (over_budget) msg += "; over budget: run gc or raise the budget";
     msg += ")";
   } else {

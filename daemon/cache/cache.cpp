@@ -45,7 +45,6 @@ struct FileRow {
   std::string rel;
 };
 
-
 // [offset, offset + length) must lie within a file of `size` bytes.
 Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
   if (offset > size || length > size - offset)

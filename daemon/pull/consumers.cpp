@@ -180,4 +180,18 @@ void HalfConsumer::OnReset(std::uint64_t id) {
   lv.cursor = 0;
 }
 
+// ---- two consumers in one run ----
+
+bool ChainConsumer::NextRequest(RangeRequest* out) {
+  while (current_ < parts_.size()) {
+    if (parts_[current_]->NextRequest(out)) {
+      out->id = (out->id << 1) | current_;
+      if (current_ == 1 && on_second_) std::exchange(on_second_, nullptr)();
+      return true;
+    }
+    ++current_;
+  }
+  return false;
+}
+
 }  // namespace exlr8

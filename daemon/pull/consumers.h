@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +160,28 @@ class HalfConsumer final : public ConsumerBase {
   std::uint64_t next_id_ = 0;
   std::unordered_map<std::uint64_t, Live> live_;
   std::vector<std::byte> tail_buf_;
+};
+
+// Hands out every request of `first`, then every request of `second`, in
+// one RangeFetcher run; callbacks go to the consumer that made the request.
+// `on_second` runs once, when `second` hands out its first request. Ids are
+// mapped (id * 2 + which), so each consumer's ids must stay below 2^63.
+class ChainConsumer final : public RangeConsumer {
+ public:
+  ChainConsumer(RangeConsumer& first, RangeConsumer& second, std::function<void()> on_second = {})
+      : parts_{&first, &second}, on_second_(std::move(on_second)) {}
+  bool NextRequest(RangeRequest* out) override;
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
+    return parts_[id & 1]->OnData(id >> 1, offset, bytes);
+  }
+  RangeVerdict OnComplete(std::uint64_t id) override { return parts_[id & 1]->OnComplete(id >> 1); }
+  void OnReset(std::uint64_t id) override { parts_[id & 1]->OnReset(id >> 1); }
+  void OnFailed(std::uint64_t id, const Status& status) override { parts_[id & 1]->OnFailed(id >> 1, status); }
+
+ private:
+  std::array<RangeConsumer*, 2> parts_;
+  std::size_t current_ = 0;
+  std::function<void()> on_second_;
 };
 
 }  // namespace exlr8

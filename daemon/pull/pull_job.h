@@ -56,7 +56,9 @@ struct PullOptions {
   RangeFetcherOptions fetch;
   // Verified extents are made durable and recorded at least this often.
   std::chrono::milliseconds commit_interval{1000};
-  std::uint64_t commit_bytes = 256ull << 20;
+  // ... and every this many bytes: small enough that the last commit of a
+  // pull (which the pull waits for) has little left to flush.
+  std::uint64_t commit_bytes = 64ull << 20;
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;

@@ -1,6 +1,7 @@
 #include "daemon/pull/consumers.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace exlr8 {
 

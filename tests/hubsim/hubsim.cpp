@@ -873,7 +873,7 @@ Result<std::unique_ptr<HubSim>> HubSim::Start(HubSimOptions options) {
     for (const auto& existing : rep->repos) {
       if (existing->id() == spec.id) return InvalidArgumentError("hubsim: repo '" + spec.id + "' given twice");
     }
-    auto index = RepoIndex::Build(spec.id, spec.dir, options.lfs_threshold);
+    auto index = RepoIndex::Build(spec.id, spec.dir, options.lfs_threshold, options.unhashed_glob);
     if (!index.ok()) return index.status();
     rep->repos.push_back(std::move(index).value());
   }

@@ -91,6 +91,12 @@ struct HubSimOptions {
   // bytes. Meant for one repo: every repo's files map onto the same base.
   // Our CDN listener still runs; CDN faults then do not apply.
   std::string cdn_base;
+  // LFS files matching this glob (e.g. "experts/*.k?.safetensors") are not
+  // hashed at start-up; they are listed with a stand-in sha256
+  // (RepoFile::unhashed). Only for benchmarks on sparse --index-only
+  // releases, whose width files are hundreds of GB of holes that no client
+  // verifies whole.
+  std::string unhashed_glob;
   FaultConfig faults;
 };
 

@@ -335,6 +335,41 @@ TEST_F(HubSimTest, CdnBaseRedirectsLfsFilesUnsignedAndKeepsRegularFilesOnTheHub)
   EXPECT_EQ(stats.at("signed_urls_issued").to_number<int>(), 0);
 }
 
+TEST_F(HubSimTest, UnhashedGlobListsAStandInSha256AndStillServesTheBytes) {
+  const std::string commit_hashed = sim_->commit(kRepo);
+  HubSimOptions options;
+  options.unhashed_glob = "experts/*.k2.safetensors";
+  StartSim(options);
+  EXPECT_NE(sim_->commit(kRepo), commit_hashed);  // the listed sha256 differs, so the commit does
+  const HttpResult r = Fetch(Hub(std::string("/api/models/") + kRepo));
+  ASSERT_EQ(r.status, 200);
+  int stand_ins = 0, hashed = 0;
+  const json::value info = Json(r);
+  for (const auto& s : info.as_object().at("siblings").as_array()) {
+    const json::object& o = s.as_object();
+    const std::string name(o.at("rfilename").as_string());
+    if (!o.contains("lfs")) continue;
+    const std::string bytes = ReadFile(kFixture + "/" + name);
+    const std::string listed(o.at("lfs").as_object().at("sha256").as_string());
+    EXPECT_EQ(listed.size(), 64u);
+    EXPECT_EQ(o.at("size").to_number<std::uint64_t>(), bytes.size()) << name;
+    if (name.find(".k2.") != std::string::npos && name.starts_with("experts/")) {
+      EXPECT_NE(listed, Hex(EVP_sha256(), "", bytes)) << name;
+      ++stand_ins;
+    } else {
+      EXPECT_EQ(listed, Hex(EVP_sha256(), "", bytes)) << name;
+      ++hashed;
+    }
+  }
+  EXPECT_GE(stand_ins, 1);
+  EXPECT_GE(hashed, 1);
+  // The bytes themselves are served as before.
+  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const HttpResult part = Fetch(SignedUrl(), "GET", {"Range: bytes=10-99"});
+  EXPECT_EQ(part.status, 206);
+  EXPECT_EQ(part.body, bytes.substr(10, 90));
+}
+
 TEST_F(HubSimTest, UnsatisfiableAndMultiRangesGet416) {
   const std::string url = SignedUrl();
   const std::string size = std::to_string(fs::file_size(kFixture + "/" + kLfs));

@@ -36,6 +36,9 @@ constexpr std::string_view kUsage = R"(usage: exlr8-hubsim --repo ORG/NAME=DIR [
   --url-ttl S                 signed CDN URL lifetime in seconds (3600)
   --tree-page-size N          tree entries per page (50)
   --lfs-threshold BYTES       files this large are LFS (10000000)
+  --unhashed GLOB             LFS files matching GLOB are listed with a stand-in
+                              sha256 instead of being hashed (benchmarks on
+                              sparse releases only)
   --threads N                 server threads (4)
   --read-timeout S            per-read / per-write timeout (30)
 faults (probabilities in [0,1], decisions seeded by --seed):
@@ -108,6 +111,8 @@ int main(int argc, char** argv) {
       ok = SplitHostPort(v, &options.cdn_address, &options.cdn_port);
     } else if (arg == "--cdn-base") {
       options.cdn_base = v;
+    } else if (arg == "--unhashed") {
+      options.unhashed_glob = v;
     } else if (arg == "--port-file") {
       port_file = v;
     } else if (arg == "--token") {

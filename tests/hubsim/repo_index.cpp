@@ -1,6 +1,7 @@
 #include "tests/hubsim/repo_index.h"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,16 +50,17 @@ std::string GitBlobSha1(std::string_view content) {
   return d.HexFinal();
 }
 
-// Hashes one file: sha256 (LFS) or git blob sha1 (regular).
+// Hashes one file: sha256 (LFS) or git blob sha1 (regular). An unhashed
+// file keeps its stand-in sha256 and gets only its pointer and oid.
 Status HashFile(RepoFile& f) {
   constexpr std::size_t kChunk = 1 << 20;
-  std::vector<unsigned char> buf(kChunk);
+  std::vector<unsigned char> buf(f.unhashed ? 0 : kChunk);
   Digest d(f.lfs ? EVP_sha256() : EVP_sha1());
   if (!f.lfs) {
     d.Update("blob " + std::to_string(f.size));
     d.Update("\0", 1);
   }
-  std::uint64_t off = 0;
+  std::uint64_t off = f.unhashed ? f.size : 0;
   while (off < f.size) {
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, f.size - off));
     const ssize_t got = ::pread(f.fd, buf.data(), want, static_cast<off_t>(off));
@@ -71,7 +73,7 @@ Status HashFile(RepoFile& f) {
     off += static_cast<std::uint64_t>(got);
   }
   if (f.lfs) {
-    f.sha256 = d.HexFinal();
+    if (!f.unhashed) f.sha256 = d.HexFinal();
     const std::string pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:" + f.sha256 +
                                 "\nsize " + std::to_string(f.size) + "\n";
     f.pointer_size = pointer.size();
@@ -105,7 +107,7 @@ RepoIndex::~RepoIndex() {
 }
 
 Result<std::unique_ptr<RepoIndex>> RepoIndex::Build(std::string repo_id, const std::string& dir,
-                                                    std::uint64_t lfs_threshold) {
+                                                    std::uint64_t lfs_threshold, const std::string& unhashed_glob) {
   if (!IsValidRepoId(repo_id)) {
     return InvalidArgumentError("repo id '" + repo_id + "': expected 'name' or 'org/name' of [A-Za-z0-9._-]");
   }
@@ -141,6 +143,13 @@ Result<std::unique_ptr<RepoIndex>> RepoIndex::Build(std::string repo_id, const s
     f.size = static_cast<std::uint64_t>(st.st_size);
     f.lfs = f.size >= lfs_threshold ||
             (f.path.size() >= 12 && f.path.compare(f.path.size() - 12, 12, ".safetensors") == 0);
+    if (f.lfs && !unhashed_glob.empty() && ::fnmatch(unhashed_glob.c_str(), f.path.c_str(), 0) == 0) {
+      f.unhashed = true;
+      Digest d(EVP_sha256());
+      d.Update("exlr8-hubsim unhashed\n" + f.path + "\n" + std::to_string(f.size) + "\n" +
+               std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec));
+      f.sha256 = d.HexFinal();
+    }
     index->files_.push_back(std::move(f));
   }
   std::sort(index->files_.begin(), index->files_.end(),

@@ -41,6 +41,10 @@ struct RepoFile {
   std::string sha256;        // 64 hex; LFS only
   std::uint64_t pointer_size = 0;  // LFS only
   int fd = -1;               // owned by the RepoIndex
+  // sha256 is a stand-in, sha256("exlr8-hubsim unhashed\n<path>\n<size>\n<mtime>"),
+  // not of the content (Build's unhashed_glob): for benchmarks on sparse
+  // releases whose clients never verify these files whole.
+  bool unhashed = false;
 };
 
 struct RepoDir {
@@ -53,8 +57,11 @@ class RepoIndex {
   // Errors: InvalidArgument (bad repo id), NotFound (dir missing or not a
   // directory), IOError (open/read failed).
   // REQUIRES: repo_id is "name" or "org/name" of [A-Za-z0-9._-].
+  // LFS files whose path matches `unhashed_glob` (fnmatch, '*' also matches
+  // '/'; empty: none) are not read: see RepoFile::unhashed.
   static Result<std::unique_ptr<RepoIndex>> Build(std::string repo_id, const std::string& dir,
-                                                  std::uint64_t lfs_threshold = kDefaultLfsThreshold);
+                                                  std::uint64_t lfs_threshold = kDefaultLfsThreshold,
+                                                  const std::string& unhashed_glob = "");
   ~RepoIndex();
   RepoIndex(const RepoIndex&) = delete;
   RepoIndex& operator=(const RepoIndex&) = delete;

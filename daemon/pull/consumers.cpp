@@ -65,7 +65,8 @@ void WholeFileConsumer::OnReset(std::uint64_t id) { live_.at(id).Reset(); }
 // ---- width-file headers ----
 
 bool HeaderConsumer::NextRequest(RangeRequest* out) {
-  while (next_ < targets_.size() && targets_[next_].wanted <= targets_[next_].bytes.size()) ++next_;
+  while (next_ < targets_.size() && (targets_[next_].done || targets_[next_].wanted <= targets_[next_].bytes.size()))
+    ++next_;
   if (next_ >= targets_.size()) return false;
   HeaderTarget& t = targets_[next_];
   out->path = t.path;
@@ -81,8 +82,20 @@ bool HeaderConsumer::NextRequest(RangeRequest* out) {
 Status HeaderConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   HeaderTarget& t = targets_[id];
   if (offset != t.bytes.size()) return InternalError(t.path + ": header bytes out of order");
+  // One allocation per target, not a doubling series; made here rather than
+  // in NextRequest, so only transfers in flight hold a buffer.
+  if (t.bytes.capacity() < t.wanted) t.bytes.reserve(t.wanted);
   t.bytes.insert(t.bytes.end(), bytes.begin(), bytes.end());
   return Status::Ok();
+}
+
+RangeVerdict HeaderConsumer::OnComplete(std::uint64_t id) {
+  HeaderTarget& t = targets_[id];
+  if (on_complete_ && !t.done && t.header_bytes && t.bytes.size() >= *t.header_bytes) {
+    Status s = on_complete_(t);
+    if (!s.ok()) return RangeVerdict::Fail(std::move(s));
+  }
+  return RangeVerdict::Accept();
 }
 
 void HeaderConsumer::OnReset(std::uint64_t id) { targets_[id].bytes.resize(start_size_[id]); }

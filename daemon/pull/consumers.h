@@ -94,20 +94,26 @@ struct HeaderTarget {
   std::vector<std::byte> bytes;   // what arrived so far, from offset 0
   std::uint64_t wanted = 0;       // bytes to request in this round
   std::optional<std::uint64_t> header_bytes;  // 8 + N once known
+  bool done = false;              // handled (and `bytes` freed): not requested again
 };
 
 class HeaderConsumer final : public ConsumerBase {
  public:
-  // Requests [bytes.size(), wanted) of each target with wanted > bytes.size().
-  HeaderConsumer(RangeFetcher& fetcher, std::vector<HeaderTarget>& targets) : ConsumerBase(fetcher), targets_(targets) {}
+  // Requests [bytes.size(), wanted) of each target that is not done and has
+  // wanted > bytes.size(). `on_complete` (optional) runs when a target with a
+  // known header_bytes has all of them; its error fails that request.
+  HeaderConsumer(RangeFetcher& fetcher, std::vector<HeaderTarget>& targets,
+                 std::function<Status(HeaderTarget&)> on_complete = {})
+      : ConsumerBase(fetcher), targets_(targets), on_complete_(std::move(on_complete)) {}
   bool NextRequest(RangeRequest* out) override;
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
-  RangeVerdict OnComplete(std::uint64_t) override { return RangeVerdict::Accept(); }
+  RangeVerdict OnComplete(std::uint64_t id) override;
   void OnReset(std::uint64_t id) override;
 
  private:
   void Forget(std::uint64_t) override {}
   std::vector<HeaderTarget>& targets_;
+  std::function<Status(HeaderTarget&)> on_complete_;
   std::size_t next_ = 0;
   std::unordered_map<std::uint64_t, std::size_t> start_size_;  // id -> bytes.size() at start
 };

@@ -1,5 +1,6 @@
-// CommitBatcher (background commits) against a real cache, and ChainConsumer
-// (two consumers in one fetcher run) with scripted consumers.
+// CommitBatcher (background commits) against a real cache, ChainConsumer
+// (two consumers in one fetcher run) with scripted consumers, and a pull
+// whose width-file headers are longer than the first probe (two rounds).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -7,10 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "client/file_sink.h"
 #include "daemon/cache/cache.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
+#include "format/release_writer.h"
+#include "format/safetensors.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
 
 namespace exlr8 {
 namespace {
@@ -154,6 +159,35 @@ TEST(ChainConsumerTest, FirstConsumerFirstAndCallbacksRoutedByMappedId) {
   chain.OnFailed(got[0].id, CancelledError("x"));
   EXPECT_EQ(a.log, (std::vector<std::string>{"data 1", "failed 0"}));
   EXPECT_EQ(b.log, (std::vector<std::string>{"complete 0", "reset 2"}));
+}
+
+TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerified) {
+  TempDir release, cache;
+  SynthOptions so;
+  so.hidden = 128;
+  so.halves = 8;
+  so.experts = 48;  // 48 x 3 x 8 tensors per width file: a header of ~100 KB
+  so.moe_layers = {1};
+  so.dense_layers = {0};
+  so.num_hidden_layers = 2;
+  so.width_alignment = 1;
+  so.seed = 3;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  // The premise: the header does not fit the 64 KiB probe.
+  const auto k2 = ReadAll(release.path() / "experts" / "exlr8-layer-001.k2.safetensors");
+  auto n = SafetensorsHeaderSize(std::as_bytes(std::span(k2.data(), 8)), k2.size(), "k2");
+  ASSERT_TRUE(n.ok());
+  ASSERT_GT(*n, 64u * 1024);
+  auto sim = StartSim(release.path());
+  auto s = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
+  // A rerun finds every header verified in the cache.
+  auto again = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,407 @@
+#!/usr/bin/env bash
+# Pull benchmarks (issue 3, section 8), on loopback only. The release files
+# are served by nginx (sendfile, keep-alive) on 127.0.0.2; the hub API by
+# exlr8-hubsim on 127.0.0.1 with --cdn-base pointing /resolve/ at nginx.
+# Every number comes with a baseline measured in the same run against the
+# same server.
+#
+#   A  synthesized release (hidden 2048, 32 experts, MoE layers 3-10: 3.9 GB),
+#      TP 4 rank 1 under the home manifest, rounds in alternating order, each
+#      run into a new directory, best of the rounds:
+#        exlr8d pull --jobs 16        (verifies and records every byte)
+#        curl --parallel --parallel-max 16 of the SAME ranges (from
+#             `exlr8 plan --json`), one output file per range, no checks
+#        aria2c -x16 -s16 -j16 of every file of the release
+#      mode cold (RUNS rounds): page cache dropped before each run (root);
+#      mode warm (WARM_RUNS rounds, exlr8d and curl): dropped, then the release
+#      read once, so nginx serves from memory and the clients are compared.
+#      -> throughput ratio exlr8d/curl (target >= 1.0), time-to-ready ratio
+#         aria2c/exlr8d against the byte ratio release/rank, /resolve/ per pull
+#   B  GLM-5.3 geometry (exlr8 synth --preset glm53 --index-only: 825 GB
+#      apparent, ~1 GB stored), exlr8d pull --tp 4 --rank 1 under
+#      /usr/bin/time -v, stopped with SIGINT after B_SECONDS or once its cache
+#      grew by B_MAX_GB: peak RSS (target < 256 MB), halves/s, and the time
+#      from start to the first half request (nginx access log); first with an
+#      empty cache, then again with the metadata and whole files cached (so
+#      the second start is planning at full scale through the pull path).
+#
+#   bench/pull_bench.sh [BUILD_DIR]        (default build/; Release build)
+# Environment: PARTS="A B", RUNS=3, WARM_RUNS=2, B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
+#   files alone are 5.9 GB), B_MAX_GB=4,
+#   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
+#   it is deleted at the end), NGINX=/usr/sbin/nginx.
+# Needs: nginx (nginx-light), curl, aria2c, python3; 15 GB free.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo_root=$PWD
+bin=$(cd "${1:-build}/bin" && pwd)
+parts=${PARTS:-A B}
+runs=${RUNS:-3}
+warm_runs=${WARM_RUNS:-2}
+b_seconds=${B_SECONDS:-60}
+b_max_gb_cold=${B_MAX_GB_COLD:-8}
+b_max_gb=${B_MAX_GB:-4}
+nginx_bin=${NGINX:-/usr/sbin/nginx}
+tool=$repo_root/bench/pull_bench_tool.py
+
+for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl aria2c python3 /usr/bin/time; do
+  command -v "$t" > /dev/null || { echo "pull_bench: missing $t (scripts/setup.sh with EXLR8_SETUP_BENCH=1)"; exit 2; }
+done
+
+w=${EXLR8_BENCH_DIR:-$(mktemp -d /tmp/exlr8-pull-bench.XXXXXX)}
+mkdir -p "$w"
+chmod 755 "$w"  # nginx workers run as an unprivileged user
+free_kb=$(df -Pk "$w" | awk 'NR==2 {print $4}')
+if (( free_kb < 15 * 1024 * 1024 )); then
+  echo "pull_bench: only $((free_kb / 1024 / 1024)) GB free under $w; needs 15 GB"
+  exit 2
+fi
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
+  rm -rf "$w"
+}
+trap cleanup EXIT
+
+say() { printf '\n== %s\n' "$*"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+cache_kb() {
+  local k
+  k=$(du -sk "$w/cache" 2> /dev/null | cut -f1 || true)
+  echo "${k:-0}"
+}
+now() { date +%s.%N; }
+# Drops the page cache (root only); sets $cache_state.
+cache_state=warm
+drop_caches() {
+  sync
+  if [[ -w /proc/sys/vm/drop_caches ]] && echo 3 > /proc/sys/vm/drop_caches 2> /dev/null; then
+    cache_state=cold
+  else
+    cache_state=warm
+  fi
+}
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.2", 0)); print(s.getsockname()[1])'
+}
+
+# start_nginx ROOT LOG: nginx in the foreground (no system service) serving
+# ROOT on 127.0.0.2:$nginx_port; LOG "on" writes $w/ngx/access.log with $msec.
+nginx_pid=
+start_nginx() {
+  local root=$1 log=$2
+  stop_nginx
+  rm -rf "$w/ngx"
+  mkdir -p "$w/ngx"
+  nginx_port=$(free_port)
+  local access="access_log off;"
+  if [[ $log == on ]]; then
+    access="log_format t '\$msec \"\$uri\" \"\$http_range\" \$status \$body_bytes_sent';
+  access_log $w/ngx/access.log t buffer=256k flush=1s;"
+  fi
+  cat > "$w/ngx/nginx.conf" << EOF
+daemon off;
+worker_processes $(nproc);
+pid $w/ngx/nginx.pid;
+error_log $w/ngx/error.log warn;
+events { worker_connections 1024; }
+http {
+  default_type application/octet-stream;
+  $access
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 65;
+  keepalive_requests 1000000;
+  client_body_temp_path $w/ngx/body;
+  server {
+    listen 127.0.0.2:$nginx_port;
+    root $root;
+    location / { }
+  }
+}
+EOF
+  "$nginx_bin" -p "$w/ngx" -c "$w/ngx/nginx.conf" -e "$w/ngx/error.log" &
+  nginx_pid=$!
+  pids+=("$nginx_pid")
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.2:$nginx_port/" && return 0
+    sleep 0.1
+  done
+  echo "pull_bench: nginx did not start"; cat "$w/ngx/error.log"; exit 1
+}
+stop_nginx() {
+  if [[ -n $nginx_pid ]]; then
+    kill "$nginx_pid" 2> /dev/null || true
+    wait "$nginx_pid" 2> /dev/null || true
+    nginx_pid=
+  fi
+}
+
+# start_hubsim ROOT [extra flags]: the hub API, LFS resolves -> nginx.
+sim_pid=
+start_hubsim() {
+  local root=$1
+  shift
+  stop_hubsim
+  rm -f "$w/ports"
+  "$bin/exlr8-hubsim" --repo bench/pull="$root" --cdn-base "http://127.0.0.2:$nginx_port" --port-file "$w/ports" \
+    "$@" > "$w/hubsim.log" 2>&1 &
+  sim_pid=$!
+  pids+=("$sim_pid")
+  for _ in $(seq 1200); do
+    [[ -s "$w/ports" ]] && break
+    kill -0 "$sim_pid" 2> /dev/null || { cat "$w/hubsim.log"; exit 1; }
+    sleep 0.1
+  done
+  hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$w/ports")
+}
+stop_hubsim() {
+  if [[ -n $sim_pid ]]; then
+    kill "$sim_pid" 2> /dev/null || true
+    wait "$sim_pid" 2> /dev/null || true
+    sim_pid=
+  fi
+}
+
+pull_args=(--repo bench/pull --manifest home --tp 4 --rank 1 --jobs 16)
+echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 / 1024)) GB free)"
+echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $(aria2c --version | head -1)"
+
+# ---------------------------------------------------------------- part A --
+if [[ " $parts " == *" A "* ]]; then
+  rel=$w/release
+  say "A: synthesize a 3.9 GB release (hidden 2048, 32 experts, MoE layers 3-10, widths 2/3/4)"
+  "$bin/exlr8" synth "$rel" --seed 7 --hidden 2048 --halves 16 --experts 32 --moe-layers 3-10 --dense-layers 0-2 \
+    --vocab 16384 --quiet
+  "$bin/exlr8" plan "$rel" --manifest home --tp 4 --rank 1 --json > "$w/plan.json"
+  plan_bytes=$(python3 "$tool" get "$w/plan.json" bytes)
+  release_bytes=$(find "$rel" -type f -printf '%s\n' | paste -sd+ - | bc)
+  n_files=$(find "$rel" -type f | wc -l)
+  echo "  release $release_bytes bytes in $n_files files; TP 4 rank 1 needs $plan_bytes bytes"
+
+  start_nginx "$rel" off
+  start_hubsim "$rel"
+  echo "  nginx http://127.0.0.2:$nginx_port (root $rel), hub $hub"
+  python3 "$tool" curl-config "$w/plan.json" "http://127.0.0.2:$nginx_port" "$w/curl.out" > "$w/curl.cfg" \
+    2> "$w/curl.count"
+  read -r curl_requests curl_bytes < "$w/curl.count"
+  (cd "$rel" && find . -type f | sed 's|^\./||' | sort) | while read -r p; do
+    printf 'http://127.0.0.2:%s/%s\n  out=%s\n' "$nginx_port" "$p" "$p"
+  done > "$w/aria.list"
+  echo "  curl config: $curl_requests ranges, $curl_bytes bytes"
+
+  # Every run writes into a new directory, kept until the end of part A:
+  # deleting thousands of files makes ext4 scan the recently freed inodes
+  # when the next run creates files (curl creates one per range), which
+  # would slow the baseline for minutes.
+  n_run=0  # advanced by round() (the runs themselves are in subshells)
+  # prepare MODE: empty the page cache (when root); in mode "warm", then read
+  # the release once, so nginx serves from memory and the run measures the
+  # client; in mode "cold" nginx reads the disk as the client writes it.
+  prepare() {
+    drop_caches
+    if [[ $1 == warm ]]; then cat "$rel"/*/* "$rel"/*.json > /dev/null; fi
+  }
+  run_exlr8d() {
+    local mode=$1 l t0 t1 dir
+    dir=$w/out/exlr8d.$n_run
+    prepare "$mode"
+    curl -s -X POST "$hub/_sim/reset" > /dev/null
+    l=$(load)
+    t0=$(now)
+    /usr/bin/time -f '%M' -o "$w/time.txt" "$bin/exlr8d" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
+      --no-progress --json > "$w/pull.json"
+    t1=$(now)
+    curl -s "$hub/_sim/stats" > "$w/stats.json"
+    python3 - "$w/pull.json" "$w/stats.json" "$t0" "$t1" "$(cat "$w/time.txt")" "$l" "$mode/$cache_state" << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); st = json.load(open(sys.argv[2]))
+wall = float(sys.argv[4]) - float(sys.argv[3])
+assert p["complete"], "exlr8d pull did not complete"
+assert p["bytes_fetched"] == p["bytes_planned"] and p["bytes_reused"] == 0, "not a fresh pull"
+print("exlr8d %.3f %d %d %d %d %s %s %s %.3f" % (wall, p["bytes_fetched"], p["resolves"], st["resolve"],
+      int(sys.argv[5]), p["requests"], sys.argv[7], sys.argv[6].replace(" ", "/"), p["elapsed_s"]))
+PY
+  }
+  run_curl() {
+    local mode=$1 l t0 t1 got dir
+    dir=$w/out/curl.$n_run
+    mkdir -p "$dir"
+    sed "s|^output = \"$w/curl.out/|output = \"$dir/|" "$w/curl.cfg" > "$w/curl.run.cfg"
+    prepare "$mode"
+    l=$(load)
+    t0=$(now)
+    curl --parallel --parallel-max 16 -sS --no-progress-meter --fail -K "$w/curl.run.cfg"
+    t1=$(now)
+    # exlr8d's bytes are on stable storage when it exits; curl's are not:
+    # also note when they are (syncfs of the file system they are on).
+    sync -f "$dir"
+    t2=$(now)
+    got=$(find "$dir" -type f -printf '%s\n' | paste -sd+ - | bc)
+    [[ $got == "$curl_bytes" ]] || { echo "curl fetched $got bytes, expected $curl_bytes"; exit 1; }
+    echo "curl $(echo "$t1 - $t0" | bc) $got - - - $curl_requests $mode/$cache_state ${l// //} -"
+    echo "curl+sync $(echo "$t2 - $t0" | bc) $got - - - $curl_requests $mode/$cache_state ${l// //} -"
+  }
+  run_aria2() {
+    local mode=$1 l t0 t1 got
+    rm -rf "$w/aria.out"  # 58 files: no inode-scan effect worth noting
+    prepare "$mode"
+    l=$(load)
+    t0=$(now)
+    aria2c -i "$w/aria.list" -d "$w/aria.out" -x16 -s16 -j16 --file-allocation=none --allow-overwrite=true \
+      --auto-file-renaming=false --console-log-level=warn --summary-interval=0 -q
+    t1=$(now)
+    got=$(find "$w/aria.out" -type f -printf '%s\n' | paste -sd+ - | bc)
+    [[ $got == "$release_bytes" ]] || { echo "aria2c fetched $got bytes, expected $release_bytes"; exit 1; }
+    rm -rf "$w/aria.out"
+    echo "aria2c $(echo "$t1 - $t0" | bc) $got - - - $n_files $mode/$cache_state ${l// //} -"
+  }
+
+  : > "$w/rows"
+  round() {  # round MODE I TOOL...
+    local mode=$1 i=$2 t f
+    shift 2
+    local order=("$@")
+    if ((i % 2 == 0)); then order=(); for ((k = $# ; k > 0; k--)); do order+=("${!k}"); done; fi
+    for t in "${order[@]}"; do
+      n_run=$((n_run + 1))
+      "run_$t" "$mode" > "$w/row"
+      cat "$w/row" >> "$w/rows"
+      while read -r -a f; do
+        printf '  %-9s %8.3f %12s %9s %9s %7s %8s %-12s %-15s %s\n' "${f[@]}"
+      done < "$w/row"
+    done
+  }
+  header() {
+    printf '  %-9s %8s %12s %9s %9s %7s %8s %-12s %-15s %s\n' tool wall_s bytes resolves sim_res rss_kB requests \
+      mode/cache load job_s
+  }
+  say "A: $runs rounds, mode cold: page cache dropped before each run (order alternates)"
+  header
+  for ((i = 1; i <= runs; i++)); do round cold "$i" exlr8d curl aria2; done
+  say "A: $warm_runs rounds, mode warm: page cache dropped, then the release read once (nginx serves from memory)"
+  header
+  for ((i = 1; i <= warm_runs; i++)); do round warm "$i" exlr8d curl; done
+
+  say "A: results (best of the runs of each mode; wall time of the whole process)"
+  python3 - "$w/rows" "$plan_bytes" "$release_bytes" "$n_files" << 'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+plan, release, files = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+mb = lambda b, s: b / s / 1e6
+def best(tool, mode):
+    v = [float(r[1]) for r in rows if r[0] == tool and r[7].startswith(mode + "/")]
+    return min(v) if v else None
+def best_job(mode):
+    v = [float(r[9]) for r in rows if r[0] == "exlr8d" and r[7].startswith(mode + "/")]
+    return min(v) if v else None
+requests = [r[6] for r in rows if r[0] == "curl"][0]
+print("  1. throughput, TP 4 rank 1 of the home manifest (%d bytes, %s ranges):" % (plan, requests))
+for mode in ("cold", "warm"):
+    e, c = best("exlr8d", mode), best("curl", mode)
+    if e is None or c is None: continue
+    print("     [%s] exlr8d pull --jobs 16 (verified, durable, recorded) %6.3f s %7.1f MB/s (inside the job: %.3f s)"
+          % (mode, e, mb(plan, e), best_job(mode)))
+    cs = best("curl+sync", mode)
+    print("     [%s] curl --parallel --parallel-max 16 (no checks)        %6.3f s %7.1f MB/s" % (mode, c, mb(plan, c)))
+    print("     [%s]   ... until its bytes are on disk too (+ sync -f)     %6.3f s %7.1f MB/s" % (mode, cs, mb(plan, cs)))
+    print("     [%s] ratio exlr8d/curl throughput: %.2fx (target >= 1.0x); against curl + sync: %.2fx" % (mode, c / e, cs / e))
+e, a = best("exlr8d", "cold"), best("aria2c", "cold")
+if e and a:
+    print("  2. time until the rank is ready [cold] vs aria2c -x16 -s16 -j16 of the whole release (%d bytes, %d files):" % (release, files))
+    print("     aria2c %.3f s (%.1f MB/s); time ratio aria2c/exlr8d %.2fx; byte ratio release/rank %.2fx (target: time ratio >= byte ratio)"
+          % (a, mb(release, a), a / e, release / plan))
+ex = [r for r in rows if r[0] == "exlr8d"]
+print("  3. /resolve/ per pull: exlr8d summary %s, simulator counter %s, for %d files (target <= files + a few)"
+      % ("/".join(sorted(set(r[3] for r in ex))), "/".join(sorted(set(r[4] for r in ex))), files))
+print("     peak RSS of exlr8d pull: %d kB (max over runs)" % max(int(r[5]) for r in ex))
+PY
+  stop_hubsim
+  stop_nginx
+  rm -rf "$rel" "$w/out" "$w/aria.out"
+fi
+
+# ---------------------------------------------------------------- part B --
+if [[ " $parts " == *" B "* ]]; then
+  glm=$w/glm
+  say "B: synthesize the GLM-5.3 geometry, index-only (sparse width files)"
+  "$bin/exlr8" synth "$glm" --preset glm53 --index-only --seed 1 --quiet
+  echo "  $(du -sh "$glm" | cut -f1) stored, $(du -sh --apparent-size "$glm" | cut -f1) apparent"
+  # exlr8d refuses to start a pull that cannot fit on the disk (CheckSpace):
+  # if home's share does not fit, use down1 (the same ~230,000 ranges, at
+  # 2.25 instead of 3.25 bits), and say so.
+  b_manifest=${B_MANIFEST:-home}
+  t0=$(now)
+  "$bin/exlr8" plan "$glm" --manifest "$b_manifest" --tp 4 --rank 1 --json > "$w/glm-plan.json"
+  t1=$(now)
+  need=$(python3 "$tool" get "$w/glm-plan.json" bytes)
+  avail=$(( $(df -Pk "$w" | awk 'NR==2 {print $4}') * 1024 ))
+  if (( avail < need + (2 << 30) )); then
+    echo "  manifest $b_manifest needs $need bytes, $avail free: exlr8d would refuse (correctly); using down1"
+    b_manifest=down1
+    t0=$(now)
+    "$bin/exlr8" plan "$glm" --manifest "$b_manifest" --tp 4 --rank 1 --json > "$w/glm-plan.json"
+    t1=$(now)
+  fi
+  b_args=(--repo bench/pull --manifest "$b_manifest" --tp 4 --rank 1 --jobs 16)
+  python3 - "$w/glm-plan.json" "$(echo "$t1 - $t0" | bc)" << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); t = p["totals"]
+print("  plan of %s (exlr8 plan --json, from local files): %s s; %d bytes, %d requests, %d routed + %d shared halves, %d files"
+      % (p["manifest"], sys.argv[2], p["bytes"], t["requests"], t["routed_halves"], t["shared_halves"], len(p["files"])))
+PY
+  start_nginx "$glm" on
+  t0=$(now)
+  start_hubsim "$glm" --unhashed 'experts/*.k?.safetensors'
+  echo "  hub $hub up in $(echo "$(now) - $t0" | bc | cut -c1-5) s (width files listed unhashed); nginx logs \$msec"
+
+  # pull_b LABEL: one bounded exlr8d pull under /usr/bin/time -v.
+  pull_b() {
+    local label=$1 max_gb=$2 grown t0 t1 rc=0 start_kb child
+    : > "$w/ngx/access.log"
+    start_kb=$(cache_kb)
+    drop_caches
+    local l
+    l=$(load)
+    t0=$(now)
+    /usr/bin/time -v -o "$w/timev.txt" "$bin/exlr8d" pull "${b_args[@]}" --endpoint "$hub" --cache "$w/cache" \
+      > "$w/pull-b.out" 2> "$w/pull-b.err" &
+    local tp=$!
+    local why="time limit ${b_seconds}s"
+    while kill -0 "$tp" 2> /dev/null; do
+      sleep 1
+      grown=$(( $(cache_kb) - start_kb ))
+      if (( grown > max_gb * 1024 * 1024 )); then why="cache grew ${max_gb} GB"; break; fi
+      if (( $(echo "$(now) - $t0 > $b_seconds" | bc) )); then break; fi
+      avail=$(df -Pk "$w" | awk 'NR==2 {print $4}')
+      if (( avail < 5 * 1024 * 1024 )); then why="disk nearly full"; break; fi
+    done
+    t1=$(now)
+    # SIGINT to the pull itself (the child of /usr/bin/time), which cancels.
+    child=$(pgrep -P "$tp" || true)
+    if [[ -n $child ]]; then kill -INT "$child" 2> /dev/null || true; fi
+    wait "$tp" || rc=$?
+    sleep 1.5  # nginx flushes its log buffer every second
+    echo "  [$label] stopped after $(echo "$t1 - $t0" | bc | cut -c1-5) s ($why), exit $rc, cache page state $cache_state, load $l"
+    grep -E "exlr8d pull: " "$w/pull-b.err" | tail -2 | sed 's/^/    /'
+    rss=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$w/timev.txt")
+    python3 "$tool" half-log "$w/glm-plan.json" "$w/ngx/access.log" "$t0" > "$w/half.json"
+    python3 - "$w/half.json" "$rss" << 'PY'
+import json, sys
+h = json.load(open(sys.argv[1])); rss = int(sys.argv[2])
+print("    peak RSS %d kB = %.1f MB (target < 256 MB)" % (rss, rss / 1024))
+print("    first half request %s s after start; %d half requests logged, %s halves/s from first to last; statuses %s"
+      % (h["first_half_s"], h["half_requests"], h["half_requests_per_s"], h["statuses"]))
+PY
+    echo "    cache: $(du -sh "$w/cache" | cut -f1) on disk; $(df -h "$w" | awk 'NR==2 {print $4}') free"
+  }
+  say "B: exlr8d pull ${b_args[*]}, empty cache"
+  pull_b "cold cache" "$b_max_gb_cold"
+  say "B: again, index files / manifests / dense files / headers already verified in the cache"
+  pull_b "metadata cached" "$b_max_gb"
+  stop_hubsim
+  stop_nginx
+fi
+say "done (work dir $w removed)"

@@ -27,7 +27,8 @@ resumes where it stopped.
 
   --repo ORG/NAME        repository on the hub
   --revision REV         branch, tag or commit (default main); resolved once
-  --manifest NAME|PATH   manifest name (home, down1, up1, ...) or repo path
+  --manifest NAME|PATH   manifest name (home, down1, up1, ...), a repo path, or a
+                         local JSON file with a custom width mix
   --tp N --rank R        tensor-parallel degree and this node's rank
   --endpoint URL         hub or mirror (default $HF_ENDPOINT, else https://huggingface.co)
   --cache DIR            cache directory (default $EXLR8_CACHE, else
@@ -53,17 +54,23 @@ offline with missing bytes; 130 interrupted.
 )";
 
 // Cancels the job on SIGINT/SIGTERM from a thread (not a signal handler).
+// The signals are blocked in every thread and taken with sigwait; the
+// destructor wakes the thread with SIGUSR1 aimed at it alone, so the command
+// exits as soon as the pull ends.
 class SignalWatcher {
  public:
   explicit SignalWatcher(PullJob& job) : job_(job) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     thread_ = std::thread([this] {
-      timespec ts{0, 200'000'000};
-      while (!stop_.load()) {
-        if (sigtimedwait(&set_, nullptr, &ts) > 0) {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0) continue;
+        if (stop_.load()) return;
+        if (sig == SIGINT || sig == SIGTERM) {
           signalled_.store(true);
           job_.Cancel();
         }
@@ -72,6 +79,7 @@ class SignalWatcher {
   }
   ~SignalWatcher() {
     stop_.store(true);
+    pthread_kill(thread_.native_handle(), SIGUSR1);
     thread_.join();
     pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
   }

@@ -125,6 +125,8 @@ struct Cache::Rep {
     return r;
   }
 
+  Result<FileId> PutFileLocked(FilesetId fileset, const NewFile& f) EXLR8_REQUIRES(mu);
+
   Status CheckFilesetExists(FilesetId fileset) EXLR8_REQUIRES(mu) {
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT 1 FROM filesets WHERE id = ?"));
     q.Bind(1, fileset);
@@ -431,34 +433,40 @@ Result<std::vector<FilesetInfo>> Cache::ListFilesets() {
 
 // ---- files ----
 
-Result<FileId> Cache::PutFile(FilesetId fileset, std::string_view path, std::uint64_t size,
-                              std::optional<std::string> sha256, std::optional<std::string> git_sha1) {
-  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(path));
-  if (size > kMaxSqlInt)
-    return InvalidArgumentError("file '" + EscapeForMessage(path) + "': size " + std::to_string(size) +
+namespace {
+
+Status ValidateNewFile(const NewFile& f) {
+  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(f.path));
+  if (f.size > kMaxSqlInt)
+    return InvalidArgumentError("file '" + EscapeForMessage(f.path) + "': size " + std::to_string(f.size) +
                                 " is too large");
-  EXLR8_RETURN_IF_ERROR(ValidateHash(sha256, 64, "sha256 of '" + EscapeForMessage(path) + "'"));
-  EXLR8_RETURN_IF_ERROR(ValidateHash(git_sha1, 40, "git sha1 of '" + EscapeForMessage(path) + "'"));
-  Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT id, size, sha256, git_sha1 FROM files "
-                                                     "WHERE fileset_id = ? AND path = ?"));
+  EXLR8_RETURN_IF_ERROR(ValidateHash(f.sha256, 64, "sha256 of '" + EscapeForMessage(f.path) + "'"));
+  EXLR8_RETURN_IF_ERROR(ValidateHash(f.git_sha1, 40, "git sha1 of '" + EscapeForMessage(f.path) + "'"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Inserts or checks one file row. REQUIRES: r.mu held, a transaction open.
+Result<FileId> Cache::Rep::PutFileLocked(FilesetId fileset, const NewFile& f) {
+  const std::string_view path = f.path;
+  const std::uint64_t size = f.size;
+  const std::optional<std::string>& sha256 = f.sha256;
+  const std::optional<std::string>& git_sha1 = f.git_sha1;
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT id, size, sha256, git_sha1 FROM files "
+                                                   "WHERE fileset_id = ? AND path = ?"));
   q.Bind(1, fileset).Bind(2, path);
   EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO files (fileset_id, path, size, sha256, git_sha1) "
-                                                         "VALUES (?, ?, ?, ?, ?)"));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, db->Prepare("INSERT INTO files (fileset_id, path, size, sha256, git_sha1) "
+                                                       "VALUES (?, ?, ?, ?, ?)"));
     EXLR8_RETURN_IF_ERROR(ins.Bind(1, fileset)
                               .Bind(2, path)
                               .Bind(3, static_cast<std::int64_t>(size))
                               .BindOpt(4, sha256)
                               .BindOpt(5, git_sha1)
                               .Run());
-    const FileId id = r.db->LastInsertRowId();
-    EXLR8_RETURN_IF_ERROR(txn.Commit());
-    return id;
+    return db->LastInsertRowId();
   }
   const FileId id = q.Int(0);
   const std::string shown = "file '" + EscapeForMessage(path) + "' of fileset " + std::to_string(fileset);
@@ -471,12 +479,34 @@ Result<FileId> Cache::PutFile(FilesetId fileset, std::string_view path, std::uin
   if (git_sha1 && old_git && *git_sha1 != *old_git)
     return FailedPreconditionError(shown + ": declared git sha1 " + *git_sha1 + ", the cache recorded " + *old_git);
   if ((sha256 && !old_sha256) || (git_sha1 && !old_git)) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare("UPDATE files SET sha256 = COALESCE(sha256, ?), "
-                                                        "git_sha1 = COALESCE(git_sha1, ?) WHERE id = ?"));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, db->Prepare("UPDATE files SET sha256 = COALESCE(sha256, ?), "
+                                                      "git_sha1 = COALESCE(git_sha1, ?) WHERE id = ?"));
     EXLR8_RETURN_IF_ERROR(up.BindOpt(1, sha256).BindOpt(2, git_sha1).Bind(3, id).Run());
   }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
   return id;
+}
+
+Result<FileId> Cache::PutFile(FilesetId fileset, std::string_view path, std::uint64_t size,
+                              std::optional<std::string> sha256, std::optional<std::string> git_sha1) {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FileId> ids,
+                         PutFiles(fileset, {{NewFile{std::string(path), size, std::move(sha256), std::move(git_sha1)}}}));
+  return ids[0];
+}
+
+Result<std::vector<FileId>> Cache::PutFiles(FilesetId fileset, std::span<const NewFile> files) {
+  for (const NewFile& f : files) EXLR8_RETURN_IF_ERROR(ValidateNewFile(f));
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  std::vector<FileId> ids;
+  ids.reserve(files.size());
+  for (const NewFile& f : files) {
+    EXLR8_ASSIGN_OR_RETURN(FileId id, r.PutFileLocked(fileset, f));
+    ids.push_back(id);
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return ids;
 }
 
 Result<FileId> Cache::FindFile(FilesetId fileset, std::string_view path) {

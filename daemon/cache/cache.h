@@ -64,6 +64,14 @@ struct CacheOptions {
 };
 
 // Verified bytes [offset, offset + length) of one file.
+// A file of a remote listing, as PutFiles takes it.
+struct NewFile {
+  std::string path;
+  std::uint64_t size = 0;
+  std::optional<std::string> sha256;
+  std::optional<std::string> git_sha1;
+};
+
 struct VerifiedExtent {
   FileId file = 0;
   std::uint64_t offset = 0;
@@ -175,6 +183,9 @@ class Cache {
   Result<FileId> PutFile(FilesetId fileset, std::string_view path, std::uint64_t size,
                          std::optional<std::string> sha256 = std::nullopt,
                          std::optional<std::string> git_sha1 = std::nullopt);
+  // PutFile for a whole listing in one transaction (one sync instead of one
+  // per file); all or nothing. Ids in the order of `files`.
+  Result<std::vector<FileId>> PutFiles(FilesetId fileset, std::span<const NewFile> files);
   Result<FileId> FindFile(FilesetId fileset, std::string_view path);
   Result<FileInfo> GetFile(FileId file);
   Result<std::vector<FileInfo>> ListFiles(FilesetId fileset);

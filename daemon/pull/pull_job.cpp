@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <fstream>
+#include <iterator>
 #include <set>
 
+#include "daemon/cache/cache_paths.h"
 #include "daemon/cache/extent_set.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
@@ -33,6 +36,17 @@ bool IsValidRepoId(std::string_view repo) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
            c == '.' || c == '/';
   });
+}
+
+// Reads a small local file (a manifest given by path).
+Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_bytes) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return NotFoundError(path + ": " + ec.message());
+  if (size > max_bytes) return ResourceExhaustedError(path + ": more than " + std::to_string(max_bytes) + " bytes");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path + ": cannot open");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -153,12 +167,15 @@ Status PullJob::Rep::ResolveAndList() {
   EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
   SetPhase(PullPhase::kList);
   EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> listing, hub->ListFiles());
+  std::vector<NewFile> declared;
+  declared.reserve(listing.size());
   for (const HubFile& f : listing) {
-    std::optional<std::string> sha256, sha1;
-    if (!f.lfs_sha256.empty()) sha256 = f.lfs_sha256;
-    else if (!f.blob_id.empty()) sha1 = f.blob_id;
-    EXLR8_RETURN_IF_ERROR(cache.PutFile(fileset, f.path, f.size, sha256, sha1).status());
+    NewFile nf{f.path, f.size, std::nullopt, std::nullopt};
+    if (!f.lfs_sha256.empty()) nf.sha256 = f.lfs_sha256;
+    else if (!f.blob_id.empty()) nf.git_sha1 = f.blob_id;
+    declared.push_back(std::move(nf));
   }
+  EXLR8_RETURN_IF_ERROR(cache.PutFiles(fileset, declared).status());
   return RefreshFiles();
 }
 
@@ -436,12 +453,20 @@ Result<PullSummary> PullJob::Run() {
 
     // metadata: index files and the manifest
     r.SetPhase(PullPhase::kMetadata);
+    // The manifest: a name, a repo path, or else a local JSON file (a custom
+    // width mix that is not part of the release).
     const std::string manifest_path = IsManifestName(r.opt.manifest) ? ManifestPath(r.opt.manifest) : r.opt.manifest;
-    if (!r.files.contains(manifest_path))
-      return NotFoundError("manifest '" + r.opt.manifest + "' is not in " + r.opt.repo + "@" + r.commit + " (no " +
-                           manifest_path + ")");
+    std::optional<std::string> local_manifest;
+    if (!r.files.contains(manifest_path)) {
+      std::error_code ec;
+      if (IsManifestName(r.opt.manifest) || !std::filesystem::is_regular_file(r.opt.manifest, ec))
+        return NotFoundError("manifest '" + r.opt.manifest + "' is neither in " + r.opt.repo + "@" + r.commit +
+                             " (no " + manifest_path + ") nor a local file");
+      EXLR8_ASSIGN_OR_RETURN(local_manifest, ReadLocalFile(r.opt.manifest, kMaxManifestBytes));
+    }
     ReleaseInputs inputs;
-    std::vector<std::string> metadata = {manifest_path};
+    std::vector<std::string> metadata;
+    if (!local_manifest) metadata.push_back(manifest_path);
     for (const auto& [path, f] : r.files) {
       inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
       if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
@@ -458,7 +483,12 @@ Result<PullSummary> PullJob::Run() {
       inputs.indexes.emplace(rp.layer, std::move(ix));
       r.index_sources[path] = std::move(src);
     }
-    EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, r.ReadCachedText(manifest_path));
+    std::string manifest_text;
+    if (local_manifest) {
+      manifest_text = std::move(*local_manifest);
+    } else {
+      EXLR8_ASSIGN_OR_RETURN(manifest_text, r.ReadCachedText(manifest_path));
+    }
     EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.opt.manifest, geometry));
 
     // headers of the width files this rank reads from
@@ -483,15 +513,14 @@ Result<PullSummary> PullJob::Run() {
     EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, {r.opt.tp, r.opt.rank, r.opt.coalesce_gap}));
     r.counters.bytes_planned.store(plan.totals.bytes);
     r.counters.bytes_reused.store(reused);
-    EXLR8_ASSIGN_OR_RETURN(std::filesystem::path manifest_file, r.cache.DataPath(r.files.at(manifest_path).id));
-    sum.root = manifest_file.parent_path().parent_path();
+    sum.root = r.cache.dir() / FilesetDir(r.opt.repo, r.commit);
     if (r.opt.dry_run) {
       sum.plan = std::move(plan);
       return sum;
     }
     PullSpec spec;
     spec.fileset = r.fileset;
-    spec.manifest = manifest_path;
+    spec.manifest = local_manifest ? "local:" + r.opt.manifest : manifest_path;
     spec.tp = r.opt.tp;
     spec.rank = r.opt.rank;
     spec.plan_summary_json = "{\"bytes\":" + std::to_string(plan.totals.bytes) +

@@ -578,3 +578,30 @@ TEST(CacheTest, ReaderThreadRunsWhileWriterCommits) {
 
 }  // namespace
 }  // namespace exlr8
+
+namespace exlr8 {
+namespace {
+
+TEST(CacheTest, PutFilesIsOneAllOrNothingTransaction) {
+  testing::TempDir tmp;
+  auto cache = Cache::Open(tmp.path());
+  ASSERT_TRUE(cache.ok());
+  const FilesetId fs = *(*cache)->PutFileset("org/model", "main", testing::kCommitA);
+  std::vector<NewFile> files = {{"config.json", 10, std::nullopt, std::string(40, 'a')},
+                                {"experts/x.safetensors", 1000, std::string(64, 'b'), std::nullopt}};
+  auto ids = (*cache)->PutFiles(fs, files);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ(*(*cache)->FindFile(fs, "experts/x.safetensors"), (*ids)[1]);
+  EXPECT_EQ(*(*cache)->PutFiles(fs, files), *ids);  // idempotent
+  // One bad entry (a size that contradicts the recorded one) rejects all of them.
+  std::vector<NewFile> bad = {{"new.txt", 5, std::nullopt, std::nullopt}, {"config.json", 11, std::nullopt, std::nullopt}};
+  auto r = (*cache)->PutFiles(fs, bad);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*cache)->FindFile(fs, "new.txt").status().code(), StatusCode::kNotFound);
+  std::vector<NewFile> unsafe = {{"../x", 5, std::nullopt, std::nullopt}};
+  EXPECT_EQ((*cache)->PutFiles(fs, unsafe).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -289,6 +289,22 @@ TEST(PullTest, BadOptionsAndMissingManifest) {
   EXPECT_EQ(Pull(cache.path(), o).status().code(), StatusCode::kNotFound);
 }
 
+TEST(PullTest, ManifestFromALocalFile) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  const fs::path local = cache.path().parent_path() / ("exlr8-local-manifest-" + std::to_string(::getpid()) + ".json");
+  fs::copy_file(TinyRelease() / "manifests" / "exlr8-manifest-down1.json", local, fs::copy_options::overwrite_existing);
+  auto by_path = Pull(cache.path(), Options(*sim, local.string(), 4, 3));
+  fs::remove(local);
+  ASSERT_TRUE(by_path.ok()) << by_path.status().ToString();
+  EXPECT_TRUE(by_path->complete);
+  TempDir other;
+  auto by_name = Pull(other.path(), Options(*sim, "down1", 4, 3));
+  ASSERT_TRUE(by_name.ok());
+  EXPECT_EQ(by_path->plan.totals.routed_halves, by_name->plan.totals.routed_halves);
+  EXPECT_EQ(by_path->plan.totals.half_bytes, by_name->plan.totals.half_bytes);
+}
+
 TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

@@ -24,6 +24,25 @@ int ExitCodeFor(const Status& s) {
   return 70;
 }
 
+int DispatchSubcommand(std::string_view prog, std::string_view version, std::string_view usage, int argc,
+                       char** argv, std::span<const Subcommand> commands) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    (args.empty() ? std::cerr : std::cout) << usage;
+    return args.empty() ? kExitUsage : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << prog << " " << version << "\n";
+    return 0;
+  }
+  const std::string name = args[0];
+  args.erase(args.begin());
+  for (const Subcommand& c : commands)
+    if (c.name == name) return c.run(args);
+  std::cerr << prog << ": unknown command '" << name << "'\n" << usage;
+  return kExitUsage;
+}
+
 int ReportError(std::string_view prog, const Status& s) {
   std::cerr << prog << ": error: " << s.message() << " [" << StatusCodeName(s.code()) << "]\n";
   return ExitCodeFor(s);

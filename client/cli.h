@@ -19,7 +19,9 @@
 
 #include <cstdint>
 #include <string>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "format/status.h"
 #include "format/units.h"  // HumanBytes, used with every summary
@@ -31,6 +33,19 @@ inline constexpr int kExitVerifyFailed = 1;
 inline constexpr int kExitUsage = 2;
 
 int ExitCodeFor(const Status& status);
+
+// One subcommand of a command-line program: its name and its entry point,
+// which takes the arguments after the name and returns the exit status.
+struct Subcommand {
+  std::string_view name;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+// main() of `exlr8` and `exlr8d`: --help/-h/help print `usage`, --version
+// prints "<prog> <version>", a known subcommand runs, anything else is a
+// usage error (exit 2).
+int DispatchSubcommand(std::string_view prog, std::string_view version, std::string_view usage, int argc,
+                       char** argv, std::span<const Subcommand> commands);
 
 // Prints "<prog>: error: <message>" to stderr and returns ExitCodeFor().
 int ReportError(std::string_view prog, const Status& status);

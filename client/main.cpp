@@ -1,6 +1,4 @@
 // exlr8: the offline command for EXLR8 releases (plan, verify, decode, synth).
-#include <cstring>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -26,21 +24,11 @@ implemented, 70 internal error.
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::cout << kUsage;
-    return args.empty() ? exlr8::kExitUsage : 0;
-  }
-  if (args[0] == "--version") {
-    std::cout << "exlr8 0.1.0\n";
-    return 0;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
-  if (cmd == "plan") return exlr8::RunPlan(args);
-  if (cmd == "verify") return exlr8::RunVerify(args);
-  if (cmd == "decode") return exlr8::RunDecode(args);
-  if (cmd == "synth") return exlr8::RunSynth(args);
-  std::cerr << "exlr8: unknown command '" << cmd << "'\n" << kUsage;
-  return exlr8::kExitUsage;
+  static constexpr exlr8::Subcommand kCommands[] = {
+      {"plan", exlr8::RunPlan},
+      {"verify", exlr8::RunVerify},
+      {"decode", exlr8::RunDecode},
+      {"synth", exlr8::RunSynth},
+  };
+  return exlr8::DispatchSubcommand("exlr8", "0.1.0", kUsage, argc, argv, kCommands);
 }

@@ -305,6 +305,24 @@ TEST(PullTest, ManifestFromALocalFile) {
   EXPECT_EQ(by_path->plan.totals.half_bytes, by_name->plan.totals.half_bytes);
 }
 
+TEST(PullTest, GcCommandEvictsUnpinnedFilesets) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(fs::exists(s->root));
+  const std::string gc = std::string(EXLR8_BIN_DIR) + "/exlr8d gc --cache " + cache.path().string();
+  // A generous budget keeps everything; budget 0 evicts the (unpinned) fileset.
+  ASSERT_EQ(std::system((gc + " --budget 1G > /dev/null").c_str()), 0);
+  EXPECT_TRUE(fs::exists(s->root));
+  ASSERT_EQ(std::system((gc + " --budget 0 > /dev/null").c_str()), 0);
+  EXPECT_FALSE(fs::exists(s->root));
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*(*c)->RecordedBytes(), 0u);
+  EXPECT_EQ(std::system((gc + " --budget lots > /dev/null 2>&1").c_str()) >> 8, 2);  // usage error
+}
+
 TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

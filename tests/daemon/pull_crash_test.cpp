@@ -25,7 +25,7 @@ namespace {
 using ::exlr8::testing::TempDir;
 
 constexpr int kJobs = 4;
-constexpr std::uint64_t kThrottle = 1'500'000;  // bytes/s per CDN connection
+constexpr std::uint64_t kThrottle = 1'000'000;  // bytes/s per CDN connection: a pull takes ~11 s
 constexpr int kCommitMs = 100;
 
 pid_t SpawnPull(const std::string& hub, const fs::path& cache, const fs::path& log) {

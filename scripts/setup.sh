@@ -17,7 +17,7 @@ pkgs=(
   curl
 )
 if [[ "${EXLR8_SETUP_BENCH:-0}" == 1 ]]; then
-  pkgs+=(nginx-light aria2 time)
+  pkgs+=(nginx-light aria2 time bc)
 fi
 
 missing=()

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <random>
@@ -55,7 +56,7 @@ struct RangeFetcher::Impl {
 
   // ---- one live request ----
   struct Job {
-    enum class State : std::uint8_t { kFree, kReady, kWaitFile, kBackoff, kRunning };
+    enum class State : std::uint8_t { kFree, kReady, kWaitFile, kBackoff, kRunning, kVerifying };
     State state = State::kFree;
     RangeRequest req;
     std::uint32_t file = kNone;
@@ -141,6 +142,12 @@ struct RangeFetcher::Impl {
   int paused_transfers = 0;
   Counters counters;
   std::atomic<bool> cancel_flag{false};
+
+  // Verdicts handed over by Deliver (any thread), acted on by Run.
+  std::mutex verdict_mu;
+  std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts;
+  // Jobs whose verdict is pending, by request id (Run's thread only).
+  std::unordered_map<std::uint64_t, std::uint32_t> verifying;
 
   // Files persist across runs (their resolved URLs are reused).
   std::vector<FileState> files;
@@ -243,6 +250,37 @@ struct RangeFetcher::Impl {
   void CompleteJob(std::uint32_t ji) {
     Job& j = jobs[ji];
     RangeVerdict v = consumer->OnComplete(j.req.id);
+    if (v.kind == RangeVerdict::Kind::kPending) {
+      j.state = Job::State::kVerifying;
+      verifying[j.req.id] = ji;
+      return;
+    }
+    ApplyVerdict(ji, std::move(v));
+  }
+
+  // Acts on verdicts delivered from other threads since the last call.
+  void ApplyDeliveredVerdicts() {
+    std::vector<std::pair<std::uint64_t, RangeVerdict>> batch;
+    {
+      std::lock_guard<std::mutex> lock(verdict_mu);
+      if (delivered_verdicts.empty()) return;
+      batch.swap(delivered_verdicts);
+    }
+    for (auto& [id, v] : batch) {
+      auto it = verifying.find(id);
+      if (it == verifying.end()) continue;  // ended meanwhile (cancelled)
+      const std::uint32_t ji = it->second;
+      verifying.erase(it);
+      if (v.kind == RangeVerdict::Kind::kPending) {
+        FailJob(ji, InternalError(Describe(jobs[ji]) + ": consumer delivered a pending verdict"));
+        continue;
+      }
+      ApplyVerdict(ji, std::move(v));
+    }
+  }
+
+  void ApplyVerdict(std::uint32_t ji, RangeVerdict v) {
+    Job& j = jobs[ji];
     switch (v.kind) {
       case RangeVerdict::Kind::kAccept:
         Inc(counters.requests_done);
@@ -266,6 +304,8 @@ struct RangeFetcher::Impl {
         j.state = Job::State::kReady;
         ready.push_back(ji);
         return;
+      case RangeVerdict::Kind::kPending:
+        break;  // handled by the callers
     }
   }
 
@@ -742,6 +782,7 @@ struct RangeFetcher::Impl {
     resolve_queue.clear();
     ready.clear();
     while (!backoff.empty()) backoff.pop();
+    verifying.clear();  // their verdicts, when delivered, are ignored
     for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
       if (jobs[ji].state == Job::State::kFree) continue;
       Inc(counters.requests_failed);
@@ -775,6 +816,11 @@ struct RangeFetcher::Impl {
     }
     resolve_not_before = Clock::time_point();
     source_done = stopping = false;
+    verifying.clear();
+    {
+      std::lock_guard<std::mutex> lock(verdict_mu);
+      delivered_verdicts.clear();  // stale: from an earlier Run
+    }
     failed_this_run = 0;
     first_failure = Status::Ok();
     run_start = Clock::now();
@@ -794,6 +840,7 @@ struct RangeFetcher::Impl {
         break;
       }
       const auto now = Clock::now();
+      ApplyDeliveredVerdicts();
       PullRequests();
       PromoteDue(now);
       StartResolves(now);
@@ -843,6 +890,14 @@ Status RangeFetcher::Run(RangeConsumer& consumer, const std::atomic<bool>* cance
 
 void RangeFetcher::Cancel() {
   impl_->cancel_flag.store(true);
+  curl_multi_wakeup(impl_->multi);
+}
+
+void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->verdict_mu);
+    impl_->delivered_verdicts.emplace_back(id, std::move(verdict));
+  }
   curl_multi_wakeup(impl_->multi);
 }
 

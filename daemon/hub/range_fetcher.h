@@ -65,7 +65,7 @@ struct RangeRequest {
 
 // What the consumer says when a range has arrived completely.
 struct RangeVerdict {
-  enum class Kind : std::uint8_t { kAccept, kRefetch, kFail };
+  enum class Kind : std::uint8_t { kAccept, kRefetch, kFail, kPending };
   Kind kind = Kind::kAccept;
   Status status;  // kRefetch: why (optional); kFail: the error
 
@@ -76,6 +76,10 @@ struct RangeVerdict {
   static RangeVerdict Refetch(Status why = Status::Ok()) { return {Kind::kRefetch, std::move(why)}; }
   // The request ends failed with `error` (reported through OnFailed).
   static RangeVerdict Fail(Status error) { return {Kind::kFail, std::move(error)}; }
+  // The consumer verifies on another thread and hands the real verdict to
+  // RangeFetcher::Deliver later. The request keeps its place among the
+  // live requests (so Run does not end before it) but not a transfer slot.
+  static RangeVerdict Pending() { return {Kind::kPending, Status::Ok()}; }
 };
 
 // Implemented by the pull engine. All calls come from the thread inside
@@ -87,7 +91,9 @@ struct RangeVerdict {
 // exactly once per try — never twice, even across resumed retries); then
 // OnComplete once all bytes were delivered. A Refetch verdict is followed by
 // OnReset and a new try from `offset`. Every request ends with exactly one
-// of: OnComplete returning Accept, or OnFailed.
+// of: an Accept verdict (returned by OnComplete or delivered later), or
+// OnFailed. A request whose verdict is pending may still get OnFailed
+// (cancellation); the verdict delivered afterwards is ignored.
 class RangeConsumer {
  public:
   virtual ~RangeConsumer() = default;
@@ -183,6 +189,13 @@ class RangeFetcher {
 
   // Thread-safe: makes Run stop soon (wakes its poll).
   void Cancel();
+
+  // Thread-safe: the verdict for request `id`, whose OnComplete returned
+  // Pending in the current Run; Run acts on it as if OnComplete had
+  // returned it (OnReset and OnFailed then come from Run's thread). Ignored
+  // if the request has ended meanwhile (cancelled). A verdict that is still
+  // Pending is a programming error (the request fails as Internal).
+  void Deliver(std::uint64_t id, RangeVerdict verdict);
 
   // Thread-safe snapshot.
   FetchCounters counters() const;

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "tests/daemon/hub_test_server.h"
+#include "tests/daemon/test_consumer.h"
 
 namespace exlr8 {
 namespace {
@@ -21,83 +23,7 @@ using testing::MakeBlob;
 using testing::ServeBlobRange;
 using testing::TestRequest;
 using testing::TestResponse;
-
-// Records deliveries per request and checks the consumer contract: bytes in
-// order, contiguous, never twice, complete before OnComplete.
-class TestConsumer : public RangeConsumer {
- public:
-  struct Want {
-    std::string path;
-    std::uint64_t offset;
-    std::uint64_t length;
-    std::string label;
-  };
-  std::vector<Want> wants;
-  std::size_t next = 0;
-  std::map<std::uint64_t, std::string> got;
-  std::map<std::uint64_t, int> completes, resets;
-  std::map<std::uint64_t, Status> failed;
-  std::set<std::uint64_t> accepted;
-  std::function<RangeVerdict(std::uint64_t, const std::string&)> verdict;
-  std::function<Status(std::uint64_t, std::uint64_t)> data_hook;
-  int violations = 0;
-  int outstanding = 0;
-  int max_outstanding = 0;
-
-  void Add(const std::string& path, std::uint64_t offset, std::uint64_t length, std::string label = "") {
-    wants.push_back({path, offset, length, std::move(label)});
-  }
-
-  bool NextRequest(RangeRequest* out) override {
-    if (next >= wants.size()) return false;
-    const Want& w = wants[next];
-    out->path = w.path;
-    out->offset = w.offset;
-    out->length = w.length;
-    out->label = w.label.empty() ? "req " + std::to_string(next) : w.label;
-    out->id = next++;
-    max_outstanding = std::max(max_outstanding, ++outstanding);
-    return true;
-  }
-  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
-    std::string& g = got[id];
-    const Want& w = wants[id];
-    if (offset != w.offset + g.size()) ++violations;
-    if (g.size() + bytes.size() > w.length) ++violations;
-    if (bytes.empty()) ++violations;
-    g.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    if (data_hook) return data_hook(id, g.size());
-    return Status::Ok();
-  }
-  RangeVerdict OnComplete(std::uint64_t id) override {
-    ++completes[id];
-    if (got[id].size() != wants[id].length) ++violations;
-    RangeVerdict v = verdict ? verdict(id, got[id]) : RangeVerdict::Accept();
-    if (v.kind == RangeVerdict::Kind::kAccept) {
-      accepted.insert(id);
-      --outstanding;
-    }
-    return v;
-  }
-  void OnReset(std::uint64_t id) override {
-    got[id].clear();
-    ++resets[id];
-  }
-  void OnFailed(std::uint64_t id, const Status& status) override {
-    if (failed.count(id) != 0 || accepted.count(id) != 0) ++violations;
-    failed[id] = status;
-    --outstanding;
-  }
-
-  // Every accepted range equals the blob's bytes.
-  void ExpectBytes(const std::map<std::string, std::string>& blobs) const {
-    for (std::uint64_t id : accepted) {
-      const Want& w = wants[id];
-      const std::string& blob = blobs.at(w.path);
-      ASSERT_TRUE(got.at(id) == blob.substr(w.offset, w.length)) << "range " << id << " differs";
-    }
-  }
-};
+using testing::TestConsumer;
 
 HubOptions TestHubOptions(const FakeHub& hub) {
   HubOptions o;
@@ -624,6 +550,130 @@ TEST(RangeFetcherTest, StalledTransferIsRetried) {
   c.ExpectBytes(hub.lfs_files);
   EXPECT_EQ(c.violations, 0);
   EXPECT_GE(f.counters().retries, 1u);
+}
+
+// A consumer that verifies on another thread: OnComplete answers Pending
+// and a verifier thread delivers the verdict `decide` picks.
+class AsyncVerdictConsumer : public TestConsumer {
+ public:
+  explicit AsyncVerdictConsumer(RangeFetcher*& fetcher) : fetcher_(fetcher) {
+    verifier_ = std::thread([this] { Verify(); });
+  }
+  ~AsyncVerdictConsumer() override { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (verifier_.joinable()) verifier_.join();
+  }
+  std::function<RangeVerdict(std::uint64_t id, int try_no)> decide;
+  bool hold = false;  // never deliver (until Stop)
+  std::map<std::uint64_t, int> tries;  // verifier thread; read after Stop
+
+  RangeVerdict OnComplete(std::uint64_t id) override {
+    ++completes[id];
+    if (got[id].size() != wants[id].length) ++violations;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(id);
+    }
+    cv_.notify_all();
+    return RangeVerdict::Pending();
+  }
+
+ private:
+  void Verify() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !hold); });
+      if (stop_) return;
+      const std::uint64_t id = queue_.front();
+      queue_.erase(queue_.begin());
+      const int t = ++tries[id];
+      lock.unlock();
+      fetcher_->Deliver(id, decide(id, t));
+      lock.lock();
+    }
+  }
+  RangeFetcher*& fetcher_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::uint64_t> queue_;
+  bool stop_ = false;
+  std::thread verifier_;
+};
+
+TEST(RangeFetcherTest, PendingVerdictsDeliveredFromAnotherThread) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(400'000, 21);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  RangeFetcher* fp = nullptr;
+  AsyncVerdictConsumer c(fp);
+  AddSplit(c, "a.bin", 400'000, 40);
+  c.decide = [](std::uint64_t id, int try_no) {
+    if (id == 7) return RangeVerdict::Fail(CorruptionError("bad tile in req 7"));
+    if (id % 3 == 0 && try_no == 1) return RangeVerdict::Refetch(CorruptionError("xxh64 mismatch"));
+    return RangeVerdict::Accept();
+  };
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 4;
+  RangeFetcher f(*client, o);
+  fp = &f;
+  Status s = f.Run(c);
+  c.Stop();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  ASSERT_EQ(c.failed.size(), 1u);
+  EXPECT_THAT(c.failed[7].message(), HasSubstr("bad tile in req 7"));
+  for (std::uint64_t id = 0; id < 40; ++id) {
+    if (id == 7) continue;
+    const bool refetched = id % 3 == 0;
+    EXPECT_EQ(c.completes[id], refetched ? 2 : 1) << id;
+    EXPECT_EQ(c.resets[id], refetched ? 1 : 0) << id;
+    const auto& w = c.wants[id];
+    EXPECT_TRUE(c.got[id] == hub.lfs_files["a.bin"].substr(w.offset, w.length)) << id;
+  }
+  const FetchCounters fc = f.counters();
+  EXPECT_EQ(fc.requests_done, 39u);
+  EXPECT_EQ(fc.requests_failed, 1u);
+  EXPECT_EQ(fc.refetches, 14u);  // ids 0, 3, ..., 39 except none of them is 7
+}
+
+TEST(RangeFetcherTest, CancelEndsRequestsWhoseVerdictIsPending) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 22);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  RangeFetcher* fp = nullptr;
+  AsyncVerdictConsumer c(fp);
+  AddSplit(c, "a.bin", 100'000, 10);
+  c.hold = true;  // verdicts never come while the run lasts
+  c.decide = [](std::uint64_t, int) { return RangeVerdict::Accept(); };
+  RangeFetcher f(*client, FastOptions());
+  fp = &f;
+  std::atomic<bool> cancel{false};
+  std::thread t([&] {
+    while (f.counters().requests_started < 10 || f.counters().active_transfers > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel.store(true);
+  });
+  Status s = f.Run(c, &cancel);
+  t.join();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled);
+  EXPECT_EQ(c.failed.size(), 10u);  // each pending request ended exactly once
+  EXPECT_EQ(c.violations, 0);
+  // A verdict delivered after the run is ignored by the next run.
+  f.Deliver(3, RangeVerdict::Fail(InternalError("stale")));
+  TestConsumer next;
+  next.Add("a.bin", 0, 1000);
+  Status s2 = f.Run(next);
+  EXPECT_TRUE(s2.ok()) << s2.ToString();
+  EXPECT_EQ(next.accepted.size(), 1u);
+  c.Stop();
 }
 
 TEST(RangeFetcherTest, CancelFromAnotherThread) {

@@ -92,6 +92,22 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// "resolve 0.01 s, list 0.00 s, ..." or, for JSON, "\"resolve\":0.010,...":
+// the phases the pull went through, with the wall time spent in each.
+std::string PhaseTimes(const PullSummary& s, bool json) {
+  std::string out;
+  char buf[64];
+  for (int i = 0; i < kPullPhaseCount; ++i) {
+    const auto phase = static_cast<PullPhase>(i);
+    if (phase == PullPhase::kStarting || phase == PullPhase::kDone || phase == PullPhase::kFailed) continue;
+    if (!out.empty()) out += json ? "," : ", ";
+    const std::string name(PullPhaseName(phase));
+    std::snprintf(buf, sizeof buf, json ? "\"%s\":%.3f" : "%s %.2f s", name.c_str(), s.phase_s[i]);
+    out += buf;
+  }
+  return out;
+}
+
 void PrintSummary(const PullSummary& s, bool json) {
   const double mbps = s.elapsed_s > 0 ? static_cast<double>(s.bytes_fetched) / s.elapsed_s : 0;
   if (json) {
@@ -99,14 +115,15 @@ void PrintSummary(const PullSummary& s, bool json) {
         "{\"repo\":\"%s\",\"revision\":\"%s\",\"commit\":\"%s\",\"root\":\"%s\",\"complete\":%s,"
         "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"requests\":%llu,\"retries\":%llu,"
         "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
-        "\"shared_halves\":%llu,\"elapsed_s\":%.3f,\"bytes_per_second\":%.0f}\n",
+        "\"shared_halves\":%llu,\"elapsed_s\":%.3f,\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
         s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
         static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
         static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.requests),
         static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
         static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
         static_cast<unsigned long long>(s.plan.totals.routed_halves),
-        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.elapsed_s, mbps);
+        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.elapsed_s, mbps,
+        PhaseTimes(s, true).c_str());
     return;
   }
   std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
@@ -123,6 +140,7 @@ void PrintSummary(const PullSummary& s, bool json) {
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
   std::printf("  checksum errors  %llu (discarded and refetched)\n", static_cast<unsigned long long>(s.checksum_failures));
   std::printf("  time             %.2f s, %s/s\n", s.elapsed_s, HumanBytes(static_cast<std::uint64_t>(mbps)).c_str());
+  std::printf("  phases           %s\n", PhaseTimes(s, false).c_str());
   std::printf("  verified         %s\n", s.complete ? "yes: every byte of the plan is in the cache" : "NO");
 }
 

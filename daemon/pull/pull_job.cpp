@@ -11,6 +11,7 @@
 #include "daemon/cache/extent_set.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
+#include "daemon/pull/offload_consumer.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
@@ -19,9 +20,8 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::array<std::string_view, 10> kPhaseNames = {"starting", "resolve", "list", "metadata", "headers",
-                                                          "plan",     "files",   "halves", "done", "failed"};
-static_assert(kPhaseNames.size() == static_cast<std::size_t>(PullPhase::kFailed) + 1);
+constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
+    "starting", "resolve", "list", "metadata", "headers", "plan", "files", "halves", "commit", "done", "failed"};
 
 // First bytes fetched from each width file: enough for most headers in one go.
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
@@ -74,7 +74,16 @@ struct PullJob::Rep {
 
   Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
 
-  void SetPhase(PullPhase p) { phase.store(static_cast<int>(p)); }
+  // Time spent per phase, accumulated on the Run() thread only.
+  std::array<double, kPullPhaseCount> phase_s{};
+  std::chrono::steady_clock::time_point phase_start = start;
+
+  void SetPhase(PullPhase p) {
+    const auto now = std::chrono::steady_clock::now();
+    phase_s[phase.load()] += std::chrono::duration<double>(now - phase_start).count();
+    phase_start = now;
+    phase.store(static_cast<int>(p));
+  }
   double Elapsed() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -230,7 +239,7 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
   Status s = RunFetch(consumer, consumer, &batch);
   // Flags only after the extents are durable (RunFetch flushed).
   if (batch.Flush().ok())
-    for (FileId id : consumer.verified()) EXLR8_RETURN_IF_ERROR(cache.MarkWholeFileVerified(id));
+    EXLR8_RETURN_IF_ERROR(cache.MarkWholeFilesVerified(consumer.verified()));
   EXLR8_RETURN_IF_ERROR(s);
   return RefreshFiles();
 }
@@ -397,10 +406,14 @@ Status PullJob::Rep::FetchFilesAndHalves(const std::vector<std::string>& whole, 
   WholeFileConsumer files(*fetcher, cache, batch, counters, std::move(targets));
   HalfConsumer half_consumer(*fetcher, cache, batch, counters, work);
   ChainConsumer both(files, half_consumer, [this] { SetPhase(PullPhase::kHalves); });
-  Status s = fetcher->Run(both, &cancel);
+  // Writing and hashing on a worker thread; this thread receives.
+  OffloadConsumer offload(both, *fetcher);
+  Status s = fetcher->Run(offload, &cancel);
+  offload.Drain();
+  SetPhase(PullPhase::kCommit);
   Status flushed = batch.Flush();
   if (flushed.ok())
-    for (FileId id : files.verified()) EXLR8_RETURN_IF_ERROR(cache.MarkWholeFileVerified(id));
+    EXLR8_RETURN_IF_ERROR(cache.MarkWholeFilesVerified(files.verified()));
   if (cancel.load()) return CancelledError("pull cancelled");
   if (!files.first_error().ok()) return files.first_error();
   if (!half_consumer.first_error().ok()) return half_consumer.first_error();
@@ -566,6 +579,7 @@ Result<PullSummary> PullJob::Run() {
   s.resolves = fc.resolves;
   s.checksum_failures = r.counters.checksum_failures.load();
   s.elapsed_s = r.Elapsed();
+  s.phase_s = r.phase_s;
   return result;
 }
 

@@ -14,6 +14,8 @@
 //   halves    the rank's expert halves: single-range requests, each half
 //             hashed while it streams in (XXH64 + its index-file tail, spec
 //             5.3); a mismatch discards and refetches (bounded)
+//   commit    waiting for the last verified bytes to be made durable and
+//             recorded
 //   done      every byte of the plan is recorded as verified
 //
 // Crash safety: bytes are written where they belong (pwrite), and an extent
@@ -26,6 +28,7 @@
 // Thread rules: Run() on one thread; Cancel() and Progress() from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -58,13 +61,16 @@ struct PullOptions {
   std::chrono::milliseconds commit_interval{1000};
   // ... and every this many bytes: small enough that the last commit of a
   // pull (which the pull waits for) has little left to flush.
-  std::uint64_t commit_bytes = 64ull << 20;
+  std::uint64_t commit_bytes = 16ull << 20;
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;
 };
 
-enum class PullPhase : int { kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kFiles, kHalves, kDone, kFailed };
+enum class PullPhase : int {
+  kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kFiles, kHalves, kCommit, kDone, kFailed
+};
+inline constexpr int kPullPhaseCount = static_cast<int>(PullPhase::kFailed) + 1;
 std::string_view PullPhaseName(PullPhase phase);
 
 // A consistent-enough snapshot for progress displays and the REST API.
@@ -89,6 +95,9 @@ struct PullSummary {
   std::uint64_t bytes_planned = 0, bytes_fetched = 0, bytes_reused = 0;
   std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
   double elapsed_s = 0;
+  // Wall time spent in each phase (indexed by PullPhase): where a slow pull
+  // spends its time.
+  std::array<double, kPullPhaseCount> phase_s{};
 };
 
 class PullJob {

@@ -252,6 +252,11 @@ namespace {
 // fdatasync each file, then fsync each directory, outside the cache lock.
 Status SyncToDisk(const std::vector<std::shared_ptr<DataFile>>& files, const std::set<std::string>& dirs, int root_fd,
                   const std::string& shown) {
+  // Start write-back of every file first, so the device works on all of
+  // them at once instead of one fdatasync after another. Only a hint: the
+  // fdatasync below is what makes the bytes durable.
+  if (files.size() > 1)
+    for (const auto& f : files) (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
   for (const auto& f : files) {
     while (::fdatasync(f->fd.get()) != 0) {
       if (errno != EINTR) return ErrnoStatus(errno, "fdatasync " + f->shown);
@@ -623,33 +628,43 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
   return Status::Ok();
 }
 
-Status Cache::MarkWholeFileVerified(FileId file) {
+Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }
+
+Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
+  if (ids.empty()) return Status::Ok();
   Rep& r = *rep_;
-  std::shared_ptr<DataFile> f;
+  std::vector<std::shared_ptr<DataFile>> files;
   std::set<std::string> dirs;
   {
     MutexLock l(&r.mu);
-    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
-    // An empty file has no bytes to write, so nobody else creates it.
-    if (row.size == 0) {
-      EXLR8_ASSIGN_OR_RETURN(f, r.GetDataFile(file, /*create=*/true));
-    } else {
-      EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
+    for (FileId file : ids) {
+      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+      // An empty file has no bytes to write, so nobody else creates it.
+      if (row.size == 0) {
+        EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.GetDataFile(file, /*create=*/true));
+      } else {
+        EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.OpenWritten(file));
+      }
     }
     dirs = r.unsynced_dirs;
   }
-  EXLR8_RETURN_IF_ERROR(SyncToDisk({f}, dirs, r.root_fd.get(), r.shown));
+  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
-  EXLR8_RETURN_IF_ERROR(del.Bind(1, file).Run());
-  if (f->size > 0) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
-                                                         "VALUES (?, 0, ?)"));
-    EXLR8_RETURN_IF_ERROR(ins.Bind(1, file).Bind(2, static_cast<std::int64_t>(f->size)).Run());
-  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
+                                                       "VALUES (?, 0, ?)"));
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare("UPDATE files SET whole_verified = 1 WHERE id = ?"));
-  EXLR8_RETURN_IF_ERROR(up.Bind(1, file).Run());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    del.Reset();
+    EXLR8_RETURN_IF_ERROR(del.Bind(1, ids[i]).Run());
+    if (files[i]->size > 0) {
+      ins.Reset();
+      EXLR8_RETURN_IF_ERROR(ins.Bind(1, ids[i]).Bind(2, static_cast<std::int64_t>(files[i]->size)).Run());
+    }
+    up.Reset();
+    EXLR8_RETURN_IF_ERROR(up.Bind(1, ids[i]).Run());
+  }
   EXLR8_RETURN_IF_ERROR(txn.Commit());
   for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
   return Status::Ok();

@@ -212,6 +212,8 @@ class Cache {
   // The caller checked the whole file against its hash: fdatasync it, then
   // record [0, size) and set whole_verified. A size-0 file is created empty.
   Status MarkWholeFileVerified(FileId file);
+  // The same for several files: one pass of syncs, one transaction.
+  Status MarkWholeFilesVerified(std::span<const FileId> files);
 
   // ---- reading ----
 

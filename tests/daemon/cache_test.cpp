@@ -193,6 +193,27 @@ TEST(CacheTest, MarkWholeFileVerified) {
   EXPECT_EQ(fx.cache->MarkWholeFileVerified(unwritten).code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(CacheTest, MarkWholeFilesVerifiedIsAllOrNothing) {
+  Fixture fx(3000);
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 3000)).ok());
+  const FileId b = *fx.cache->PutFile(fx.fileset, "dense/b.bin", 100);
+  ASSERT_TRUE(fx.cache->WriteAt(b, 0, Pattern(b, 0, 100)).ok());
+  const FileId empty = *fx.cache->PutFile(fx.fileset, "empty/marker", 0);
+  const FileId unwritten = *fx.cache->PutFile(fx.fileset, "dense/c.bin", 5);
+  // One unwritten file fails the batch before anything is recorded.
+  const std::vector<FileId> bad = {fx.file, b, unwritten};
+  EXPECT_EQ(fx.cache->MarkWholeFilesVerified(bad).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+  EXPECT_FALSE(fx.cache->GetFile(b)->whole_verified);
+  const std::vector<FileId> good = {fx.file, b, empty};
+  ASSERT_TRUE(fx.cache->MarkWholeFilesVerified(good).ok());
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 3000}}));
+  EXPECT_EQ(*fx.cache->VerifiedExtents(b), (std::vector<Extent>{{0, 100}}));
+  EXPECT_TRUE(fx.cache->VerifiedExtents(empty)->empty());
+  for (FileId id : good) EXPECT_TRUE(fx.cache->GetFile(id)->whole_verified) << id;
+  EXPECT_TRUE(fx.cache->MarkWholeFilesVerified({}).ok());
+}
+
 TEST(CacheTest, PutFileIsIdempotentAndDetectsChanges) {
   Fixture fx(1000);
   const std::string sha(64, 'a'), sha2(64, 'b'), git(40, 'c');

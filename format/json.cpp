@@ -7,6 +7,8 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <string_view>
+#include <unordered_set>
 
 namespace exlr8 {
 
@@ -389,11 +391,6 @@ class JsonParser {
   }
 
  private:
-  struct KeyRef {
-    std::string_view key;
-    std::size_t offset;
-  };
-
   bool Fail(const char* at, std::string_view what) {
     std::string m = "at byte ";
     m += std::to_string(base_ + static_cast<std::size_t>(at - begin_));
@@ -567,14 +564,17 @@ class JsonParser {
             break;
           }
     } else {
-      keys_.clear();
-      keys_.reserve(n);
-      for (std::size_t i = 0; i < n; ++i) keys_.push_back({members_[base + i].first, i});
-      std::sort(keys_.begin(), keys_.end(), [](const KeyRef& a, const KeyRef& b) {
-        return a.key != b.key ? a.key < b.key : a.offset < b.offset;
-      });
-      for (std::size_t i = 1; i < n; ++i)
-        if (keys_[i].key == keys_[i - 1].key) dup = std::min(dup, keys_[i].offset);
+      // Hashing, not sorting: safetensors headers have thousands of keys
+      // with long common prefixes, where sorting was most of the parse.
+      // In text order, the first key already seen is the first duplicate.
+      seen_keys_.clear();
+      seen_keys_.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!seen_keys_.insert(members_[base + i].first).second) {
+          dup = i;
+          break;
+        }
+      }
     }
     if (dup == none) return true;
     return Fail(begin_ + key_offsets_[base + dup],
@@ -772,7 +772,7 @@ class JsonParser {
   std::vector<JsonValue> values_;
   std::vector<JsonValue::Member> members_;
   std::vector<std::size_t> key_offsets_;  // parallel to members_, relative to begin_
-  std::vector<KeyRef> keys_;              // scratch for duplicate detection
+  std::unordered_set<std::string_view> seen_keys_;  // scratch for duplicate detection
 };
 
 Result<JsonValue> ParseJsonAt(std::string_view text, std::size_t base_offset,

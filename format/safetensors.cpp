@@ -254,6 +254,7 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
 
   // publish, padding hidden
   header.tensors_.reserve(entries.size());
+  header.by_name_.reserve(entries.size());
   for (Entry& e : entries) {
     if (IsPaddingName(e.info.name)) {
       ++header.padding_entries_;

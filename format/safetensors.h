@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -76,7 +77,13 @@ class SafetensorsHeader {
                                                           std::string_view);
   std::uint64_t json_length_ = 0;
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, std::size_t, std::less<>> by_name_;
+  // Hashed, not ordered: headers hold thousands of names with long common
+  // prefixes, and ordered inserts were a large part of parsing one.
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::size_t, NameHash, std::equal_to<>> by_name_;
   std::map<std::string, std::string, std::less<>> metadata_;
   std::size_t padding_entries_ = 0;
   std::uint64_t data_end_ = 0;

@@ -721,7 +721,7 @@ struct RangeFetcher::Impl {
       const std::uint32_t ji = free_jobs.back();
       Job& j = jobs[ji];
       if (!consumer->NextRequest(&j.req)) {
-        source_done = true;
+        if (!consumer->MayHaveMore()) source_done = true;
         return;
       }
       free_jobs.pop_back();
@@ -892,6 +892,8 @@ void RangeFetcher::Cancel() {
   impl_->cancel_flag.store(true);
   curl_multi_wakeup(impl_->multi);
 }
+
+void RangeFetcher::Wake() { curl_multi_wakeup(impl_->multi); }
 
 void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
   {

@@ -99,8 +99,15 @@ class RangeConsumer {
   virtual ~RangeConsumer() = default;
 
   // Fills `*out` with the next request and returns true, or returns false
-  // when there are no more (it is then not called again in this Run).
+  // when there are none now. Unless MayHaveMore() then says otherwise, there
+  // are no more: NextRequest is not called again in this Run.
   virtual bool NextRequest(RangeRequest* out) = 0;
+
+  // Asked after NextRequest returned false: true if requests may still come
+  // (work submitted while the run goes on). The fetcher then keeps running,
+  // asks again on its next turn, and its owner calls RangeFetcher::Wake()
+  // when there is new work, so it is picked up at once.
+  virtual bool MayHaveMore() { return false; }
 
   // `bytes` are the file's bytes at [offset, offset + bytes.size()), valid
   // only during the call. A non-OK return fails the request (OnFailed gets
@@ -189,6 +196,10 @@ class RangeFetcher {
 
   // Thread-safe: makes Run stop soon (wakes its poll).
   void Cancel();
+
+  // Thread-safe: makes Run ask the consumer for requests again now (see
+  // RangeConsumer::MayHaveMore).
+  void Wake();
 
   // Thread-safe: the verdict for request `id`, whose OnComplete returned
   // Pending in the current Run; Run acts on it as if OnComplete had

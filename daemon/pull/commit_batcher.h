@@ -14,6 +14,8 @@
 // `on_commit` runs on the committer thread or on the Flush caller.
 #pragma once
 
+#include <pthread.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -68,7 +70,11 @@ class CommitBatcher {
     pending_.clear();
     pending_bytes_ = 0;
     busy_ = true;
-    if (!worker_.joinable()) worker_ = std::thread([this] { Loop(); });
+    if (!worker_.joinable())
+      worker_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "exlr8-commit");
+        Loop();
+      });
     lock.unlock();
     cv_.notify_all();
     return Status::Ok();

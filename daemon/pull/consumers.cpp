@@ -39,6 +39,7 @@ bool WholeFileConsumer::NextRequest(RangeRequest* out) {
 
 Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   EXLR8_RETURN_IF_ERROR(cache_.WriteAt(targets_[id].file, offset, bytes));
+  bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
   live_.at(id).Update(bytes);
   return Status::Ok();
 }
@@ -192,20 +193,6 @@ void HalfConsumer::OnReset(std::uint64_t id) {
   Live& lv = live_.at(id);
   for (auto& h : lv.hashes) h.Reset();
   lv.cursor = 0;
-}
-
-// ---- two consumers in one run ----
-
-bool ChainConsumer::NextRequest(RangeRequest* out) {
-  while (current_ < parts_.size()) {
-    if (parts_[current_]->NextRequest(out)) {
-      out->id = (out->id << 1) | current_;
-      if (current_ == 1 && on_second_) std::exchange(on_second_, nullptr)();
-      return true;
-    }
-    ++current_;
-  }
-  return false;
 }
 
 }  // namespace exlr8

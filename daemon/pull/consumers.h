@@ -75,6 +75,8 @@ class WholeFileConsumer final : public ConsumerBase {
   void OnReset(std::uint64_t id) override;
   // Files verified (and queued for commit) in this run.
   const std::vector<FileId>& verified() const { return verified_; }
+  // Bytes written into the cache so far (any thread).
+  std::uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
 
  private:
   void Forget(std::uint64_t id) override { live_.erase(id); }
@@ -85,6 +87,7 @@ class WholeFileConsumer final : public ConsumerBase {
   std::size_t next_ = 0;
   std::unordered_map<std::uint64_t, StreamDigest> live_;
   std::vector<FileId> verified_;
+  std::atomic<std::uint64_t> bytes_written_{0};
 };
 
 struct HeaderTarget {
@@ -166,28 +169,6 @@ class HalfConsumer final : public ConsumerBase {
   std::uint64_t next_id_ = 0;
   std::unordered_map<std::uint64_t, Live> live_;
   std::vector<std::byte> tail_buf_;
-};
-
-// Hands out every request of `first`, then every request of `second`, in
-// one RangeFetcher run; callbacks go to the consumer that made the request.
-// `on_second` runs once, when `second` hands out its first request. Ids are
-// mapped (id * 2 + which), so each consumer's ids must stay below 2^63.
-class ChainConsumer final : public RangeConsumer {
- public:
-  ChainConsumer(RangeConsumer& first, RangeConsumer& second, std::function<void()> on_second = {})
-      : parts_{&first, &second}, on_second_(std::move(on_second)) {}
-  bool NextRequest(RangeRequest* out) override;
-  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
-    return parts_[id & 1]->OnData(id >> 1, offset, bytes);
-  }
-  RangeVerdict OnComplete(std::uint64_t id) override { return parts_[id & 1]->OnComplete(id >> 1); }
-  void OnReset(std::uint64_t id) override { parts_[id & 1]->OnReset(id >> 1); }
-  void OnFailed(std::uint64_t id, const Status& status) override { parts_[id & 1]->OnFailed(id >> 1, status); }
-
- private:
-  std::array<RangeConsumer*, 2> parts_;
-  std::size_t current_ = 0;
-  std::function<void()> on_second_;
 };
 
 }  // namespace exlr8

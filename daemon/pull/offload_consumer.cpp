@@ -1,5 +1,7 @@
 #include "daemon/pull/offload_consumer.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -17,9 +19,13 @@ constexpr std::size_t kMessageBytes = 256 * 1024;
 constexpr std::size_t kMaxSpareBuffers = 256;
 }  // namespace
 
-OffloadConsumer::OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes)
-    : inner_(inner), fetcher_(fetcher), max_queued_bytes_(max_queued_bytes) {
-  worker_ = std::thread([this] { Loop(); });
+OffloadConsumer::OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes,
+                                 std::function<bool(std::uint64_t)> urgent)
+    : inner_(inner), fetcher_(fetcher), max_queued_bytes_(max_queued_bytes), urgent_(std::move(urgent)) {
+  worker_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "exlr8-write");
+    Loop();
+  });
 }
 
 OffloadConsumer::~OffloadConsumer() {
@@ -36,20 +42,32 @@ bool OffloadConsumer::NextRequest(RangeRequest* out) {
   return inner_.NextRequest(out);
 }
 
+bool OffloadConsumer::MayHaveMore() {
+  std::lock_guard<std::mutex> lock(inner_mu_);
+  return inner_.MayHaveMore();
+}
+
+OffloadConsumer::Lane& OffloadConsumer::LaneOf(std::uint64_t id) {
+  return lanes_[urgent_ && urgent_(id) ? kUrgent : kNormal];
+}
+
 Status OffloadConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = failed_.find(id); it != failed_.end()) return it->second;
-  // Backpressure: wait for room, but never for a chunk larger than the
-  // whole budget once the queue is empty.
-  if (queued_bytes_ != 0 && queued_bytes_ + bytes.size() > max_queued_bytes_) {
+  Lane& lane = LaneOf(id);
+  // Backpressure: wait for room in this lane, but never for a chunk larger
+  // than the whole budget once the lane is empty.
+  if (lane.queued_bytes != 0 && lane.queued_bytes + bytes.size() > max_queued_bytes_) {
     producer_waiting_ = true;
-    space_cv_.wait(lock, [&] { return queued_bytes_ == 0 || queued_bytes_ + bytes.size() <= max_queued_bytes_; });
+    space_cv_.wait(lock, [&] {
+      return lane.queued_bytes == 0 || lane.queued_bytes + bytes.size() <= max_queued_bytes_;
+    });
     producer_waiting_ = false;
   }
-  queued_bytes_ += bytes.size();
-  peak_queued_bytes_ = std::max(peak_queued_bytes_, queued_bytes_);
-  if (!queue_.empty()) {
-    Message& last = queue_.back();
+  lane.queued_bytes += bytes.size();
+  peak_queued_bytes_ = std::max(peak_queued_bytes_, lanes_[0].queued_bytes + lanes_[1].queued_bytes);
+  if (!lane.queue.empty()) {
+    Message& last = lane.queue.back();
     if (last.op == Op::kData && last.id == id && last.offset + last.bytes.size() == offset &&
         last.bytes.size() + bytes.size() <= kMessageBytes) {
       last.bytes.insert(last.bytes.end(), bytes.begin(), bytes.end());  // within capacity: no allocation
@@ -63,7 +81,7 @@ Status OffloadConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span
   }
   m.bytes.reserve(std::max(kMessageBytes, bytes.size()));
   m.bytes.assign(bytes.begin(), bytes.end());
-  queue_.push_back(std::move(m));
+  lane.queue.push_back(std::move(m));
   const bool wake = worker_idle_;
   lock.unlock();
   if (wake) work_cv_.notify_one();
@@ -85,7 +103,7 @@ void OffloadConsumer::Push(Message m) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(m));
+    LaneOf(m.id).queue.push_back(std::move(m));
     wake = worker_idle_;
   }
   if (wake) work_cv_.notify_one();
@@ -94,7 +112,7 @@ void OffloadConsumer::Push(Message m) {
 void OffloadConsumer::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   producer_waiting_ = true;
-  space_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  space_cv_.wait(lock, [&] { return lanes_[0].queue.empty() && lanes_[1].queue.empty() && !busy_; });
   producer_waiting_ = false;
 }
 
@@ -106,21 +124,25 @@ std::size_t OffloadConsumer::peak_queued_bytes() const {
 void OffloadConsumer::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    if (queue_.empty() && !stop_) {
+    auto empty = [&] { return lanes_[0].queue.empty() && lanes_[1].queue.empty(); };
+    if (empty() && !stop_) {
       worker_idle_ = true;
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      work_cv_.wait(lock, [&] { return stop_ || !empty(); });
       worker_idle_ = false;
     }
-    if (queue_.empty()) return;  // stop_ and nothing left
-    Message m = std::move(queue_.front());
-    queue_.pop_front();
+    if (empty()) return;  // stop_ and nothing left
+    // Urgent work first: a foreground step's completion must not wait
+    // behind megabytes of background file data.
+    Lane& lane = lanes_[kUrgent].queue.empty() ? lanes_[kNormal] : lanes_[kUrgent];
+    Message m = std::move(lane.queue.front());
+    lane.queue.pop_front();
     busy_ = true;
     lock.unlock();
     Handle(m);
     lock.lock();
     busy_ = false;
     if (m.op == Op::kData) {
-      queued_bytes_ -= m.bytes.size();
+      lane.queued_bytes -= m.bytes.size();
       if (spare_.size() < kMaxSpareBuffers && m.bytes.capacity() <= kMessageBytes) spare_.push_back(std::move(m.bytes));
     }
     // Producers wait only when the queue is full, or in Drain.

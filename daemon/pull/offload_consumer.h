@@ -29,7 +29,9 @@
 // Drain() before reading anything the inner consumer produced.
 #pragma once
 
+#include <array>
 #include <condition_variable>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -48,12 +50,18 @@ class OffloadConsumer final : public RangeConsumer {
  public:
   // REQUIRES: `inner` and `fetcher` outlive this object; `fetcher` is the
   // one this consumer is run by.
-  OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes = 32u << 20);
+  // `urgent` (optional) picks the requests whose calls the worker handles
+  // before all others (each request's calls stay in order: a request is
+  // urgent or not for its whole life). `max_queued_bytes` applies to the
+  // urgent and the other requests separately.
+  OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes = 32u << 20,
+                  std::function<bool(std::uint64_t id)> urgent = {});
   ~OffloadConsumer() override;  // drains and joins the worker
   OffloadConsumer(const OffloadConsumer&) = delete;
   OffloadConsumer& operator=(const OffloadConsumer&) = delete;
 
   bool NextRequest(RangeRequest* out) override;
+  bool MayHaveMore() override;
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
   RangeVerdict OnComplete(std::uint64_t id) override;
   void OnReset(std::uint64_t id) override;
@@ -77,6 +85,13 @@ class OffloadConsumer final : public RangeConsumer {
     Status status;                 // kFailed
   };
 
+  struct Lane {
+    std::deque<Message> queue;
+    std::size_t queued_bytes = 0;
+  };
+  enum : std::size_t { kNormal = 0, kUrgent = 1 };
+
+  Lane& LaneOf(std::uint64_t id);  // REQUIRES: mu_ held
   void Push(Message m);
   void Loop();
   void Handle(Message& m);
@@ -84,15 +99,15 @@ class OffloadConsumer final : public RangeConsumer {
   RangeConsumer& inner_;
   RangeFetcher& fetcher_;
   const std::size_t max_queued_bytes_;
+  const std::function<bool(std::uint64_t)> urgent_;
 
   std::mutex inner_mu_;  // one call into inner_ at a time
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable work_cv_;   // worker: something queued / stop
   std::condition_variable space_cv_;  // producers: bytes freed / drained
-  std::deque<Message> queue_;
+  std::array<Lane, 2> lanes_;
   std::vector<std::vector<std::byte>> spare_;  // recycled chunk buffers
-  std::size_t queued_bytes_ = 0;
   std::size_t peak_queued_bytes_ = 0;
   bool busy_ = false;         // the worker is handling a message
   bool worker_idle_ = false;  // the worker waits on work_cv_

@@ -11,7 +11,7 @@
 #include "daemon/cache/extent_set.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
-#include "daemon/pull/offload_consumer.h"
+#include "daemon/pull/fetch_session.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
@@ -21,7 +21,7 @@ namespace exlr8 {
 namespace {
 
 constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
-    "starting", "resolve", "list", "metadata", "headers", "plan", "files", "halves", "commit", "done", "failed"};
+    "starting", "resolve", "list", "metadata", "headers", "plan", "halves", "commit", "done", "failed"};
 
 // First bytes fetched from each width file: enough for most headers in one go.
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
@@ -53,6 +53,19 @@ Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_byt
 
 std::string_view PullPhaseName(PullPhase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
 
+// What streams while the planner works: the whole files (dense, vocab,
+// config, other manifests) from right after the listing, and the halves
+// once planned. Declared before the FetchSession that feeds them, so the
+// session (aborted on early returns) ends before they are destroyed.
+struct Streams {
+  std::unique_ptr<CommitBatcher> files_batch;
+  std::unique_ptr<WholeFileConsumer> files;
+  std::uint64_t file_bytes = 0;  // bytes of the files being fetched
+  std::vector<FileWork> work;
+  std::unique_ptr<CommitBatcher> halves_batch;
+  std::unique_ptr<HalfConsumer> halves;
+};
+
 struct PullJob::Rep {
   Cache& cache;
   PullOptions opt;
@@ -71,6 +84,7 @@ struct PullJob::Rep {
   std::map<std::string, FileInfo> files;  // by repo path
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
   std::optional<PullId> pull_id;
+  FetchSession* session = nullptr;  // the run's fetch; null offline
 
   Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
 
@@ -98,8 +112,10 @@ struct PullJob::Rep {
   Status EnsureHeaders(const std::vector<std::string>& paths, std::map<std::string, std::uint64_t>* header_bytes,
                        const std::map<int, ExpertIndex>& indexes, std::uint64_t* reused);
   Result<std::vector<FileWork>> MissingHalves(const Plan& plan, std::uint64_t* reused);
-  Status FetchFilesAndHalves(const std::vector<std::string>& whole, const Plan& plan, std::uint64_t* reused);
-  Status RunFetch(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch);
+  Status StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& streams);
+  Status FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& streams);
+  Status FinishStreams(Streams& streams);
+  Status RunStep(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch);
   Result<std::string> ReadCachedText(const std::string& path);
   PullCounters CacheCounters() const;
   Result<bool> PlanComplete(const Plan& plan);
@@ -188,8 +204,11 @@ Status PullJob::Rep::ResolveAndList() {
   return RefreshFiles();
 }
 
-Status PullJob::Rep::RunFetch(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch) {
-  Status s = fetcher->Run(consumer, &cancel);
+// One foreground step: its requests go first; waits until all ended, then
+// makes its verified bytes durable.
+Status PullJob::Rep::RunStep(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch) {
+  if (session == nullptr) return InternalError("fetch step without a fetch session");
+  Status s = session->Wait(session->Submit(consumer, FetchSession::kForeground));
   Status flushed = batch ? batch->Flush() : Status::Ok();
   if (cancel.load()) return CancelledError("pull cancelled");
   if (!base.first_error().ok()) return base.first_error();
@@ -236,8 +255,8 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(missing_bytes));
   CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes);
   WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
-  Status s = RunFetch(consumer, consumer, &batch);
-  // Flags only after the extents are durable (RunFetch flushed).
+  Status s = RunStep(consumer, consumer, &batch);
+  // Flags only after the extents are durable (RunStep flushed).
   if (batch.Flush().ok())
     EXLR8_RETURN_IF_ERROR(cache.MarkWholeFilesVerified(consumer.verified()));
   EXLR8_RETURN_IF_ERROR(s);
@@ -317,7 +336,7 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   // size and completes the short ones.
   {
     HeaderConsumer consumer(*fetcher, targets);
-    EXLR8_RETURN_IF_ERROR(RunFetch(consumer, consumer, nullptr));
+    EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer, nullptr));
   }
   for (auto& t : targets) {
     if (t.bytes.size() < 8) return CorruptionError(t.path + ": " + std::to_string(t.size) + " bytes, too short");
@@ -330,7 +349,7 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   }
   // Round 2: the rest of the longer headers, each finished as it completes.
   HeaderConsumer consumer(*fetcher, targets, finish);
-  EXLR8_RETURN_IF_ERROR(RunFetch(consumer, consumer, &batch));
+  EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer, &batch));
   for (const auto& t : targets)
     if (!t.done) return InternalError(t.path + ": header incomplete after its fetch");
   return Status::Ok();
@@ -376,47 +395,60 @@ Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std:
   return work;
 }
 
-// The rank's remaining whole files and halves in ONE fetcher run: the whole
-// files are handed out first (the large ones then stream while halves fill
-// the other slots), so no phase waits for the slowest transfer or for a
-// flush of the previous one. Whole files are flagged verified only after the
-// final flush made their bytes durable.
-Status PullJob::Rep::FetchFilesAndHalves(const std::vector<std::string>& whole, const Plan& plan,
-                                         std::uint64_t* reused) {
+// Starts the whole files in the background, right after the listing: they
+// depend on nothing the planner computes, and are the largest (dense
+// layers, vocab). They get at most a quarter of the transfer slots while
+// the planner's steps run, so those never wait for a slot. Whole files are
+// flagged verified only after the final flush made their bytes durable.
+Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& st) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(whole, reused));
-  EXLR8_ASSIGN_OR_RETURN(std::vector<FileWork> work, MissingHalves(plan, reused));
-  if (targets.empty() && work.empty()) return Status::Ok();
-  std::uint64_t file_bytes = 0, half_bytes = 0, halves = 0;
-  for (const WholeFileTarget& t : targets) file_bytes += t.size;
-  for (const FileWork& fw : work) {
+  if (targets.empty()) return Status::Ok();
+  for (const WholeFileTarget& t : targets) st.file_bytes += t.size;
+  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(st.file_bytes));
+  st.files_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes);
+  st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(targets));
+  session->Submit(*st.files, FetchSession::kBackground, std::max(1, opt.fetch.max_parallel / 4));
+  return Status::Ok();
+}
+
+// The plan's halves not yet in the cache, on every slot the files leave.
+Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& st) {
+  EXLR8_ASSIGN_OR_RETURN(st.work, MissingHalves(plan, reused));
+  if (st.work.empty()) return Status::Ok();
+  std::uint64_t half_bytes = 0, halves = 0;
+  for (const FileWork& fw : st.work) {
     halves += fw.halves.size();
     for (const HalfWork& h : fw.halves) half_bytes += h.length;
   }
-  if (opt.offline && !targets.empty())
-    return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
-                                   std::to_string(file_bytes) + " bytes, first " + targets[0].path +
-                                   ") are not in the cache");
   if (opt.offline)
     return FailedPreconditionError("offline mode: " + std::to_string(halves) + " halves (" +
                                    std::to_string(half_bytes) + " bytes) of this plan are not in the cache");
-  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(file_bytes + half_bytes));
-  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes, [this] {
+  // The files streaming meanwhile already took their share of the free
+  // space; what they still need is counted again.
+  const std::uint64_t files_pending = st.files ? st.file_bytes - std::min(st.file_bytes, st.files->bytes_written()) : 0;
+  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(half_bytes + files_pending));
+  st.halves_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] {
     if (pull_id) (void)cache.UpdatePull(*pull_id, CacheCounters());
   });
-  WholeFileConsumer files(*fetcher, cache, batch, counters, std::move(targets));
-  HalfConsumer half_consumer(*fetcher, cache, batch, counters, work);
-  ChainConsumer both(files, half_consumer, [this] { SetPhase(PullPhase::kHalves); });
-  // Writing and hashing on a worker thread; this thread receives.
-  OffloadConsumer offload(both, *fetcher);
-  Status s = fetcher->Run(offload, &cancel);
-  offload.Drain();
+  st.halves = std::make_unique<HalfConsumer>(*fetcher, cache, *st.halves_batch, counters, st.work);
+  session->Submit(*st.halves, FetchSession::kForeground);
+  return Status::Ok();
+}
+
+// Waits for the files and halves, makes the last of them durable and
+// records them.
+Status PullJob::Rep::FinishStreams(Streams& st) {
+  Status s = session->Finish();
   SetPhase(PullPhase::kCommit);
-  Status flushed = batch.Flush();
-  if (flushed.ok())
-    EXLR8_RETURN_IF_ERROR(cache.MarkWholeFilesVerified(files.verified()));
+  Status flushed = st.halves_batch ? st.halves_batch->Flush() : Status::Ok();
+  if (st.files_batch) {
+    Status f = st.files_batch->Flush();
+    if (f.ok()) f = cache.MarkWholeFilesVerified(st.files->verified());
+    if (flushed.ok()) flushed = f;
+  }
   if (cancel.load()) return CancelledError("pull cancelled");
-  if (!files.first_error().ok()) return files.first_error();
-  if (!half_consumer.first_error().ok()) return half_consumer.first_error();
+  if (st.files && !st.files->first_error().ok()) return st.files->first_error();
+  if (st.halves && !st.halves->first_error().ok()) return st.halves->first_error();
   EXLR8_RETURN_IF_ERROR(s);
   EXLR8_RETURN_IF_ERROR(flushed);
   return RefreshFiles();
@@ -458,6 +490,18 @@ Result<PullSummary> PullJob::Run() {
     EXLR8_RETURN_IF_ERROR(r.CheckOptions());
     EXLR8_RETURN_IF_ERROR(r.ResolveAndList());
     EXLR8_RETURN_IF_ERROR(r.cache.Touch(r.fileset));
+    // Order matters: `streams` outlives `fetch`, which is aborted (if still
+    // running) before anything it feeds is destroyed.
+    Streams streams;
+    std::unique_ptr<FetchSession> fetch;
+    struct Unset {
+      FetchSession*& p;
+      ~Unset() { p = nullptr; }
+    } unset{r.session};
+    if (!r.opt.offline) {
+      fetch = std::make_unique<FetchSession>(*r.fetcher, &r.cancel);
+      r.session = fetch.get();
+    }
     PullSummary sum;
     sum.repo = r.opt.repo;
     sum.revision = r.opt.revision;
@@ -484,6 +528,13 @@ Result<PullSummary> PullJob::Run() {
       inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
       if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
     }
+    // Every other file is fetched whole, whatever the plan: start those now.
+    std::vector<std::string> whole;
+    for (const auto& [path, f] : r.files)
+      if (ClassifyReleasePath(path).kind != ReleaseFileKind::kExpertWidth &&
+          std::find(metadata.begin(), metadata.end(), path) == metadata.end())
+        whole.push_back(path);
+    if (!r.opt.dry_run && !r.opt.offline) EXLR8_RETURN_IF_ERROR(r.StartFiles(whole, &reused, streams));
     EXLR8_RETURN_IF_ERROR(r.EnsureWholeFiles(metadata, &reused));
     std::map<int, LayerGeometry> geometry;
     for (const auto& path : metadata) {
@@ -541,12 +592,20 @@ Result<PullSummary> PullJob::Run() {
                              ",\"shared_halves\":" + std::to_string(plan.totals.shared_halves) + "}";
     EXLR8_ASSIGN_OR_RETURN(r.pull_id, r.cache.StartPull(spec));
 
-    // every other whole file, then (in the same transfer pool) the halves
-    r.SetPhase(PullPhase::kFiles);
-    std::vector<std::string> whole;
-    for (const PlanFile& pf : plan.files)
-      if (pf.whole && std::find(metadata.begin(), metadata.end(), pf.path) == metadata.end()) whole.push_back(pf.path);
-    EXLR8_RETURN_IF_ERROR(r.FetchFilesAndHalves(whole, plan, &reused));
+    // the halves, while the whole files finish
+    r.SetPhase(PullPhase::kHalves);
+    if (r.opt.offline) {
+      EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing, r.MissingWholeFiles(whole, &reused));
+      if (!missing.empty()) {
+        std::uint64_t bytes = 0;
+        for (const WholeFileTarget& t : missing) bytes += t.size;
+        return FailedPreconditionError("offline mode: " + std::to_string(missing.size()) + " files (" +
+                                       std::to_string(bytes) + " bytes, first " + missing[0].path +
+                                       ") are not in the cache");
+      }
+    }
+    EXLR8_RETURN_IF_ERROR(r.FetchHalves(plan, &reused, streams));
+    if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));
 
     EXLR8_ASSIGN_OR_RETURN(sum.complete, r.PlanComplete(plan));
     sum.plan = std::move(plan);

@@ -2,15 +2,17 @@
 // compatible hub into the verified local cache. The engine behind
 // `exlr8d pull`, and later behind each pull of `exlr8d serve`.
 //
-// Phases, in order:
+// Phases of the planner, in order:
 //   resolve   revision -> commit (once; every later request is pinned to it)
-//   list      the commit's files with sizes, LFS sha256 and git blob ids
+//   list      the commit's files with sizes, LFS sha256 and git blob ids;
+//             every other whole file (dense, vocab, config, other
+//             manifests) starts streaming now, in the background, on up to
+//             a quarter of the transfer slots (FetchSession)
 //   metadata  whole files the planner needs: expert index files and the
 //             manifest (each verified by SHA-256 or git blob SHA-1)
 //   headers   the safetensors header of every width file the rank reads from
 //             (parsed; every indexed half checked to lie inside it)
 //   plan      format/plan.h: files, ranges, checksums
-//   files     every other whole file (dense, vocab, config, other manifests)
 //   halves    the rank's expert halves: single-range requests, each half
 //             hashed while it streams in (XXH64 + its index-file tail, spec
 //             5.3); a mismatch discards and refetches (bounded)
@@ -68,7 +70,7 @@ struct PullOptions {
 };
 
 enum class PullPhase : int {
-  kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kFiles, kHalves, kCommit, kDone, kFailed
+  kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kHalves, kCommit, kDone, kFailed
 };
 inline constexpr int kPullPhaseCount = static_cast<int>(PullPhase::kFailed) + 1;
 std::string_view PullPhaseName(PullPhase phase);

@@ -1,6 +1,5 @@
-// CommitBatcher (background commits) against a real cache, ChainConsumer
-// (two consumers in one fetcher run) with scripted consumers, and a pull
-// whose width-file headers are longer than the first probe (two rounds).
+// CommitBatcher (background commits) against a real cache, and a pull whose
+// width-file headers are longer than the first probe (two rounds).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -97,68 +96,6 @@ TEST(CommitBatcherTest, ABackgroundCommitFailureIsReportedAndItsBatchDropped) {
   auto have = fx.cache->VerifiedExtents(fx.file);
   ASSERT_TRUE(have.ok());
   EXPECT_TRUE(have->empty());
-}
-
-// Hands out `n` requests with ids 0..n-1 and records every callback.
-class Scripted final : public RangeConsumer {
- public:
-  Scripted(std::string name, int n) : name_(std::move(name)), n_(n) {}
-  bool NextRequest(RangeRequest* out) override {
-    if (next_ >= n_) {
-      ++exhausted_calls;
-      return false;
-    }
-    out->path = name_;
-    out->offset = static_cast<std::uint64_t>(next_) * 10;
-    out->length = 10;
-    out->id = static_cast<std::uint64_t>(next_++);
-    return true;
-  }
-  Status OnData(std::uint64_t id, std::uint64_t, std::span<const std::byte>) override {
-    log.push_back("data " + std::to_string(id));
-    return Status::Ok();
-  }
-  RangeVerdict OnComplete(std::uint64_t id) override {
-    log.push_back("complete " + std::to_string(id));
-    return RangeVerdict::Accept();
-  }
-  void OnReset(std::uint64_t id) override { log.push_back("reset " + std::to_string(id)); }
-  void OnFailed(std::uint64_t id, const Status&) override { log.push_back("failed " + std::to_string(id)); }
-
-  std::vector<std::string> log;
-  int exhausted_calls = 0;
-
- private:
-  std::string name_;
-  int n_;
-  int next_ = 0;
-};
-
-TEST(ChainConsumerTest, FirstConsumerFirstAndCallbacksRoutedByMappedId) {
-  Scripted a("a", 2), b("b", 3);
-  int switched = 0;
-  ChainConsumer chain(a, b, [&] { ++switched; });
-  std::vector<RangeRequest> got;
-  RangeRequest r;
-  while (chain.NextRequest(&r)) got.push_back(r);
-  EXPECT_FALSE(chain.NextRequest(&r));
-  ASSERT_EQ(got.size(), 5u);
-  EXPECT_EQ(switched, 1);
-  EXPECT_EQ(a.exhausted_calls, 1);  // never asked again once it said no
-  EXPECT_EQ(b.exhausted_calls, 1);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(got[i].path, "a");
-  for (int i = 2; i < 5; ++i) EXPECT_EQ(got[i].path, "b");
-  std::set<std::uint64_t> ids;
-  for (const auto& q : got) ids.insert(q.id);
-  EXPECT_EQ(ids.size(), 5u);  // a's id 0 and b's id 0 differ after mapping
-
-  const std::byte byte{1};
-  ASSERT_TRUE(chain.OnData(got[1].id, 10, {&byte, 1}).ok());
-  EXPECT_EQ(chain.OnComplete(got[2].id).kind, RangeVerdict::Kind::kAccept);
-  chain.OnReset(got[4].id);
-  chain.OnFailed(got[0].id, CancelledError("x"));
-  EXPECT_EQ(a.log, (std::vector<std::string>{"data 1", "failed 0"}));
-  EXPECT_EQ(b.log, (std::vector<std::string>{"complete 0", "reset 2"}));
 }
 
 TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerified) {

@@ -1,0 +1,186 @@
+#include "daemon/pull/fetch_session.h"
+
+#include <pthread.h>
+
+#include <array>
+
+namespace exlr8 {
+
+namespace {
+constexpr int kSlotBits = 8;
+constexpr std::size_t kMaxSubmissions = (std::size_t{1} << kSlotBits) - 1;
+// Received bytes waiting for the offload worker, per lane.
+constexpr std::size_t kQueuedBytes = 16u << 20;
+}  // namespace
+
+// The consumer the fetcher runs: hands out the submitted consumers'
+// requests (ids tagged with the submission's slot) and routes callbacks back.
+class FetchSession::Mux final : public RangeConsumer {
+ public:
+  explicit Mux(RangeFetcher& fetcher) : fetcher_(fetcher) {}
+
+  Ticket Add(RangeConsumer& consumer, Priority priority, int cap) {
+    Ticket t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (count_ >= kMaxSubmissions) return kMaxSubmissions;  // Wait reports it
+      t = count_++;
+      subs_[t] = Sub{&consumer, priority, cap};
+    }
+    fetcher_.Wake();
+    return t;
+  }
+
+  bool NextRequest(RangeRequest* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int priority : {kForeground, kBackground}) {
+      for (std::size_t i = 0; i < count_; ++i) {
+        Sub& s = subs_[i];
+        if (s.priority != priority || s.exhausted) continue;
+        if (s.cap > 0 && s.live >= static_cast<std::uint64_t>(s.cap) && Capped(i)) continue;
+        if (s.consumer->NextRequest(out)) {
+          out->id = (out->id << kSlotBits) | i;
+          ++s.live;
+          return true;
+        }
+        s.exhausted = true;
+        if (s.live == 0) cv_.notify_all();
+      }
+    }
+    return false;
+  }
+
+  bool MayHaveMore() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) return true;
+    for (std::size_t i = 0; i < count_; ++i)
+      if (!subs_[i].exhausted) return true;
+    return false;
+  }
+
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
+    return Of(id).OnData(id >> kSlotBits, offset, bytes);
+  }
+
+  RangeVerdict OnComplete(std::uint64_t id) override {
+    RangeVerdict v = Of(id).OnComplete(id >> kSlotBits);
+    if (v.kind == RangeVerdict::Kind::kAccept) End(id);
+    return v;
+  }
+
+  void OnReset(std::uint64_t id) override { Of(id).OnReset(id >> kSlotBits); }
+
+  // Foreground requests are handled first by the offload worker.
+  bool Urgent(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority == kForeground; }
+
+  void OnFailed(std::uint64_t id, const Status& status) override {
+    Of(id).OnFailed(id >> kSlotBits, status);
+    End(id);
+  }
+
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    fetcher_.Wake();
+  }
+
+  void SetEnded(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+    run_status_ = std::move(status);
+    cv_.notify_all();
+  }
+
+  Status Wait(Ticket t) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (t >= count_) return InternalError("fetch session: more than " + std::to_string(kMaxSubmissions) + " steps");
+    cv_.wait(lock, [&] { return (subs_[t].exhausted && subs_[t].live == 0) || ended_; });
+    if (subs_[t].exhausted && subs_[t].live == 0) return Status::Ok();
+    if (!run_status_.ok()) return run_status_;
+    return InternalError("fetch session ended before a submitted step ran");
+  }
+
+  Status run_status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return run_status_;
+  }
+
+ private:
+  struct Sub {
+    RangeConsumer* consumer = nullptr;
+    Priority priority = kBackground;
+    int cap = 0;
+    bool exhausted = false;
+    std::uint64_t live = 0;  // handed out, not ended
+  };
+
+  // Written once under mu_ before any of its ids exist, so reading the
+  // pointer for a live id needs no lock.
+  RangeConsumer& Of(std::uint64_t id) { return *subs_[id & kMaxSubmissions].consumer; }
+
+  void End(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Sub& s = subs_[id & kMaxSubmissions];
+    --s.live;
+    if (s.exhausted && s.live == 0) cv_.notify_all();
+  }
+
+  // REQUIRES: mu_ held.
+  bool Capped(std::size_t i) const {
+    if (!closed_) return true;
+    for (std::size_t j = 0; j < count_; ++j)
+      if (subs_[j].priority > subs_[i].priority && !subs_[j].exhausted) return true;
+    return false;
+  }
+
+  RangeFetcher& fetcher_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::array<Sub, kMaxSubmissions> subs_{};
+  std::size_t count_ = 0;
+  bool closed_ = false;
+  bool ended_ = false;
+  Status run_status_;
+};
+
+FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel)
+    : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher)) {
+  offload_ = std::make_unique<OffloadConsumer>(*mux_, fetcher_, kQueuedBytes,
+                                               [mux = mux_.get()](std::uint64_t id) { return mux->Urgent(id); });
+  thread_ = std::thread([this, cancel] {
+    pthread_setname_np(pthread_self(), "exlr8-fetch");  // for top -H, perf, gdb
+    RunFetch(cancel);
+  });
+}
+
+FetchSession::~FetchSession() {
+  if (thread_.joinable()) Abort();
+}
+
+void FetchSession::RunFetch(const std::atomic<bool>* cancel) {
+  Status s = fetcher_.Run(*offload_, cancel);
+  offload_->Drain();  // every callback has run before anyone is told
+  mux_->SetEnded(std::move(s));
+}
+
+FetchSession::Ticket FetchSession::Submit(RangeConsumer& consumer, Priority priority, int cap) {
+  return mux_->Add(consumer, priority, cap);
+}
+
+Status FetchSession::Wait(Ticket ticket) { return mux_->Wait(ticket); }
+
+Status FetchSession::Finish() {
+  mux_->Close();
+  if (thread_.joinable()) thread_.join();
+  return mux_->run_status();
+}
+
+void FetchSession::Abort() {
+  fetcher_.Cancel();
+  mux_->Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace exlr8

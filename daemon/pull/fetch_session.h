@@ -1,0 +1,85 @@
+// FetchSession: one RangeFetcher run that lasts a whole pull, fed with work
+// while it runs.
+//
+// A pull is a chain of dependent steps (index files -> headers -> plan ->
+// halves), but its largest files (dense layers, vocab) depend on nothing
+// but the listing. With one fetcher run per step, the link sat idle while
+// the planner parsed, and the dense files waited for the plan. A session
+// keeps one run going on a thread of its own; the planner submits each
+// step's consumer and waits for it, while consumers submitted earlier (the
+// dense files) keep streaming on the slots the current step leaves free.
+//
+//   FetchSession session(fetcher, &cancel);
+//   auto files = session.Submit(file_consumer, kBackground, /*cap=*/4);
+//   auto meta = session.Submit(metadata_consumer, kForeground);
+//   Status s = session.Wait(meta);      // files keep streaming meanwhile
+//   ...
+//   Status end = session.Finish();      // everything submitted has ended
+//
+// Scheduling: requests of higher priority are handed out first; within a
+// priority, consumers in the order submitted. A consumer's `cap` bounds its
+// requests in flight while the session is open or any consumer of higher
+// priority still has requests to hand out, so background work never holds
+// every transfer slot when the next foreground step arrives.
+//
+// Threads: the fetch runs on the session's thread, and every consumer
+// callback on the session's OffloadConsumer worker (one at a time, so
+// consumers need no locks of their own). Submit, Wait and Finish are for
+// one planner thread. After Wait(ticket) returned, the consumer's state may
+// be read from the planner thread; the consumer must outlive the session.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/hub/range_fetcher.h"
+#include "daemon/pull/offload_consumer.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+class FetchSession {
+ public:
+  enum Priority : int { kBackground = 0, kForeground = 1 };
+  using Ticket = std::size_t;
+
+  // Starts fetcher.Run on a new thread. `cancel` (optional) is passed on to
+  // Run. REQUIRES: `fetcher` outlives the session and is run by no one else.
+  FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel);
+  // Cancels what is still running (if Finish was not called) and joins.
+  ~FetchSession();
+  FetchSession(const FetchSession&) = delete;
+  FetchSession& operator=(const FetchSession&) = delete;
+
+  // Hands `consumer`'s requests to the running fetch. `cap` = 0: no bound.
+  // At most 255 submissions per session.
+  Ticket Submit(RangeConsumer& consumer, Priority priority, int cap = 0);
+
+  // Blocks until every request `consumer` handed out has ended (accepted or
+  // failed: see the consumer's own errors) and it has no more. If the fetch
+  // ended first (cancelled, libcurl failure), returns why.
+  Status Wait(Ticket ticket);
+
+  // No more submissions; waits for everything submitted to end, then for
+  // the fetch; returns fetcher.Run's status.
+  Status Finish();
+
+  // Stops the fetch now (requests end as Cancelled) and waits for it.
+  void Abort();
+
+ private:
+  class Mux;
+  void RunFetch(const std::atomic<bool>* cancel);
+
+  RangeFetcher& fetcher_;
+  std::unique_ptr<Mux> mux_;
+  std::unique_ptr<OffloadConsumer> offload_;
+  std::thread thread_;
+};
+
+}  // namespace exlr8

@@ -2,7 +2,7 @@
 # Sets up, builds from scratch and runs every test. This is the README's test
 # command and what CI runs (.ci/run).
 #
-#   scripts/test.sh            full run: setup, build, ctest, sanitizer unit tests, bounded fuzzing
+#   scripts/test.sh            full run: setup, build, ctest, sanitizer tests (ASan+UBSan, TSan), bounded fuzzing
 #   EXLR8_SKIP_SETUP=1 ...     skip apt-get (dependencies already installed)
 #   EXLR8_JOBS=N ...           parallel build/test jobs (default: nproc)
 set -euo pipefail
@@ -30,6 +30,17 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEXLR8_SANITIZE=ON -DEXLR8_GP
 make -C build-asan/tests/format -j"$jobs" --no-print-directory >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan/tests/format --output-on-failure -j"$jobs"
+
+step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
+# The fetch thread, the write worker, the committer and the planner meet in
+# these; each test runs real transfers over loopback.
+tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test)
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
+  >/dev/null
+cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" >/dev/null
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
+done
 
 if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then
   step "bounded libFuzzer runs (build-fuzz/)"

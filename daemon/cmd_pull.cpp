@@ -113,12 +113,14 @@ void PrintSummary(const PullSummary& s, bool json) {
   if (json) {
     std::printf(
         "{\"repo\":\"%s\",\"revision\":\"%s\",\"commit\":\"%s\",\"root\":\"%s\",\"complete\":%s,"
-        "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"requests\":%llu,\"retries\":%llu,"
+        "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"bytes_resumed\":%llu,"
+        "\"requests\":%llu,\"retries\":%llu,"
         "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
         "\"shared_halves\":%llu,\"elapsed_s\":%.3f,\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
         s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
         static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
-        static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.requests),
+        static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.bytes_resumed),
+        static_cast<unsigned long long>(s.requests),
         static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
         static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
         static_cast<unsigned long long>(s.plan.totals.routed_halves),
@@ -135,6 +137,9 @@ void PrintSummary(const PullSummary& s, bool json) {
               static_cast<unsigned long long>(s.plan.files.size()), HumanBytes(s.plan.totals.release_bytes).c_str());
   std::printf("  fetched          %s\n", HumanBytes(s.bytes_fetched).c_str());
   std::printf("  reused           %s (already verified in the cache)\n", HumanBytes(s.bytes_reused).c_str());
+  if (s.bytes_resumed > 0)
+    std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",
+                HumanBytes(s.bytes_resumed).c_str());
   std::printf("  requests         %llu (%llu retries, %llu refetches, %llu /resolve/)\n",
               static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retries),
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));

@@ -528,7 +528,7 @@ Result<FileId> Cache::FindFile(FilesetId fileset, std::string_view path) {
 namespace {
 constexpr std::string_view kFileColumns =
     "SELECT f.id, f.fileset_id, f.path, f.size, f.sha256, f.git_sha1, f.whole_verified, "
-    "(SELECT COALESCE(SUM(e.length), 0) FROM extents e WHERE e.file_id = f.id) FROM files f ";
+    "(SELECT COALESCE(SUM(e.length), 0) FROM extents e WHERE e.file_id = f.id), f.durable_prefix FROM files f ";
 
 FileInfo ReadFileInfo(const SqliteStmt& q) {
   FileInfo f;
@@ -540,6 +540,7 @@ FileInfo ReadFileInfo(const SqliteStmt& q) {
   f.git_sha1 = q.OptText(5);
   f.whole_verified = q.Int(6) != 0;
   f.bytes_cached = static_cast<std::uint64_t>(q.Int(7));
+  f.durable_prefix = static_cast<std::uint64_t>(q.Int(8));
   return f;
 }
 }  // namespace
@@ -588,11 +589,16 @@ Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::by
   return PwriteAll(f->fd.get(), offset, data, f->shown);
 }
 
-Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
+Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes) {
   Rep& r = *rep_;
   std::map<FileId, std::vector<Extent>> by_file;
   for (const VerifiedExtent& e : extents)
     if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+  std::map<FileId, std::uint64_t> prefix_of;  // the last one per file wins
+  for (const DurablePrefix& p : prefixes) {
+    prefix_of[p.file] = p.bytes;
+    by_file[p.file];  // its file is synced with the others
+  }
   if (by_file.empty()) return Status::Ok();
 
   // 1. resolve and check every extent
@@ -604,6 +610,8 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
       Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
       if (!f.ok()) return f.status();
       for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      if (auto p = prefix_of.find(id); p != prefix_of.end())
+        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
       list = NormalizeExtents(std::move(list));
       files.push_back(*std::move(f));
     }
@@ -614,7 +622,15 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
   // 3. record them, all in one transaction
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  for (const auto& [id, list] : by_file) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
+  for (const auto& [id, list] : by_file)
+    if (!list.empty()) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
+  if (!prefix_of.empty()) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt set, r.db->Prepare("UPDATE files SET durable_prefix = ? WHERE id = ?"));
+    for (const auto& [id, bytes] : prefix_of) {
+      set.Reset();
+      EXLR8_RETURN_IF_ERROR(set.Bind(1, static_cast<std::int64_t>(bytes)).Bind(2, id).Run());
+    }
+  }
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
   std::set<FilesetId> filesets;
   for (const auto& f : files) filesets.insert(f->fileset);
@@ -629,6 +645,25 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents) {
 }
 
 Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }
+
+Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std::byte> out) {
+  Rep& r = *rep_;
+  std::shared_ptr<DataFile> f;
+  {
+    MutexLock l(&r.mu);
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT durable_prefix FROM files WHERE id = ?"));
+    q.Bind(1, file);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(r.shown + ": no file with id " + std::to_string(file) + " in the cache index");
+    const auto prefix = static_cast<std::uint64_t>(q.Int(0));
+    if (offset > prefix || out.size() > prefix - offset)
+      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" + std::to_string(offset) +
+                                     ", " + std::to_string(offset + out.size()) + ") are beyond its durable prefix (" +
+                                     std::to_string(prefix) + " bytes)");
+    EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
+  }
+  return PreadAll(f->fd.get(), offset, out, f->shown);
+}
 
 Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   if (ids.empty()) return Status::Ok();
@@ -654,7 +689,8 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
                                                        "VALUES (?, 0, ?)"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up, r.db->Prepare("UPDATE files SET whole_verified = 1 WHERE id = ?"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
+                         r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
   for (std::size_t i = 0; i < ids.size(); ++i) {
     del.Reset();
     EXLR8_RETURN_IF_ERROR(del.Bind(1, ids[i]).Run());

@@ -78,6 +78,13 @@ struct VerifiedExtent {
   std::uint64_t length = 0;
 };
 
+// Bytes [0, bytes) of a file being downloaded whole arrived in order: once
+// durable, a restarted download may resume there (never reported present).
+struct DurablePrefix {
+  FileId file = 0;
+  std::uint64_t bytes = 0;
+};
+
 struct FilesetInfo {
   FilesetId id = 0;
   std::string repo;      // "org/name"
@@ -100,6 +107,7 @@ struct FileInfo {
   std::optional<std::string> git_sha1;
   bool whole_verified = false;
   std::uint64_t bytes_cached = 0;
+  std::uint64_t durable_prefix = 0;  // see DurablePrefix; 0 when none
 };
 
 enum class PullState { kRunning, kDone, kFailed, kCancelled };
@@ -207,11 +215,18 @@ class Cache {
   // InvalidArgument for a range outside its file; NotFound for an unknown
   // file; FailedPrecondition if the file was never written (not on disk).
   // Call it in batches (per second or per N MB), not per extent.
-  Status CommitVerified(std::span<const VerifiedExtent> extents);
+  // `prefixes` are recorded in the same transaction, after the same syncs.
+  // A prefix is a resume point only: it never counts as present.
+  Status CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes = {});
 
   // The caller checked the whole file against its hash: fdatasync it, then
   // record [0, size) and set whole_verified. A size-0 file is created empty.
   Status MarkWholeFileVerified(FileId file);
+
+  // Reads bytes of a file's recorded durable prefix (see DurablePrefix), to
+  // hash them again when its download resumes. FailedPrecondition if
+  // [offset, offset + out.size()) is not within the prefix.
+  Status ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std::byte> out);
   // The same for several files: one pass of syncs, one transaction.
   Status MarkWholeFilesVerified(std::span<const FileId> files);
 

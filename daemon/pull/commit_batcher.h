@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -57,27 +58,19 @@ class CommitBatcher {
   Status Add(const VerifiedExtent& extent) {
     pending_.push_back(extent);
     pending_bytes_ += extent.length;
-    const bool due = pending_bytes_ >= max_bytes_ || std::chrono::steady_clock::now() - last_ >= interval_;
-    if (!due) return BackgroundError();
-    std::unique_lock lock(mu_);
-    if (busy_) {
-      if (pending_bytes_ < kMaxQueuedBatches * max_bytes_) return error_;  // try again at the next Add
-      done_cv_.wait(lock, [&] { return !busy_; });
-    }
-    if (!error_.ok()) return error_;
-    last_ = std::chrono::steady_clock::now();
-    handed_.swap(pending_);
-    pending_.clear();
-    pending_bytes_ = 0;
-    busy_ = true;
-    if (!worker_.joinable())
-      worker_ = std::thread([this] {
-        pthread_setname_np(pthread_self(), "exlr8-commit");
-        Loop();
-      });
-    lock.unlock();
-    cv_.notify_all();
-    return Status::Ok();
+    return MaybeHandOver();
+  }
+
+  // Notes that [0, bytes) of `file` arrived in order (a whole-file download);
+  // recorded as its durable prefix at the next commit, after the file's
+  // fdatasync. The bytes count towards the batch size, so a long download
+  // is made durable as it goes, not all at its end.
+  Status NotePrefix(FileId file, std::uint64_t bytes) {
+    std::uint64_t& last = noted_[file];
+    pending_bytes_ += bytes > last ? bytes - last : 0;
+    last = bytes;
+    prefixes_[file] = bytes;
+    return MaybeHandOver();
   }
 
   // Waits for a running background commit, then commits everything queued on
@@ -90,16 +83,50 @@ class CommitBatcher {
       if (!error_.ok()) return error_;
     }
     last_ = std::chrono::steady_clock::now();
-    if (pending_.empty()) return Status::Ok();
+    if (pending_.empty() && prefixes_.empty()) return Status::Ok();
     std::vector<VerifiedExtent> batch;
     batch.swap(pending_);
+    const std::vector<DurablePrefix> prefixes = TakePrefixes();
     pending_bytes_ = 0;
-    EXLR8_RETURN_IF_ERROR(cache_.CommitVerified(batch));
+    EXLR8_RETURN_IF_ERROR(cache_.CommitVerified(batch, prefixes));
     if (on_commit_) on_commit_();
     return Status::Ok();
   }
 
  private:
+  Status MaybeHandOver() {
+    const bool due = pending_bytes_ >= max_bytes_ || std::chrono::steady_clock::now() - last_ >= interval_;
+    if (!due) return BackgroundError();
+    std::unique_lock lock(mu_);
+    if (busy_) {
+      if (pending_bytes_ < kMaxQueuedBatches * max_bytes_) return error_;  // try again at the next Add
+      done_cv_.wait(lock, [&] { return !busy_; });
+    }
+    if (!error_.ok()) return error_;
+    last_ = std::chrono::steady_clock::now();
+    handed_.swap(pending_);
+    pending_.clear();
+    handed_prefixes_ = TakePrefixes();
+    pending_bytes_ = 0;
+    busy_ = true;
+    if (!worker_.joinable())
+      worker_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "exlr8-commit");
+        Loop();
+      });
+    lock.unlock();
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+  std::vector<DurablePrefix> TakePrefixes() {
+    std::vector<DurablePrefix> out;
+    out.reserve(prefixes_.size());
+    for (const auto& [file, bytes] : prefixes_) out.push_back({file, bytes});
+    prefixes_.clear();
+    return out;
+  }
+
   Status BackgroundError() {
     std::unique_lock lock(mu_);
     return error_;
@@ -112,8 +139,10 @@ class CommitBatcher {
       if (!busy_) return;  // stop_ and nothing handed over
       std::vector<VerifiedExtent> batch;
       batch.swap(handed_);
+      std::vector<DurablePrefix> prefixes;
+      prefixes.swap(handed_prefixes_);
       lock.unlock();
-      Status s = cache_.CommitVerified(batch);
+      Status s = cache_.CommitVerified(batch, prefixes);
       if (s.ok() && on_commit_) on_commit_();
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = std::move(s);
@@ -131,12 +160,15 @@ class CommitBatcher {
   // Owned by the calling thread.
   std::chrono::steady_clock::time_point last_;
   std::vector<VerifiedExtent> pending_;
+  std::map<FileId, std::uint64_t> prefixes_;  // noted since the last hand-over
+  std::map<FileId, std::uint64_t> noted_;     // last prefix noted per file
   std::uint64_t pending_bytes_ = 0;
   // Shared with the committer thread, under mu_.
   std::mutex mu_;
   std::condition_variable cv_;       // work handed over, or stop
   std::condition_variable done_cv_;  // a background commit ended
   std::vector<VerifiedExtent> handed_;
+  std::vector<DurablePrefix> handed_prefixes_;
   bool busy_ = false;
   bool stop_ = false;
   Status error_;

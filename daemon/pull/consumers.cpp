@@ -27,27 +27,57 @@ bool WholeFileConsumer::NextRequest(RangeRequest* out) {
   auto digest = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256,
                                      t.size);
   if (!digest.ok()) return false;  // OpenSSL broken: nothing can be verified
-  live_.emplace(next_, std::move(*digest));
+  live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
   out->path = t.path;
-  out->offset = 0;
-  out->length = t.size;
+  out->offset = t.resume_from;
+  out->length = t.size - t.resume_from;
   out->id = next_;
   out->label = t.path;
   ++next_;
   return true;
 }
 
-Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
-  EXLR8_RETURN_IF_ERROR(cache_.WriteAt(targets_[id].file, offset, bytes));
-  bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  live_.at(id).Update(bytes);
+// The durable prefix of an interrupted download, read back from the cache
+// file into the digest: reading it is far cheaper than fetching it again.
+Status WholeFileConsumer::HashPrefix(const WholeFileTarget& t, StreamDigest& digest) {
+  std::vector<std::byte> buf(std::min<std::uint64_t>(t.resume_from, 4u << 20));
+  for (std::uint64_t at = 0; at < t.resume_from;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), t.resume_from - at));
+    EXLR8_RETURN_IF_ERROR(cache_.ReadDurablePrefix(t.file, at, std::span(buf).first(n)));
+    digest.Update(std::span<const std::byte>(buf).first(n));
+    at += n;
+  }
   return Status::Ok();
+}
+
+Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
+  const WholeFileTarget& t = targets_[id];
+  Live& lv = live_.at(id);
+  if (!lv.prefix_hashed) {
+    EXLR8_RETURN_IF_ERROR(HashPrefix(t, lv.digest));
+    lv.prefix_hashed = true;
+  }
+  EXLR8_RETURN_IF_ERROR(cache_.WriteAt(t.file, offset, bytes));
+  bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  lv.digest.Update(bytes);
+  // In order from 0 (or from a durable prefix): a resume point once synced.
+  return batch_.NotePrefix(t.file, offset + bytes.size());
 }
 
 RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   const WholeFileTarget& t = targets_[id];
-  const std::string got = live_.at(id).FinishHex();
+  const std::string got = live_.at(id).digest.FinishHex();
   const std::string& want = t.sha256.empty() ? t.git_sha1 : t.sha256;
+  if (got != want && t.resume_from > 0) {
+    // Fetching the rest again cannot mend the prefix read from disk: forget
+    // it (recorded at the next commit), so the next run fetches it all.
+    counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    (void)batch_.NotePrefix(t.file, 0);
+    return RangeVerdict::Fail(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") + got +
+                                              ", the hub lists " + want + " (download resumed at byte " +
+                                              std::to_string(t.resume_from) +
+                                              "; that prefix is discarded, run the pull again)"));
+  }
   if (got != want) {
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
     return RangeVerdict::Refetch(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") +
@@ -61,7 +91,7 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   return RangeVerdict::Accept();
 }
 
-void WholeFileConsumer::OnReset(std::uint64_t id) { live_.at(id).Reset(); }
+void WholeFileConsumer::OnReset(std::uint64_t id) { live_.at(id).digest.Reset(); }
 
 // ---- width-file headers ----
 

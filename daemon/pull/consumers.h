@@ -39,6 +39,7 @@ struct JobCounters {
   std::atomic<std::uint64_t> ranges_total{0};
   std::atomic<std::uint64_t> ranges_done{0};
   std::atomic<std::uint64_t> checksum_failures{0};
+  std::atomic<std::uint64_t> bytes_resumed{0};
 };
 
 // Base: remembers the first failure and cancels the fetcher on failures that
@@ -63,6 +64,10 @@ struct WholeFileTarget {
   std::uint64_t size = 0;
   std::string sha256;    // LFS files
   std::string git_sha1;  // regular files
+  // [0, resume_from) is on disk from an interrupted download (durable, not
+  // verified): it is hashed from the cache and only the rest is fetched.
+  // REQUIRES: resume_from < size.
+  std::uint64_t resume_from = 0;
 };
 
 class WholeFileConsumer final : public ConsumerBase {
@@ -79,13 +84,18 @@ class WholeFileConsumer final : public ConsumerBase {
   std::uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
 
  private:
+  struct Live {
+    StreamDigest digest;
+    bool prefix_hashed = false;  // the resumed prefix went into `digest`
+  };
   void Forget(std::uint64_t id) override { live_.erase(id); }
+  Status HashPrefix(const WholeFileTarget& t, StreamDigest& digest);
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
   std::vector<WholeFileTarget> targets_;
   std::size_t next_ = 0;
-  std::unordered_map<std::uint64_t, StreamDigest> live_;
+  std::unordered_map<std::uint64_t, Live> live_;
   std::vector<FileId> verified_;
   std::atomic<std::uint64_t> bytes_written_{0};
 };

@@ -230,6 +230,12 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
     if (!f->sha256 && !f->git_sha1)
       return CorruptionError(path + ": the hub lists no sha256 or git blob id, so it cannot be verified");
     WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
+    if (f->durable_prefix > 0 && f->size > 0 && !opt.offline) {
+      // An interrupted download: resume (at least the last byte is fetched,
+      // so the request is never empty).
+      t.resume_from = std::min(f->durable_prefix, f->size - 1);
+      counters.bytes_resumed.fetch_add(t.resume_from, std::memory_order_relaxed);
+    }
     if (t.size == 0) {  // nothing to fetch; the empty content must still match
       auto d = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256, 0);
       if (!d.ok()) return d.status();
@@ -637,6 +643,7 @@ Result<PullSummary> PullJob::Run() {
   s.refetches = fc.refetches;
   s.resolves = fc.resolves;
   s.checksum_failures = r.counters.checksum_failures.load();
+  s.bytes_resumed = r.counters.bytes_resumed.load();
   s.elapsed_s = r.Elapsed();
   s.phase_s = r.phase_s;
   return result;

@@ -95,6 +95,9 @@ struct PullSummary {
   Plan plan;                   // files and totals (dry run: the full plan)
   bool complete = false;       // every byte of the plan verified in the cache
   std::uint64_t bytes_planned = 0, bytes_fetched = 0, bytes_reused = 0;
+  // Durable prefixes of interrupted whole-file downloads, read back from the
+  // cache (and hashed with the rest) instead of fetched again.
+  std::uint64_t bytes_resumed = 0;
   std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
   double elapsed_s = 0;
   // Wall time spent in each phase (indexed by PullPhase): where a slow pull

@@ -214,6 +214,56 @@ TEST(CacheTest, MarkWholeFilesVerifiedIsAllOrNothing) {
   EXPECT_TRUE(fx.cache->MarkWholeFilesVerified({}).ok());
 }
 
+TEST(CacheTest, DurablePrefixIsAResumePointNeverPresence) {
+  Fixture fx(3000);
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 1200)).ok());
+  const DurablePrefix p{fx.file, 1200};
+  ASSERT_TRUE(fx.cache->CommitVerified({}, {&p, 1}).ok());
+  EXPECT_EQ(fx.cache->GetFile(fx.file)->durable_prefix, 1200u);
+  // Not present: no extent, nothing readable through OpenVerified.
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+  EXPECT_EQ(fx.cache->GetFile(fx.file)->bytes_cached, 0u);
+  std::vector<std::byte> one(1);
+  EXPECT_EQ((*fx.cache->OpenVerified(fx.file))->ReadAt(0, one).code(), StatusCode::kNotFound);
+  // ... but readable as a prefix, and only within it.
+  std::vector<std::byte> back(1200);
+  ASSERT_TRUE(fx.cache->ReadDurablePrefix(fx.file, 0, back).ok());
+  EXPECT_TRUE(back == Pattern(fx.file, 0, 1200));
+  std::vector<std::byte> over(2);
+  EXPECT_EQ(fx.cache->ReadDurablePrefix(fx.file, 1199, over).code(), StatusCode::kFailedPrecondition);
+  // A prefix past the file's size is refused with the rest of its batch.
+  const DurablePrefix bad{fx.file, 3001};
+  const VerifiedExtent e{fx.file, 0, 10};
+  EXPECT_EQ(fx.cache->CommitVerified({&e, 1}, {&bad, 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+  // Verified whole: the prefix is cleared.
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 1200, Pattern(fx.file, 1200, 1800)).ok());
+  ASSERT_TRUE(fx.cache->MarkWholeFileVerified(fx.file).ok());
+  EXPECT_EQ(fx.cache->GetFile(fx.file)->durable_prefix, 0u);
+  EXPECT_EQ(fx.cache->ReadDurablePrefix(fx.file, 0, one).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CacheTest, Version1DatabaseIsUpgradedInPlace) {
+  TempDir tmp;
+  {
+    // A cache index as exlr8d with schema version 1 left it.
+    std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+    ASSERT_TRUE(ApplyMigrations(db.get(), std::span(BuiltinMigrations()).first(1)).ok());
+    ASSERT_TRUE(db->Exec("INSERT INTO filesets (id, repo, revision, commit_sha, created, last_used) VALUES "
+                         "(1, 'org/model', 'main', '" + std::string(kCommitA) + "', 0, 0);"
+                         "INSERT INTO files (id, fileset_id, path, size) VALUES (7, 1, 'config.json', 10);")
+                    .ok());
+  }
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  ASSERT_TRUE(cache);
+  Result<FileInfo> f = cache->GetFile(7);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->path, "config.json");
+  EXPECT_EQ(f->durable_prefix, 0u);
+  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), static_cast<std::int64_t>(BuiltinMigrations().size()));
+}
+
 TEST(CacheTest, PutFileIsIdempotentAndDetectsChanges) {
   Fixture fx(1000);
   const std::string sha(64, 'a'), sha2(64, 'b'), git(40, 'c');

@@ -44,9 +44,13 @@ b_max_gb=${B_MAX_GB:-4}
 nginx_bin=${NGINX:-/usr/sbin/nginx}
 tool=$repo_root/bench/pull_bench_tool.py
 
-for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl aria2c python3 /usr/bin/time; do
+for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl python3 /usr/bin/time bc; do
   command -v "$t" > /dev/null || { echo "pull_bench: missing $t (scripts/setup.sh with EXLR8_SETUP_BENCH=1)"; exit 2; }
 done
+# aria2c is only the baseline of the time-to-ready comparison; without it
+# (a machine with no package registry) that comparison is skipped.
+have_aria2=1
+command -v aria2c > /dev/null || { have_aria2=0; echo "pull_bench: no aria2c: the time-to-ready comparison is skipped"; }
 
 w=${EXLR8_BENCH_DIR:-$(mktemp -d /tmp/exlr8-pull-bench.XXXXXX)}
 mkdir -p "$w"
@@ -167,7 +171,7 @@ stop_hubsim() {
 
 pull_args=(--repo bench/pull --manifest home --tp 4 --rank 1 --jobs 16)
 echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 / 1024)) GB free)"
-echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $(aria2c --version | head -1)"
+echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $( ((have_aria2)) && aria2c --version | head -1)"
 
 # ---------------------------------------------------------------- part A --
 if [[ " $parts " == *" A "* ]]; then
@@ -280,7 +284,9 @@ PY
   }
   say "A: $runs rounds, mode cold: page cache dropped before each run (order alternates)"
   header
-  for ((i = 1; i <= runs; i++)); do round cold "$i" exlr8d curl aria2; done
+  cold_tools=(exlr8d curl)
+  ((have_aria2)) && cold_tools+=(aria2)
+  for ((i = 1; i <= runs; i++)); do round cold "$i" "${cold_tools[@]}"; done
   say "A: $warm_runs rounds, mode warm: page cache dropped, then the release read once (nginx serves from memory)"
   header
   for ((i = 1; i <= warm_runs; i++)); do round warm "$i" exlr8d curl; done

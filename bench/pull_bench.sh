@@ -29,7 +29,8 @@
 # Environment: PARTS="A B", RUNS=3, WARM_RUNS=2, B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
 #   files alone are 5.9 GB), B_MAX_GB=4,
 #   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
-#   it is deleted at the end), NGINX=/usr/sbin/nginx.
+#   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (not NGINX: nginx
+#   itself reads that variable, as inherited sockets).
 # Needs: nginx (nginx-light), curl, aria2c, python3; 15 GB free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ warm_runs=${WARM_RUNS:-2}
 b_seconds=${B_SECONDS:-60}
 b_max_gb_cold=${B_MAX_GB_COLD:-8}
 b_max_gb=${B_MAX_GB:-4}
-nginx_bin=${NGINX:-/usr/sbin/nginx}
+nginx_bin=${NGINX_BIN:-/usr/sbin/nginx}
 tool=$repo_root/bench/pull_bench_tool.py
 
 for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl python3 /usr/bin/time bc; do

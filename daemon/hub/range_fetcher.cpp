@@ -148,6 +148,7 @@ struct RangeFetcher::Impl {
   std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts;
   // Jobs whose verdict is pending, by request id (Run's thread only).
   std::unordered_map<std::uint64_t, std::uint32_t> verifying;
+  Status cancel_reason;  // why CancelAll ended the run
 
   // Files persist across runs (their resolved URLs are reused).
   std::vector<FileState> files;
@@ -258,8 +259,19 @@ struct RangeFetcher::Impl {
     ApplyVerdict(ji, std::move(v));
   }
 
+  // After a cancel: waits for the verdicts still pending (the consumer
+  // promised them), then applies them; a Refetch ends the job instead.
+  void AwaitVerdicts() {
+    while (!verifying.empty()) {
+      ApplyDeliveredVerdicts(&cancel_reason);
+      if (verifying.empty()) break;
+      curl_multi_poll(multi, nullptr, 0, 100, nullptr);  // Deliver wakes it
+    }
+  }
+
   // Acts on verdicts delivered from other threads since the last call.
-  void ApplyDeliveredVerdicts() {
+  // `cancelled`: the run is over; a Refetch verdict ends the job with it.
+  void ApplyDeliveredVerdicts(const Status* cancelled = nullptr) {
     std::vector<std::pair<std::uint64_t, RangeVerdict>> batch;
     {
       std::lock_guard<std::mutex> lock(verdict_mu);
@@ -273,6 +285,10 @@ struct RangeFetcher::Impl {
       verifying.erase(it);
       if (v.kind == RangeVerdict::Kind::kPending) {
         FailJob(ji, InternalError(Describe(jobs[ji]) + ": consumer delivered a pending verdict"));
+        continue;
+      }
+      if (cancelled != nullptr && v.kind == RangeVerdict::Kind::kRefetch) {
+        FailJob(ji, cancelled->WithContext(Describe(jobs[ji])));
         continue;
       }
       ApplyVerdict(ji, std::move(v));
@@ -782,9 +798,11 @@ struct RangeFetcher::Impl {
     resolve_queue.clear();
     ready.clear();
     while (!backoff.empty()) backoff.pop();
-    verifying.clear();  // their verdicts, when delivered, are ignored
+    cancel_reason = why;
     for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
-      if (jobs[ji].state == Job::State::kFree) continue;
+      // A job whose verdict is pending keeps it: the consumer may already
+      // have accepted it (AwaitVerdicts applies it), so it ends exactly once.
+      if (jobs[ji].state == Job::State::kFree || jobs[ji].state == Job::State::kVerifying) continue;
       Inc(counters.requests_failed);
       consumer->OnFailed(jobs[ji].req.id, why.WithContext(Describe(jobs[ji])));
       ReleaseJob(ji);
@@ -869,6 +887,7 @@ struct RangeFetcher::Impl {
         }
       }
     }
+    AwaitVerdicts();
     consumer = nullptr;
     if (!result.ok()) return result;
     if (failed_this_run > 0) {

@@ -92,8 +92,9 @@ struct RangeVerdict {
 // OnComplete once all bytes were delivered. A Refetch verdict is followed by
 // OnReset and a new try from `offset`. Every request ends with exactly one
 // of: an Accept verdict (returned by OnComplete or delivered later), or
-// OnFailed. A request whose verdict is pending may still get OnFailed
-// (cancellation); the verdict delivered afterwards is ignored.
+// OnFailed. A request whose verdict is pending when the run is cancelled
+// keeps it: Run waits for it before returning; Accept stands, Refetch ends
+// the request with OnFailed (Cancelled).
 class RangeConsumer {
  public:
   virtual ~RangeConsumer() = default;
@@ -203,9 +204,10 @@ class RangeFetcher {
 
   // Thread-safe: the verdict for request `id`, whose OnComplete returned
   // Pending in the current Run; Run acts on it as if OnComplete had
-  // returned it (OnReset and OnFailed then come from Run's thread). Ignored
-  // if the request has ended meanwhile (cancelled). A verdict that is still
-  // Pending is a programming error (the request fails as Internal).
+  // returned it (OnReset and OnFailed then come from Run's thread). Every
+  // Pending must be followed by one Deliver, even after a cancel (Run waits
+  // for it). A verdict that is still Pending is a programming error (the
+  // request fails as Internal).
   void Deliver(std::uint64_t id, RangeVerdict verdict);
 
   // Thread-safe snapshot.

@@ -123,6 +123,7 @@ class FetchSession::Mux final : public RangeConsumer {
   void End(std::uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     Sub& s = subs_[id & kMaxSubmissions];
+    if (s.live == 0) return;  // never: the fetcher ends each request once
     --s.live;
     if (s.exhausted && s.live == 0) cv_.notify_all();
   }

@@ -569,7 +569,14 @@ class AsyncVerdictConsumer : public TestConsumer {
     if (verifier_.joinable()) verifier_.join();
   }
   std::function<RangeVerdict(std::uint64_t id, int try_no)> decide;
-  bool hold = false;  // never deliver (until Stop)
+  bool hold = false;  // deliver nothing until Release()
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold = false;
+    }
+    cv_.notify_all();
+  }
   std::map<std::uint64_t, int> tries;  // verifier thread; read after Stop
 
   RangeVerdict OnComplete(std::uint64_t id) override {
@@ -650,8 +657,10 @@ TEST(RangeFetcherTest, CancelEndsRequestsWhoseVerdictIsPending) {
   RangeFetcher* fp = nullptr;
   AsyncVerdictConsumer c(fp);
   AddSplit(c, "a.bin", 100'000, 10);
-  c.hold = true;  // verdicts never come while the run lasts
-  c.decide = [](std::uint64_t, int) { return RangeVerdict::Accept(); };
+  c.hold = true;  // verdicts come only after the cancel
+  c.decide = [](std::uint64_t id, int) {
+    return id % 2 ? RangeVerdict::Accept() : RangeVerdict::Refetch(CorruptionError("xxh64 mismatch"));
+  };
   RangeFetcher f(*client, FastOptions());
   fp = &f;
   std::atomic<bool> cancel{false};
@@ -660,11 +669,21 @@ TEST(RangeFetcherTest, CancelEndsRequestsWhoseVerdictIsPending) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     cancel.store(true);
+    f.Wake();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.Release();  // Run waits for the verdicts it was promised
   });
   Status s = f.Run(c, &cancel);
   t.join();
   EXPECT_EQ(s.code(), StatusCode::kCancelled);
-  EXPECT_EQ(c.failed.size(), 10u);  // each pending request ended exactly once
+  // Each request ended exactly once: the accepted ones stay accepted (their
+  // bytes were good), the ones to refetch end as cancelled.
+  EXPECT_EQ(f.counters().requests_done, 5u);
+  EXPECT_EQ(c.failed.size(), 5u);
+  for (const auto& [id, st] : c.failed) {
+    EXPECT_EQ(id % 2, 0u) << id;
+    EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
+  }
   EXPECT_EQ(c.violations, 0);
   // A verdict delivered after the run is ignored by the next run.
   f.Deliver(3, RangeVerdict::Fail(InternalError("stale")));

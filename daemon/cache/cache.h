@@ -223,6 +223,13 @@ class Cache {
   // record [0, size) and set whole_verified. A size-0 file is created empty.
   Status MarkWholeFileVerified(FileId file);
 
+  // The whole file as written, for the process that has itself just checked
+  // all of it against its hash, before the commit that records it: the
+  // planner reads index files and manifests this way instead of waiting for
+  // their fdatasync. Never for serving; others use OpenVerified.
+  // FailedPrecondition if the file was never written.
+  Result<std::unique_ptr<ByteSource>> OpenCheckedByCaller(FileId file);
+
   // Reads bytes of a file's recorded durable prefix (see DurablePrefix), to
   // hash them again when its download resumes. FailedPrecondition if
   // [offset, offset + out.size()) is not within the prefix.

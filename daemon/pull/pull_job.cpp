@@ -64,6 +64,11 @@ struct Streams {
   std::vector<FileWork> work;
   std::unique_ptr<CommitBatcher> halves_batch;
   std::unique_ptr<HalfConsumer> halves;
+  // The planner's own steps (index files, manifest, headers) do not wait for
+  // their bytes to become durable: their batches commit in the background
+  // and are flushed at the end, with the rest.
+  std::vector<std::unique_ptr<CommitBatcher>> step_batches;
+  std::vector<FileId> step_whole_files;  // verified whole, to be flagged at the end
 };
 
 struct PullJob::Rep {
@@ -85,6 +90,8 @@ struct PullJob::Rep {
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
   std::optional<PullId> pull_id;
   FetchSession* session = nullptr;  // the run's fetch; null offline
+  Streams* streams = nullptr;       // set while Run's body runs
+  std::set<FileId> checked_here;    // whole files this run checked by hash (maybe not yet recorded)
 
   Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
 
@@ -115,7 +122,9 @@ struct PullJob::Rep {
   Status StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& streams);
   Status FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& streams);
   Status FinishStreams(Streams& streams);
-  Status RunStep(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch);
+  Status RunStep(RangeConsumer& consumer, const ConsumerBase& base);
+  CommitBatcher& StepBatch();
+  Result<std::unique_ptr<ByteSource>> OpenForPlanning(const FileInfo& f);
   Result<std::string> ReadCachedText(const std::string& path);
   PullCounters CacheCounters() const;
   Result<bool> PlanComplete(const Plan& plan);
@@ -204,16 +213,26 @@ Status PullJob::Rep::ResolveAndList() {
   return RefreshFiles();
 }
 
-// One foreground step: its requests go first; waits until all ended, then
-// makes its verified bytes durable.
-Status PullJob::Rep::RunStep(RangeConsumer& consumer, const ConsumerBase& base, CommitBatcher* batch) {
+// One foreground step: its requests go first; waits until all ended (its
+// bytes are made durable later, by its batch; see Streams).
+Status PullJob::Rep::RunStep(RangeConsumer& consumer, const ConsumerBase& base) {
   if (session == nullptr) return InternalError("fetch step without a fetch session");
   Status s = session->Wait(session->Submit(consumer, FetchSession::kForeground));
-  Status flushed = batch ? batch->Flush() : Status::Ok();
   if (cancel.load()) return CancelledError("pull cancelled");
   if (!base.first_error().ok()) return base.first_error();
-  EXLR8_RETURN_IF_ERROR(s);
-  return flushed;
+  return s;
+}
+
+CommitBatcher& PullJob::Rep::StepBatch() {
+  streams->step_batches.push_back(std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes));
+  return *streams->step_batches.back();
+}
+
+// A whole file the planner reads: recorded in the cache, or checked by hash
+// in this run and not yet recorded.
+Result<std::unique_ptr<ByteSource>> PullJob::Rep::OpenForPlanning(const FileInfo& f) {
+  if (checked_here.contains(f.id)) return cache.OpenCheckedByCaller(f.id);
+  return cache.OpenVerified(f.id);
 }
 
 // The files of `paths` not yet verified in the cache (adds the others'
@@ -259,20 +278,20 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
                                    std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
                                    ") are not in the cache");
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(missing_bytes));
-  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes);
-  WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
-  Status s = RunStep(consumer, consumer, &batch);
-  // Flags only after the extents are durable (RunStep flushed).
-  if (batch.Flush().ok())
-    EXLR8_RETURN_IF_ERROR(cache.MarkWholeFilesVerified(consumer.verified()));
-  EXLR8_RETURN_IF_ERROR(s);
-  return RefreshFiles();
+  WholeFileConsumer consumer(*fetcher, cache, StepBatch(), counters, std::move(targets));
+  Status s = RunStep(consumer, consumer);
+  // Readable by the planner now; flagged verified once durable, at the end.
+  for (FileId id : consumer.verified()) {
+    checked_here.insert(id);
+    streams->step_whole_files.push_back(id);
+  }
+  return s;
 }
 
 Result<std::string> PullJob::Rep::ReadCachedText(const std::string& path) {
   EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
   if (f->size > kMaxManifestBytes) return ResourceExhaustedError(path + ": " + std::to_string(f->size) + " bytes is too large");
-  EXLR8_ASSIGN_OR_RETURN(auto src, cache.OpenVerified(f->id));
+  EXLR8_ASSIGN_OR_RETURN(auto src, OpenForPlanning(*f));
   std::string text(f->size, '\0');
   EXLR8_RETURN_IF_ERROR(src->ReadAt(0, std::as_writable_bytes(std::span(text))));
   return text;
@@ -323,7 +342,7 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   if (opt.offline)
     return FailedPreconditionError("offline mode: the header of " + targets[0].path + " is not in the cache");
 
-  CommitBatcher batch(cache, opt.commit_interval, opt.commit_bytes);
+  CommitBatcher& batch = StepBatch();
   // A complete header: check it against the index, write it, queue it for
   // commit, free it.
   auto finish = [&](HeaderTarget& t) -> Status {
@@ -337,27 +356,50 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     std::vector<std::byte>().swap(t.bytes);
     return Status::Ok();
   };
+  // A header that does not parse or validate may have been damaged on the
+  // way (there is no checksum for it): it is fetched again from byte 0, at
+  // most max_refetches times, like a half whose checksum fails. What a
+  // release really gets wrong fails after the last try, with its message.
+  std::vector<int> refetches(targets.size(), 0);
+  auto retry_or_fail = [&](HeaderTarget& t, Status bad) -> Status {
+    if (bad.code() != StatusCode::kCorruption) return bad;
+    counters.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    if (++refetches[static_cast<std::size_t>(&t - targets.data())] > opt.fetch.max_refetches) return bad;
+    std::vector<std::byte>().swap(t.bytes);
+    t.header_bytes.reset();
+    t.wanted = std::min(t.size, kHeaderProbeBytes);
+    return Status::Ok();
+  };
+  // Learns a header's size from its first 8 bytes, and finishes it if all
+  // of it is there.
+  auto advance = [&](HeaderTarget& t) -> Status {
+    if (t.done) return Status::Ok();
+    if (!t.header_bytes) {
+      if (t.size < 8) return CorruptionError(t.path + ": " + std::to_string(t.size) + " bytes, too short");
+      if (t.bytes.size() < 8) return Status::Ok();  // not fetched yet
+      Result<std::uint64_t> n = SafetensorsHeaderSize(std::span(t.bytes).first(8), t.size, t.path);
+      if (n.ok() && *n > opt.max_header_bytes)
+        n = CorruptionError(t.path + ": header of " + std::to_string(*n) + " bytes exceeds the limit");
+      if (!n.ok()) return retry_or_fail(t, n.status());
+      t.header_bytes = *n;
+      t.wanted = std::max<std::uint64_t>(t.bytes.size(), *n);
+    }
+    if (t.bytes.size() < *t.header_bytes) return Status::Ok();
+    Status s = finish(t);
+    return s.ok() ? s : retry_or_fail(t, std::move(s));
+  };
 
-  // Round 1: the probe (the first 64 KiB of each), which gives each header's
-  // size and completes the short ones.
-  {
-    HeaderConsumer consumer(*fetcher, targets);
-    EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer, nullptr));
+  // Rounds: the first fetches a probe (the first 64 KiB of each), which
+  // gives each header's size and completes the short ones; the next the
+  // rest of the longer ones, each finished as soon as it is complete (on
+  // the fetch session's worker; memory stays one header per transfer); any
+  // later round refetches damaged ones.
+  auto on_complete = [&](HeaderTarget& t) -> Status { return t.header_bytes ? advance(t) : Status::Ok(); };
+  while (std::any_of(targets.begin(), targets.end(), [](const HeaderTarget& t) { return !t.done; })) {
+    HeaderConsumer consumer(*fetcher, targets, on_complete);
+    EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer));
+    for (auto& t : targets) EXLR8_RETURN_IF_ERROR(advance(t));
   }
-  for (auto& t : targets) {
-    if (t.bytes.size() < 8) return CorruptionError(t.path + ": " + std::to_string(t.size) + " bytes, too short");
-    EXLR8_ASSIGN_OR_RETURN(std::uint64_t n, SafetensorsHeaderSize(std::span(t.bytes).first(8), t.size, t.path));
-    if (n > opt.max_header_bytes)
-      return CorruptionError(t.path + ": header of " + std::to_string(n) + " bytes exceeds the limit");
-    t.header_bytes = n;
-    t.wanted = std::max<std::uint64_t>(t.bytes.size(), n);
-    if (t.bytes.size() >= n) EXLR8_RETURN_IF_ERROR(finish(t));
-  }
-  // Round 2: the rest of the longer headers, each finished as it completes.
-  HeaderConsumer consumer(*fetcher, targets, finish);
-  EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer, &batch));
-  for (const auto& t : targets)
-    if (!t.done) return InternalError(t.path + ": header incomplete after its fetch");
   return Status::Ok();
 }
 
@@ -447,11 +489,18 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
   Status s = session->Finish();
   SetPhase(PullPhase::kCommit);
   Status flushed = st.halves_batch ? st.halves_batch->Flush() : Status::Ok();
-  if (st.files_batch) {
-    Status f = st.files_batch->Flush();
-    if (f.ok()) f = cache.MarkWholeFilesVerified(st.files->verified());
+  for (auto& b : st.step_batches) {
+    Status f = b->Flush();
     if (flushed.ok()) flushed = f;
   }
+  std::vector<FileId> whole = st.step_whole_files;
+  if (st.files_batch) {
+    Status f = st.files_batch->Flush();
+    if (flushed.ok()) flushed = f;
+    whole.insert(whole.end(), st.files->verified().begin(), st.files->verified().end());
+  }
+  // Flagged only once their extents are durable (flushed above).
+  if (flushed.ok()) flushed = cache.MarkWholeFilesVerified(whole);
   if (cancel.load()) return CancelledError("pull cancelled");
   if (st.files && !st.files->first_error().ok()) return st.files->first_error();
   if (st.halves && !st.halves->first_error().ok()) return st.halves->first_error();
@@ -501,9 +550,13 @@ Result<PullSummary> PullJob::Run() {
     Streams streams;
     std::unique_ptr<FetchSession> fetch;
     struct Unset {
-      FetchSession*& p;
-      ~Unset() { p = nullptr; }
-    } unset{r.session};
+      Rep& r;
+      ~Unset() {
+        r.session = nullptr;
+        r.streams = nullptr;
+      }
+    } unset{r};
+    r.streams = &streams;
     if (!r.opt.offline) {
       fetch = std::make_unique<FetchSession>(*r.fetcher, &r.cancel);
       r.session = fetch.get();
@@ -547,7 +600,7 @@ Result<PullSummary> PullJob::Run() {
       const ReleasePath rp = ClassifyReleasePath(path);
       if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
       EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, r.File(path));
-      EXLR8_ASSIGN_OR_RETURN(auto src, r.cache.OpenVerified(f->id));
+      EXLR8_ASSIGN_OR_RETURN(auto src, r.OpenForPlanning(*f));
       EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*src, rp.layer));
       geometry[rp.layer] = LayerGeometry::Of(ix);
       inputs.indexes.emplace(rp.layer, std::move(ix));
@@ -585,6 +638,7 @@ Result<PullSummary> PullJob::Run() {
     r.counters.bytes_reused.store(reused);
     sum.root = r.cache.dir() / FilesetDir(r.opt.repo, r.commit);
     if (r.opt.dry_run) {
+      if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));  // records what planning fetched
       sum.plan = std::move(plan);
       return sum;
     }

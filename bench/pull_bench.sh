@@ -228,6 +228,9 @@ assert p["complete"], "exlr8d pull did not complete"
 assert p["bytes_fetched"] == p["bytes_planned"] and p["bytes_reused"] == 0, "not a fresh pull"
 print("exlr8d %.3f %d %d %d %d %s %s %s %.3f" % (wall, p["bytes_fetched"], p["resolves"], st["resolve"],
       int(sys.argv[5]), p["requests"], sys.argv[7], sys.argv[6].replace(" ", "/"), p["elapsed_s"]))
+ph = p.get("phase_s", {})
+with open(sys.argv[1] + ".phases", "a") as f:
+    f.write("  [%s] %.3f s: %s\n" % (sys.argv[7], p["elapsed_s"], ", ".join("%s %.3f" % kv for kv in ph.items() if kv[1] >= 0.0005)))
 PY
   }
   run_curl() {
@@ -292,6 +295,8 @@ PY
   header
   for ((i = 1; i <= warm_runs; i++)); do round warm "$i" exlr8d curl; done
 
+  say "A: where each exlr8d pull spent its time (phase_s of its summary)"
+  cat "$w/pull.json.phases"
   say "A: results (best of the runs of each mode; wall time of the whole process)"
   python3 - "$w/rows" "$plan_bytes" "$release_bytes" "$n_files" << 'PY'
 import sys

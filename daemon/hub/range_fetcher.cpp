@@ -552,8 +552,9 @@ struct RangeFetcher::Impl {
     return static_cast<double>(run_bytes) > rate * elapsed + std::max(rate / 20.0, 16384.0);
   }
 
-  // Unpauses transfers held by the bandwidth limit while the budget allows.
-  // libcurl re-delivers the held chunk from inside curl_easy_pause.
+  // Unpauses transfers held back (by the bandwidth limit while the budget
+  // allows, or by a consumer that was not ready). libcurl re-delivers the
+  // held chunk from inside curl_easy_pause, which may pause it again.
   void ResumePaused(Clock::time_point now) {
     if (paused_transfers == 0) return;
     for (Transfer& t : transfers) {
@@ -575,6 +576,11 @@ struct RangeFetcher::Impl {
       return CURL_WRITEFUNC_PAUSE;
     }
     Job& j = jobs[t.index];
+    if (!t.discard && !consumer->ReadyFor(j.req.id, n)) {
+      t.paused = true;  // ResumePaused offers the chunk again
+      ++paused_transfers;
+      return CURL_WRITEFUNC_PAUSE;
+    }
     t.body_bytes += n;
     if (!t.checked) {
       t.checked = true;

@@ -110,6 +110,12 @@ class RangeConsumer {
   // when there is new work, so it is picked up at once.
   virtual bool MayHaveMore() { return false; }
 
+  // Asked before each OnData: false holds the transfer back (libcurl stops
+  // reading its socket, so TCP slows the sender) and the same bytes are
+  // offered again a little later. For a consumer whose queue is full, so
+  // that one busy request does not stall every other transfer.
+  virtual bool ReadyFor(std::uint64_t /*id*/, std::size_t /*bytes*/) { return true; }
+
   // `bytes` are the file's bytes at [offset, offset + bytes.size()), valid
   // only during the call. A non-OK return fails the request (OnFailed gets
   // that status; no retry) — e.g. a disk write error.

@@ -51,6 +51,13 @@ OffloadConsumer::Lane& OffloadConsumer::LaneOf(std::uint64_t id) {
   return lanes_[urgent_ && urgent_(id) ? kUrgent : kNormal];
 }
 
+bool OffloadConsumer::ReadyFor(std::uint64_t id, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (urgent_ && urgent_(id)) return true;
+  const Lane& lane = LaneOf(id);
+  return lane.queued_bytes == 0 || lane.queued_bytes + bytes <= max_queued_bytes_;
+}
+
 Status OffloadConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = failed_.find(id); it != failed_.end()) return it->second;

@@ -62,6 +62,10 @@ class OffloadConsumer final : public RangeConsumer {
 
   bool NextRequest(RangeRequest* out) override;
   bool MayHaveMore() override;
+  // False while the request's lane is full (other than urgent requests,
+  // which wait in OnData instead): the fetcher holds that transfer back
+  // and keeps receiving the others.
+  bool ReadyFor(std::uint64_t id, std::size_t bytes) override;
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
   RangeVerdict OnComplete(std::uint64_t id) override;
   void OnReset(std::uint64_t id) override;

@@ -695,6 +695,45 @@ TEST(RangeFetcherTest, CancelEndsRequestsWhoseVerdictIsPending) {
   c.Stop();
 }
 
+// A consumer that is not ready for one request holds back only that
+// transfer: the others go on, and the held one resumes once it is ready.
+class HoldingConsumer : public TestConsumer {
+ public:
+  std::atomic<bool> release{false};
+  std::atomic<int> refused{0};
+  bool ReadyFor(std::uint64_t id, std::size_t) override {
+    if (id == 0 && !release.load()) {
+      ++refused;
+      return false;
+    }
+    return true;
+  }
+};
+
+TEST(RangeFetcherTest, ConsumerNotReadyHoldsBackOnlyThatTransfer) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(400'000, 23);
+  auto client = Open(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  HoldingConsumer c;
+  c.Add("a.bin", 0, 200'000);
+  for (int i = 0; i < 10; ++i) c.Add("a.bin", 200'000 + i * 20'000, 20'000);
+  RangeFetcher f(*client, FastOptions());
+  std::thread releaser([&] {
+    // Release request 0 once every other request is done.
+    while (f.counters().requests_done < 10) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    c.release.store(true);
+  });
+  Status s = f.Run(c);
+  releaser.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GT(c.refused.load(), 0);
+  EXPECT_EQ(c.accepted.size(), 11u);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(f.counters().retries, 0u);  // held back, not failed and retried
+  c.ExpectBytes(hub.lfs_files);
+}
+
 TEST(RangeFetcherTest, CancelFromAnotherThread) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 15);

@@ -27,7 +27,12 @@ bool WholeFileConsumer::NextRequest(RangeRequest* out) {
   auto digest = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256,
                                      t.size);
   if (!digest.ok()) return false;  // OpenSSL broken: nothing can be verified
-  live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
+  if (next_ < prefix_digests_.size() && prefix_digests_[next_]) {
+    live_.emplace(next_, Live{std::move(*prefix_digests_[next_]), true});
+    prefix_digests_[next_].reset();
+  } else {
+    live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
+  }
   out->path = t.path;
   out->offset = t.resume_from;
   out->length = t.size - t.resume_from;
@@ -46,6 +51,20 @@ Status WholeFileConsumer::HashPrefix(const WholeFileTarget& t, StreamDigest& dig
     EXLR8_RETURN_IF_ERROR(cache_.ReadDurablePrefix(t.file, at, std::span(buf).first(n)));
     digest.Update(std::span<const std::byte>(buf).first(n));
     at += n;
+  }
+  return Status::Ok();
+}
+
+Status WholeFileConsumer::HashPrefixes() {
+  prefix_digests_.resize(targets_.size());
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const WholeFileTarget& t = targets_[i];
+    if (t.resume_from == 0) continue;
+    EXLR8_ASSIGN_OR_RETURN(
+        StreamDigest d,
+        StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256, t.size));
+    EXLR8_RETURN_IF_ERROR(HashPrefix(t, d));
+    prefix_digests_[i] = std::move(d);
   }
   return Status::Ok();
 }

@@ -78,6 +78,13 @@ class WholeFileConsumer final : public ConsumerBase {
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
   RangeVerdict OnComplete(std::uint64_t id) override;
   void OnReset(std::uint64_t id) override;
+  // Hashes the durable prefix of every target that resumes (see
+  // WholeFileTarget::resume_from), ahead of its request: reading gigabytes
+  // back from disk must not happen on the thread that handles every other
+  // request's bytes. Call before the consumer is run; without it, a prefix
+  // is hashed when its request's first bytes arrive.
+  Status HashPrefixes();
+
   // Files verified (and queued for commit) in this run.
   const std::vector<FileId>& verified() const { return verified_; }
   // Bytes written into the cache so far (any thread).
@@ -96,6 +103,7 @@ class WholeFileConsumer final : public ConsumerBase {
   std::vector<WholeFileTarget> targets_;
   std::size_t next_ = 0;
   std::unordered_map<std::uint64_t, Live> live_;
+  std::vector<std::optional<StreamDigest>> prefix_digests_;  // by target, from HashPrefixes
   std::vector<FileId> verified_;
   std::atomic<std::uint64_t> bytes_written_{0};
 };

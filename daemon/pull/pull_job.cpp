@@ -1,11 +1,14 @@
 #include "daemon/pull/pull_job.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <map>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <thread>
 
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/extent_set.h"
@@ -59,8 +62,11 @@ std::string_view PullPhaseName(PullPhase p) { return kPhaseNames[static_cast<std
 // session (aborted on early returns) ends before they are destroyed.
 struct Streams {
   std::unique_ptr<CommitBatcher> files_batch;
-  std::unique_ptr<WholeFileConsumer> files;
-  std::uint64_t file_bytes = 0;  // bytes of the files being fetched
+  std::unique_ptr<WholeFileConsumer> files;    // fetched from byte 0
+  std::unique_ptr<WholeFileConsumer> resumed;  // interrupted downloads, resumed
+  std::thread prefix_hasher;  // hashes `resumed`'s prefixes, then submits it
+  Status prefix_status;       // its outcome (read after join)
+  std::uint64_t file_bytes = 0;  // bytes of the files still to fetch
   std::vector<FileWork> work;
   std::unique_ptr<CommitBatcher> halves_batch;
   std::unique_ptr<HalfConsumer> halves;
@@ -451,11 +457,26 @@ Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std:
 Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& st) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(whole, reused));
   if (targets.empty()) return Status::Ok();
-  for (const WholeFileTarget& t : targets) st.file_bytes += t.size;
+  std::vector<WholeFileTarget> fresh, resumed;
+  for (WholeFileTarget& t : targets) {
+    st.file_bytes += t.size - t.resume_from;
+    (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
+  }
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(st.file_bytes));
   st.files_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes);
-  st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(targets));
-  session->Submit(*st.files, FetchSession::kBackground, std::max(1, opt.fetch.max_parallel / 4));
+  const int cap = std::max(1, opt.fetch.max_parallel / 4);
+  st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(fresh));
+  session->Submit(*st.files, FetchSession::kBackground, cap);
+  if (!resumed.empty()) {
+    // Their prefixes are read back and hashed on a thread of their own
+    // (gigabytes at GLM scale), then they join the background.
+    st.resumed = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(resumed));
+    st.prefix_hasher = std::thread([this, &st, cap] {
+      pthread_setname_np(pthread_self(), "exlr8-resume");
+      st.prefix_status = st.resumed->HashPrefixes();
+      if (st.prefix_status.ok()) session->Submit(*st.resumed, FetchSession::kBackground, cap);
+    });
+  }
   return Status::Ok();
 }
 
@@ -473,7 +494,10 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
                                    std::to_string(half_bytes) + " bytes) of this plan are not in the cache");
   // The files streaming meanwhile already took their share of the free
   // space; what they still need is counted again.
-  const std::uint64_t files_pending = st.files ? st.file_bytes - std::min(st.file_bytes, st.files->bytes_written()) : 0;
+  std::uint64_t written = 0;
+  for (const auto* c : {st.files.get(), st.resumed.get()})
+    if (c) written += c->bytes_written();
+  const std::uint64_t files_pending = st.file_bytes - std::min(st.file_bytes, written);
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(half_bytes + files_pending));
   st.halves_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] {
     if (pull_id) (void)cache.UpdatePull(*pull_id, CacheCounters());
@@ -486,6 +510,7 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
 // Waits for the files and halves, makes the last of them durable and
 // records them.
 Status PullJob::Rep::FinishStreams(Streams& st) {
+  if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
   Status s = session->Finish();
   SetPhase(PullPhase::kCommit);
   Status flushed = st.halves_batch ? st.halves_batch->Flush() : Status::Ok();
@@ -497,12 +522,15 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
   if (st.files_batch) {
     Status f = st.files_batch->Flush();
     if (flushed.ok()) flushed = f;
-    whole.insert(whole.end(), st.files->verified().begin(), st.files->verified().end());
+    for (const auto* c : {st.files.get(), st.resumed.get()})
+      if (c) whole.insert(whole.end(), c->verified().begin(), c->verified().end());
   }
   // Flagged only once their extents are durable (flushed above).
   if (flushed.ok()) flushed = cache.MarkWholeFilesVerified(whole);
   if (cancel.load()) return CancelledError("pull cancelled");
   if (st.files && !st.files->first_error().ok()) return st.files->first_error();
+  if (st.resumed && !st.prefix_status.ok()) return st.prefix_status;
+  if (st.resumed && !st.resumed->first_error().ok()) return st.resumed->first_error();
   if (st.halves && !st.halves->first_error().ok()) return st.halves->first_error();
   EXLR8_RETURN_IF_ERROR(s);
   EXLR8_RETURN_IF_ERROR(flushed);
@@ -549,13 +577,15 @@ Result<PullSummary> PullJob::Run() {
     // running) before anything it feeds is destroyed.
     Streams streams;
     std::unique_ptr<FetchSession> fetch;
-    struct Unset {
+    struct Unset {  // destroyed before `fetch`
       Rep& r;
+      Streams& st;
       ~Unset() {
+        if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it submits to `fetch`
         r.session = nullptr;
         r.streams = nullptr;
       }
-    } unset{r};
+    } unset{r, streams};
     r.streams = &streams;
     if (!r.opt.offline) {
       fetch = std::make_unique<FetchSession>(*r.fetcher, &r.cancel);

@@ -18,20 +18,10 @@ namespace {
 using testing::FakeHub;
 using testing::MakeBlob;
 using testing::ServeBlobRange;
+using testing::OpenHub;
 using testing::TestConsumer;
 using testing::TestRequest;
 using testing::TestResponse;
-
-std::unique_ptr<HubClient> Open(const FakeHub& hub) {
-  HubOptions o;
-  o.endpoint = hub.endpoint();
-  o.token_from_environment = false;
-  o.use_env_proxy = false;
-  o.retry_base = std::chrono::milliseconds(5);
-  auto c = HubClient::Open(std::move(o), hub.repo, "main");
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
 
 // Counts its requests in flight with atomics the test thread may read.
 class CountingConsumer : public TestConsumer {
@@ -77,7 +67,7 @@ struct Fixture {
       resp.bytes_per_second = 2'000'000;
       return resp;
     };
-    client = Open(hub);
+    client = OpenHub(hub);
   }
 };
 

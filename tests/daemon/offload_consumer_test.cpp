@@ -20,28 +20,11 @@ using ::testing::HasSubstr;
 using testing::FakeHub;
 using testing::MakeBlob;
 using testing::ServeBlobRange;
+using testing::FastOptions;
+using testing::OpenHub;
 using testing::TestConsumer;
 using testing::TestRequest;
 using testing::TestResponse;
-
-std::unique_ptr<HubClient> Open(const FakeHub& hub) {
-  HubOptions o;
-  o.endpoint = hub.endpoint();
-  o.token_from_environment = false;
-  o.use_env_proxy = false;
-  o.retry_base = std::chrono::milliseconds(5);
-  auto c = HubClient::Open(std::move(o), hub.repo, "main");
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
-
-RangeFetcherOptions FastOptions() {
-  RangeFetcherOptions o;
-  o.retry_base = std::chrono::milliseconds(5);
-  o.retry_cap = std::chrono::milliseconds(50);
-  o.max_attempts = 4;
-  return o;
-}
 
 // Checks that the inner consumer is never entered by two threads at once.
 class ExclusiveConsumer : public TestConsumer {
@@ -80,7 +63,7 @@ class ExclusiveConsumer : public TestConsumer {
 TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(3'000'000, 31);
-  auto client = Open(hub);
+  auto client = OpenHub(hub);
   ASSERT_NE(client, nullptr);
   // Every 5th CDN answer stops after 1000 body bytes (the fetcher resumes).
   std::atomic<int> n{0};
@@ -131,7 +114,7 @@ TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
 TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(4'000'000, 32);
-  auto client = Open(hub);
+  auto client = OpenHub(hub);
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
     TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
@@ -162,7 +145,7 @@ TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
 TEST(OffloadConsumerTest, QueuedBytesStayWithinTheBound) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(2'000'000, 33);
-  auto client = Open(hub);
+  auto client = OpenHub(hub);
   ASSERT_NE(client, nullptr);
   TestConsumer inner;
   for (std::uint64_t i = 0; i < 20; ++i) inner.Add("a.bin", i * 100'000, 100'000);

@@ -23,31 +23,10 @@ using testing::MakeBlob;
 using testing::ServeBlobRange;
 using testing::TestRequest;
 using testing::TestResponse;
+using testing::FastOptions;
+using testing::OpenHub;
 using testing::TestConsumer;
-
-HubOptions TestHubOptions(const FakeHub& hub) {
-  HubOptions o;
-  o.endpoint = hub.endpoint();
-  o.token_from_environment = false;
-  o.use_env_proxy = false;
-  o.retry_base = std::chrono::milliseconds(5);
-  o.stall_timeout = std::chrono::seconds(3);
-  return o;
-}
-
-RangeFetcherOptions FastOptions() {
-  RangeFetcherOptions o;
-  o.retry_base = std::chrono::milliseconds(5);
-  o.retry_cap = std::chrono::milliseconds(50);
-  o.max_attempts = 4;
-  return o;
-}
-
-std::unique_ptr<HubClient> Open(const FakeHub& hub, HubOptions o) {
-  auto c = HubClient::Open(std::move(o), hub.repo, "main");
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
+using testing::TestHubOptions;
 
 // Splits [0, size) into `n` near-equal ranges of `path`.
 void AddSplit(TestConsumer& c, const std::string& path, std::uint64_t size, int n) {
@@ -66,7 +45,7 @@ TEST(RangeFetcherTest, ManyRangesOneResolvePerFileTokenOnlyToHub) {
   hub.lfs_files["experts/b.k4.safetensors"] = MakeBlob(300'000, 2);
   HubOptions ho = TestHubOptions(hub);
   ho.token = "hf_tok_abc";
-  auto client = Open(hub, ho);
+  auto client = OpenHub(hub, ho);
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   AddSplit(c, "experts/a.k3.safetensors", 700'001, 150);
@@ -107,7 +86,7 @@ TEST(RangeFetcherTest, RegularFileRangesGoToTheHubWithToken) {
   hub.regular_files["tokenizer.json"] = MakeBlob(10'000, 5);
   HubOptions ho = TestHubOptions(hub);
   ho.token = "hf_t";
-  auto client = Open(hub, ho);
+  auto client = OpenHub(hub, ho);
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   AddSplit(c, "tokenizer.json", 10'000, 5);
@@ -122,7 +101,7 @@ TEST(RangeFetcherTest, RegularFileRangesGoToTheHubWithToken) {
 TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(200'000, 3);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::atomic<int> served{0};
   hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
@@ -145,7 +124,7 @@ TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {
 TEST(RangeFetcherTest, PersistentCdn403FailsAsPermissionDenied) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1000, 3);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
     TestResponse r;
@@ -168,7 +147,7 @@ TEST(RangeFetcherTest, PersistentCdn403FailsAsPermissionDenied) {
 TEST(RangeFetcherTest, RateLimitWaitsAsRetryAfterSays) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::atomic<int> calls{0};
   hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
@@ -191,7 +170,7 @@ TEST(RangeFetcherTest, RateLimitWaitsAsRetryAfterSays) {
 TEST(RangeFetcherTest, ResolveRateLimitHonoursRateLimitHeader) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::atomic<int> calls{0};
   hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
@@ -214,7 +193,7 @@ TEST(RangeFetcherTest, ResolveRateLimitHonoursRateLimitHeader) {
 TEST(RangeFetcherTest, IgnoredRangeSkipsToOffsetAndCutsTheRest) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(4 << 20, 5);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
     TestResponse r;
@@ -238,7 +217,7 @@ TEST(RangeFetcherTest, IgnoredRangeSkipsToOffsetAndCutsTheRest) {
 TEST(RangeFetcherTest, CutBodyResumesFromTheRightOffset) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1 << 20, 6);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::mutex mu;
   std::vector<std::string> ranges;
@@ -280,7 +259,7 @@ TEST(RangeFetcherTest, CutBodyResumesFromTheRightOffset) {
 TEST(RangeFetcherTest, WrongContentRangeIsRejectedAndRetried) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::atomic<int> calls{0};
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
@@ -306,7 +285,7 @@ TEST(RangeFetcherTest, WrongContentRangeIsRejectedAndRetried) {
 TEST(RangeFetcherTest, AlwaysWrongContentRangeFailsWithLabel) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
     TestResponse resp;
@@ -330,7 +309,7 @@ TEST(RangeFetcherTest, AlwaysWrongContentRangeFailsWithLabel) {
 TEST(RangeFetcherTest, TooLongBodyIsCut) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1 << 20, 8);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
     TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
@@ -353,7 +332,7 @@ TEST(RangeFetcherTest, BoundedRetriesEndInAClearError) {
   FakeHub hub;
   hub.lfs_files["experts/exlr8-layer-040.k3.safetensors"] = MakeBlob(10'000, 9);
   hub.lfs_files["ok.bin"] = MakeBlob(1000, 1);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
     if (r.target.find("layer-040") == std::string::npos) return std::nullopt;
@@ -385,7 +364,7 @@ TEST(RangeFetcherTest, BoundedRetriesEndInAClearError) {
 TEST(RangeFetcherTest, RefetchVerdictRestartsTheRange) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 10);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   c.Add("a.bin", 0, 30'000);
@@ -418,7 +397,7 @@ TEST(RangeFetcherTest, RefetchVerdictRestartsTheRange) {
 TEST(RangeFetcherTest, FailVerdictAndConsumerErrorsEndTheRequest) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(300'000, 10);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   c.Add("a.bin", 0, 1000);
@@ -441,7 +420,7 @@ TEST(RangeFetcherTest, FailVerdictAndConsumerErrorsEndTheRequest) {
 TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1000, 10);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   c.Add("missing.bin", 0, 10, "gone");
@@ -465,7 +444,7 @@ TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
 TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 11);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   std::atomic<int> in_flight{0};
   std::atomic<int> max_in_flight{0};
@@ -495,7 +474,7 @@ TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
 TEST(RangeFetcherTest, RequestsArePulledLazily) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(20'000, 12);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   for (int i = 0; i < 5000; ++i) c.Add("a.bin", static_cast<std::uint64_t>(i) * 4, 4);
@@ -512,7 +491,7 @@ TEST(RangeFetcherTest, RequestsArePulledLazily) {
 TEST(RangeFetcherTest, BandwidthLimitIsRoughlyRespected) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(3 << 20, 13);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   TestConsumer c;
   AddSplit(c, "a.bin", 3 << 20, 24);
@@ -532,7 +511,7 @@ TEST(RangeFetcherTest, StalledTransferIsRetried) {
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 14);
   HubOptions ho = TestHubOptions(hub);
   ho.stall_timeout = std::chrono::seconds(1);
-  auto client = Open(hub, ho);
+  auto client = OpenHub(hub, ho);
   ASSERT_NE(client, nullptr);
   std::atomic<int> calls{0};
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
@@ -615,7 +594,7 @@ class AsyncVerdictConsumer : public TestConsumer {
 TEST(RangeFetcherTest, PendingVerdictsDeliveredFromAnotherThread) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(400'000, 21);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   RangeFetcher* fp = nullptr;
   AsyncVerdictConsumer c(fp);
@@ -652,7 +631,7 @@ TEST(RangeFetcherTest, PendingVerdictsDeliveredFromAnotherThread) {
 TEST(RangeFetcherTest, CancelEndsRequestsWhoseVerdictIsPending) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 22);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   RangeFetcher* fp = nullptr;
   AsyncVerdictConsumer c(fp);
@@ -713,7 +692,7 @@ class HoldingConsumer : public TestConsumer {
 TEST(RangeFetcherTest, ConsumerNotReadyHoldsBackOnlyThatTransfer) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(400'000, 23);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   HoldingConsumer c;
   c.Add("a.bin", 0, 200'000);
@@ -737,7 +716,7 @@ TEST(RangeFetcherTest, ConsumerNotReadyHoldsBackOnlyThatTransfer) {
 TEST(RangeFetcherTest, CancelFromAnotherThread) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 15);
-  auto client = Open(hub, TestHubOptions(hub));
+  auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
     TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);

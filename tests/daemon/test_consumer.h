@@ -1,17 +1,22 @@
-// TestConsumer: a RangeConsumer for tests that records deliveries per
-// request and counts violations of the consumer contract (bytes in order,
-// contiguous, never twice, complete before OnComplete, one end per request).
+// Helpers for tests of the fetch path against the fake hub:
+// TestConsumer, a RangeConsumer that records deliveries per request and
+// counts violations of the consumer contract (bytes in order, contiguous,
+// never twice, complete before OnComplete, one end per request), and quick
+// hub / fetcher options.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "daemon/hub/range_fetcher.h"
+#include "tests/daemon/hub_test_server.h"
 
 namespace exlr8::testing {
 
@@ -89,5 +94,32 @@ class TestConsumer : public RangeConsumer {
     }
   }
 };
+
+// Hub options for `hub`: no environment, fast retries.
+inline HubOptions TestHubOptions(const FakeHub& hub) {
+  HubOptions o;
+  o.endpoint = hub.endpoint();
+  o.token_from_environment = false;
+  o.use_env_proxy = false;
+  o.retry_base = std::chrono::milliseconds(5);
+  o.stall_timeout = std::chrono::seconds(3);
+  return o;
+}
+
+// Fetcher options with fast, few retries.
+inline RangeFetcherOptions FastOptions() {
+  RangeFetcherOptions o;
+  o.retry_base = std::chrono::milliseconds(5);
+  o.retry_cap = std::chrono::milliseconds(50);
+  o.max_attempts = 4;
+  return o;
+}
+
+inline std::unique_ptr<HubClient> OpenHub(const FakeHub& hub, HubOptions o) {
+  auto c = HubClient::Open(std::move(o), hub.repo, "main");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+inline std::unique_ptr<HubClient> OpenHub(const FakeHub& hub) { return OpenHub(hub, TestHubOptions(hub)); }
 
 }  // namespace exlr8::testing

@@ -126,6 +126,9 @@ struct PullJob::Rep {
                        const std::map<int, ExpertIndex>& indexes, std::uint64_t* reused);
   Result<std::vector<FileWork>> MissingHalves(const Plan& plan, std::uint64_t* reused);
   Status StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& streams);
+  void StartResumes(Streams& streams);
+  // Transfer slots the background files may hold while the planner works.
+  int BackgroundCap() const { return std::max(1, opt.fetch.max_parallel / 4); }
   Status FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& streams);
   Status FinishStreams(Streams& streams);
   Status RunStep(RangeConsumer& consumer, const ConsumerBase& base);
@@ -464,24 +467,32 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
   }
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(st.file_bytes));
   st.files_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes);
-  const int cap = std::max(1, opt.fetch.max_parallel / 4);
+  const int cap = BackgroundCap();
   st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(fresh));
   session->Submit(*st.files, FetchSession::kBackground, cap);
-  if (!resumed.empty()) {
-    // Their prefixes are read back and hashed on a thread of their own
-    // (gigabytes at GLM scale), then they join the background.
+  // Interrupted downloads resume once the plan is made (StartResumes): reading
+  // their prefixes back competes for the disk with the planner's reads.
+  if (!resumed.empty())
     st.resumed = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(resumed));
-    st.prefix_hasher = std::thread([this, &st, cap] {
-      pthread_setname_np(pthread_self(), "exlr8-resume");
-      st.prefix_status = st.resumed->HashPrefixes();
-      if (st.prefix_status.ok()) session->Submit(*st.resumed, FetchSession::kBackground, cap);
-    });
-  }
   return Status::Ok();
+}
+
+// The prefixes of interrupted downloads are read back and hashed on a
+// thread of their own (gigabytes at GLM scale), then those files join the
+// background.
+void PullJob::Rep::StartResumes(Streams& st) {
+  if (!st.resumed || st.prefix_hasher.joinable()) return;
+  const int cap = BackgroundCap();
+  st.prefix_hasher = std::thread([this, &st, cap] {
+    pthread_setname_np(pthread_self(), "exlr8-resume");
+    st.prefix_status = st.resumed->HashPrefixes();
+    if (st.prefix_status.ok()) session->Submit(*st.resumed, FetchSession::kBackground, cap);
+  });
 }
 
 // The plan's halves not yet in the cache, on every slot the files leave.
 Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& st) {
+  StartResumes(st);
   EXLR8_ASSIGN_OR_RETURN(st.work, MissingHalves(plan, reused));
   if (st.work.empty()) return Status::Ok();
   std::uint64_t half_bytes = 0, halves = 0;
@@ -510,6 +521,7 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
 // Waits for the files and halves, makes the last of them durable and
 // records them.
 Status PullJob::Rep::FinishStreams(Streams& st) {
+  StartResumes(st);  // a dry run never started them; nor will it have any
   if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
   Status s = session->Finish();
   SetPhase(PullPhase::kCommit);

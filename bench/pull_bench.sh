@@ -171,6 +171,9 @@ stop_hubsim() {
 }
 
 pull_args=(--repo bench/pull --manifest home --tp 4 --rank 1 --jobs 16)
+# PULL_EXTRA: more exlr8d pull options to compare (e.g. "--background-jobs 8").
+read -r -a pull_extra <<< "${PULL_EXTRA:-}"
+pull_args+=("${pull_extra[@]}")
 echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 / 1024)) GB free)"
 echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $( ((have_aria2)) && aria2c --version | head -1)"
 

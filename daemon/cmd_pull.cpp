@@ -43,6 +43,10 @@ resumes where it stopped.
   --dry-run              fetch only what planning needs, print the plan
   --no-progress          no progress bar or progress log lines
   --json                 print the summary as JSON on stdout
+  --background-jobs N    transfers the dense, vocab and other whole files may
+                         use while the index files and headers are fetched
+                         (default: a quarter of --jobs; 0: start them with
+                         the halves)
   --commit-interval-ms MS  how often verified bytes are made durable and
                          recorded (default 1000); a crash refetches at most
                          what arrived since the last commit
@@ -163,7 +167,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
                                     "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
-                                    "commit-interval-ms"},
+                                    "commit-interval-ms", "background-jobs"},
                                    {"dry-run", "offline", "no-progress", "json"}, 0, &parsed))
     return *exit;
   const Args* args = &parsed;
@@ -195,6 +199,8 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     if (auto g = args->Get("coalesce-gap")) {
       EXLR8_ASSIGN_OR_RETURN(opt.coalesce_gap, ParseByteCount(*g));
     }
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t bg, args->GetInt("background-jobs", -1, -1, jobs));
+    opt.background_jobs = static_cast<int>(bg);
     EXLR8_ASSIGN_OR_RETURN(std::int64_t commit_ms, args->GetInt("commit-interval-ms", 1000, 1, 3'600'000));
     opt.commit_interval = std::chrono::milliseconds(commit_ms);
     const char* off = std::getenv("HF_HUB_OFFLINE");

@@ -128,7 +128,9 @@ struct PullJob::Rep {
   Status StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& streams);
   void StartResumes(Streams& streams);
   // Transfer slots the background files may hold while the planner works.
-  int BackgroundCap() const { return std::max(1, opt.fetch.max_parallel / 4); }
+  int BackgroundCap() const {
+    return opt.background_jobs > 0 ? opt.background_jobs : std::max(1, opt.fetch.max_parallel / 4);
+  }
   Status FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& streams);
   Status FinishStreams(Streams& streams);
   Status RunStep(RangeConsumer& consumer, const ConsumerBase& base);
@@ -469,7 +471,7 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
   st.files_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes);
   const int cap = BackgroundCap();
   st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(fresh));
-  session->Submit(*st.files, FetchSession::kBackground, cap);
+  if (opt.background_jobs != 0) session->Submit(*st.files, FetchSession::kBackground, cap);
   // Interrupted downloads resume once the plan is made (StartResumes): reading
   // their prefixes back competes for the disk with the planner's reads.
   if (!resumed.empty())
@@ -492,6 +494,8 @@ void PullJob::Rep::StartResumes(Streams& st) {
 
 // The plan's halves not yet in the cache, on every slot the files leave.
 Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& st) {
+  if (st.files && opt.background_jobs == 0)  // held back until now
+    session->Submit(*st.files, FetchSession::kBackground, opt.fetch.max_parallel);
   StartResumes(st);
   EXLR8_ASSIGN_OR_RETURN(st.work, MissingHalves(plan, reused));
   if (st.work.empty()) return Status::Ok();

@@ -64,6 +64,10 @@ struct PullOptions {
   // ... and every this many bytes: small enough that the last commit of a
   // pull (which the pull waits for) has little left to flush.
   std::uint64_t commit_bytes = 16ull << 20;
+  // Transfers the whole files (dense, vocab, ...) may hold while the planner
+  // fetches index files and headers: -1 = a quarter of fetch.max_parallel;
+  // 0 = they start with the halves instead.
+  int background_jobs = -1;
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;

@@ -14,6 +14,7 @@
 
 #include "client/file_sink.h"
 #include "client/local_release.h"
+#include "format/json.h"
 #include "format/layout.h"
 #include "format/release_writer.h"
 #include "tests/daemon/cache_test_util.h"
@@ -325,6 +326,41 @@ TEST(PullTest, GcCommandEvictsUnpinnedFilesets) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(*(*c)->RecordedBytes(), 0u);
   EXPECT_EQ(std::system((gc + " --budget lots > /dev/null 2>&1").c_str()) >> 8, 2);  // usage error
+}
+
+// The whole files may stream during planning on any number of slots, or
+// start with the halves (--background-jobs 0): the cache ends up the same.
+TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
+  auto sim = StartSim(TinyRelease());
+  for (int bg : {0, 1, 8}) {
+    TempDir cache;
+    PullOptions o = Options(*sim, "down1", 3, 2);
+    o.background_jobs = bg;
+    auto s = Pull(cache.path(), o);
+    ASSERT_TRUE(s.ok()) << "background_jobs " << bg << ": " << s.status().ToString();
+    EXPECT_TRUE(s->complete);
+    EXPECT_LE(s->resolves, s->plan.files.size() + 3);
+    ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  }
+  // Through the command line: the option, its bound, and the summary's
+  // phase times and resumed bytes in --json.
+  TempDir cache;
+  const std::string pull = std::string(EXLR8_BIN_DIR) + "/exlr8d pull --repo exlr8/test --manifest down1 --tp 3 " +
+                           "--rank 2 --endpoint " + sim->hub_url() + " --cache " + cache.path().string() +
+                           " --no-progress --json --jobs 4";
+  EXPECT_EQ(std::system((pull + " --background-jobs 5 > /dev/null 2>&1").c_str()) >> 8, 2);  // more than --jobs
+  const fs::path out = cache.path().parent_path() / ("bg-" + std::to_string(::getpid()) + ".json");
+  ASSERT_EQ(std::system((pull + " --background-jobs 0 > " + out.string()).c_str()), 0);
+  const auto text = ReadAll(out);
+  fs::remove(out);
+  auto summary = ParseJson(std::string(text.begin(), text.end()));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->Find("complete")->as_bool());
+  EXPECT_EQ(summary->Find("bytes_resumed")->as_uint64(), 0u);
+  const JsonValue* phases = summary->Find("phase_s");
+  ASSERT_NE(phases, nullptr);
+  for (const char* p : {"resolve", "list", "metadata", "headers", "plan", "halves", "commit"})
+    EXPECT_NE(phases->Find(p), nullptr) << p;
 }
 
 TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {

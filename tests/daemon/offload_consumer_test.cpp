@@ -26,6 +26,22 @@ using testing::TestConsumer;
 using testing::TestRequest;
 using testing::TestResponse;
 
+// A transfer held back while the worker catches up (ReadyFor) receives
+// nothing meanwhile: under ThreadSanitizer on a loaded 2-core machine that
+// can outlast the helpers' 3 s stall timeout, which would turn it into a
+// retried (and counted) failure. The product default is 30 s.
+std::unique_ptr<HubClient> OpenPatient(const FakeHub& hub) {
+  HubOptions o = testing::TestHubOptions(hub);
+  o.stall_timeout = std::chrono::seconds(30);
+  return OpenHub(hub, std::move(o));
+}
+
+RangeFetcherOptions PatientOptions() {
+  RangeFetcherOptions o = FastOptions();
+  o.max_attempts = 8;
+  return o;
+}
+
 // Checks that the inner consumer is never entered by two threads at once.
 class ExclusiveConsumer : public TestConsumer {
  public:
@@ -63,7 +79,7 @@ class ExclusiveConsumer : public TestConsumer {
 TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(3'000'000, 31);
-  auto client = OpenHub(hub);
+  auto client = OpenPatient(hub);
   ASSERT_NE(client, nullptr);
   // Every 5th CDN answer stops after 1000 body bytes (the fetcher resumes).
   std::atomic<int> n{0};
@@ -84,7 +100,7 @@ TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
   inner.data_hook = [](std::uint64_t id, std::uint64_t) {
     return id == 20 ? ResourceExhaustedError("disk full writing req 20") : Status::Ok();
   };
-  RangeFetcherOptions o = FastOptions();
+  RangeFetcherOptions o = PatientOptions();
   o.max_parallel = 6;
   RangeFetcher f(*client, o);
   Status s;
@@ -114,7 +130,7 @@ TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
 TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(4'000'000, 32);
-  auto client = OpenHub(hub);
+  auto client = OpenPatient(hub);
   ASSERT_NE(client, nullptr);
   hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
     TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
@@ -124,7 +140,7 @@ TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
   TestConsumer inner;
   inner.Add("a.bin", 0, 4'000'000);
   inner.data_hook = [](std::uint64_t, std::uint64_t) { return IOError("EIO writing the cache"); };
-  RangeFetcher f(*client, FastOptions());
+  RangeFetcher f(*client, PatientOptions());
   const auto t0 = std::chrono::steady_clock::now();
   Status s;
   {
@@ -145,7 +161,7 @@ TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
 TEST(OffloadConsumerTest, QueuedBytesStayWithinTheBound) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(2'000'000, 33);
-  auto client = OpenHub(hub);
+  auto client = OpenPatient(hub);
   ASSERT_NE(client, nullptr);
   TestConsumer inner;
   for (std::uint64_t i = 0; i < 20; ++i) inner.Add("a.bin", i * 100'000, 100'000);
@@ -154,7 +170,7 @@ TEST(OffloadConsumerTest, QueuedBytesStayWithinTheBound) {
     std::this_thread::sleep_for(std::chrono::microseconds(300));
     return Status::Ok();
   };
-  RangeFetcher f(*client, FastOptions());
+  RangeFetcher f(*client, PatientOptions());
   constexpr std::size_t kBound = 128 * 1024;
   Status s;
   std::size_t peak = 0;

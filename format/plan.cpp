@@ -39,6 +39,32 @@ std::vector<ByteRun> CoalesceRuns(std::vector<ByteRun> runs, std::uint64_t gap) 
   return out;
 }
 
+namespace {
+
+// Sorts each width file's ranges, coalesces them into requests, and sums
+// the totals that depend on them.
+void BuildRequestsAndTotals(Plan& plan) {
+  PlanTotals& t = plan.totals;
+  t.bytes = t.requests = t.header_bytes = t.half_bytes = 0;
+  for (PlanFile& pf : plan.files) {
+    if (!pf.whole) {
+      std::sort(pf.ranges.begin(), pf.ranges.end(),
+                [](const PlanRange& a, const PlanRange& b) { return a.offset < b.offset; });
+      std::vector<ByteRun> runs;
+      runs.reserve(pf.ranges.size());
+      for (const auto& r : pf.ranges) {
+        runs.push_back({r.offset, r.length});
+        (r.kind == PlanRange::Kind::kHeader ? t.header_bytes : t.half_bytes) += r.length;
+      }
+      pf.requests = CoalesceRuns(std::move(runs), plan.coalesce_gap);
+    }
+    t.bytes += pf.bytes();
+    t.requests += pf.requests.size();
+  }
+}
+
+}  // namespace
+
 Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const PlanOptions& opt) {
   if (opt.tp < 1) return InvalidArgumentError("--tp must be >= 1, got " + std::to_string(opt.tp));
   if (opt.rank < 0 || opt.rank >= opt.tp)
@@ -47,6 +73,7 @@ Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const P
   Plan plan;
   plan.tp = opt.tp;
   plan.rank = opt.rank;
+  plan.coalesce_gap = opt.coalesce_gap;
   plan.manifest = manifest.name();
   plan.warnings = manifest.warnings();
 
@@ -76,27 +103,18 @@ Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const P
         if (f == by_path.end())
           return CorruptionError("release has no file " + wpath + " (needed for " +
                                  HalfTag{layer, expert, p, h, k}.What() + ")");
-        auto hb = in.width_header_bytes.find(wpath);
-        if (hb == in.width_header_bytes.end()) return CorruptionError(wpath + ": header length not known to the planner");
         pf.path = wpath;
         pf.size = f->second->size;
         pf.sha256 = f->second->sha256;
         pf.git_sha1 = f->second->git_sha1;
         pf.index_path = index_path;
-        PlanRange hr;
-        hr.kind = PlanRange::Kind::kHeader;
-        hr.offset = 0;
-        hr.length = hb->second;
-        if (hr.length > pf.size) return CorruptionError(wpath + ": header length " + std::to_string(hr.length) +
-                                                        " exceeds the file size " + std::to_string(pf.size));
-        pf.ranges.push_back(hr);
       }
-      const std::uint64_t header_end = pf.ranges.front().length;
-      if (he.offset < header_end || he.offset > pf.size || he.length > pf.size - he.offset)
+      // Inside the file here; inside its data section once the header's
+      // length is known (AddWidthHeaders).
+      if (he.offset > pf.size || he.length > pf.size - he.offset)
         return CorruptionError(wpath + ": " + HalfTag{layer, expert, p, h, k}.What() + " at [" +
                                std::to_string(he.offset) + ", " + std::to_string(he.offset + he.length) +
-                               ") lies outside the data section [" + std::to_string(header_end) + ", " +
-                               std::to_string(pf.size) + ")");
+                               ") lies outside the file (" + std::to_string(pf.size) + " bytes)");
       PlanRange r;
       r.offset = he.offset;
       r.length = he.length;
@@ -138,27 +156,43 @@ Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const P
     plan.totals.whole_file_bytes += f.size;
     plan.files.push_back(std::move(pf));
   }
-  for (auto& [path, pf] : width_files) {
-    std::sort(pf.ranges.begin(), pf.ranges.end(),
-              [](const PlanRange& a, const PlanRange& b) { return a.offset < b.offset; });
-    std::vector<ByteRun> runs;
-    runs.reserve(pf.ranges.size());
-    for (const auto& r : pf.ranges) {
-      runs.push_back({r.offset, r.length});
-      if (r.kind == PlanRange::Kind::kHeader) plan.totals.header_bytes += r.length;
-      else plan.totals.half_bytes += r.length;
-    }
-    pf.requests = CoalesceRuns(std::move(runs), opt.coalesce_gap);
-    plan.files.push_back(std::move(pf));
-  }
+  for (auto& [path, pf] : width_files) plan.files.push_back(std::move(pf));
   std::sort(plan.files.begin(), plan.files.end(), [](const PlanFile& a, const PlanFile& b) { return a.path < b.path; });
-  for (const auto& pf : plan.files) {
-    plan.totals.bytes += pf.bytes();
-    plan.totals.requests += pf.requests.size();
-  }
   plan.totals.rank_bits_per_weight = rank_halves > 0 ? rank_bits / rank_halves : 0;
   plan.totals.manifest_bits_per_weight = manifest.BitsPerWeight();
+  plan.headers_pending = true;
+  if (opt.defer_headers) {
+    BuildRequestsAndTotals(plan);
+    return plan;
+  }
+  EXLR8_RETURN_IF_ERROR(AddWidthHeaders(plan, in.width_header_bytes));
   return plan;
+}
+
+Status AddWidthHeaders(Plan& plan, const std::map<std::string, std::uint64_t>& width_header_bytes) {
+  if (!plan.headers_pending) return InternalError("AddWidthHeaders: the plan already has its headers");
+  for (PlanFile& pf : plan.files) {
+    if (pf.whole) continue;
+    auto hb = width_header_bytes.find(pf.path);
+    if (hb == width_header_bytes.end()) return CorruptionError(pf.path + ": header length not known to the planner");
+    const std::uint64_t header_end = hb->second;
+    if (header_end > pf.size)
+      return CorruptionError(pf.path + ": header length " + std::to_string(header_end) + " exceeds the file size " +
+                             std::to_string(pf.size));
+    for (const PlanRange& r : pf.ranges)
+      if (r.kind == PlanRange::Kind::kHalf && r.offset < header_end)
+        return CorruptionError(pf.path + ": " + r.tag.What() + " at [" + std::to_string(r.offset) + ", " +
+                               std::to_string(r.offset + r.length) + ") lies outside the data section [" +
+                               std::to_string(header_end) + ", " + std::to_string(pf.size) + ")");
+    PlanRange hr;
+    hr.kind = PlanRange::Kind::kHeader;
+    hr.offset = 0;
+    hr.length = header_end;
+    pf.ranges.insert(pf.ranges.begin(), hr);
+  }
+  plan.headers_pending = false;
+  BuildRequestsAndTotals(plan);
+  return Status::Ok();
 }
 
 }  // namespace exlr8

@@ -58,6 +58,12 @@ struct PlanOptions {
   int tp = 1;    // N >= 1
   int rank = 0;  // 0 <= rank < N
   std::uint64_t coalesce_gap = 0;
+  // Plan the halves before the width files' headers are known
+  // (width_header_bytes is not read): each width file gets its halves only,
+  // and the plan is `headers_pending` until AddWidthHeaders completes it.
+  // Halves are located by the index file alone (absolute offsets, spec 3.5),
+  // so a puller can fetch them while the headers are still on their way.
+  bool defer_headers = false;
 };
 
 // What a range holds.
@@ -109,7 +115,11 @@ struct PlanTotals {
 struct Plan {
   int tp = 1;
   int rank = 0;
+  std::uint64_t coalesce_gap = 0;
   std::string manifest;
+  // Made with defer_headers and not yet completed by AddWidthHeaders: the
+  // width files' header ranges are missing from files, requests and totals.
+  bool headers_pending = false;
   std::vector<PlanFile> files;  // sorted by path
   PlanTotals totals;
   std::vector<std::string> warnings;
@@ -126,6 +136,13 @@ inline int RankOfHalf(std::uint32_t halves_per_expert, std::uint32_t e, std::uin
 // inputs disagree (a width file the manifest needs is missing from `files`,
 // its header length unknown, halves outside it).
 Result<Plan> MakePlan(const ReleaseInputs& inputs, const Manifest& manifest, const PlanOptions& options);
+
+// Completes a plan made with defer_headers: adds each width file's header
+// range [0, 8 + N) from `width_header_bytes` (path -> 8 + N), checks that
+// every half lies in the data section, and rebuilds the requests and
+// totals. Corruption when a header length is missing, exceeds the file, or
+// overlaps a half. REQUIRES: plan.headers_pending.
+Status AddWidthHeaders(Plan& plan, const std::map<std::string, std::uint64_t>& width_header_bytes);
 
 // Merges sorted ranges whose gap is <= gap. Exposed for tests.
 std::vector<ByteRun> CoalesceRuns(std::vector<ByteRun> runs, std::uint64_t gap);

@@ -33,7 +33,7 @@ class FetchSession::Mux final : public RangeConsumer {
 
   bool NextRequest(RangeRequest* out) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int priority : {kForeground, kBackground}) {
+    for (int priority : {kStep, kForeground, kBackground}) {
       for (std::size_t i = 0; i < count_; ++i) {
         Sub& s = subs_[i];
         if (s.priority != priority || s.exhausted) continue;
@@ -70,8 +70,8 @@ class FetchSession::Mux final : public RangeConsumer {
 
   void OnReset(std::uint64_t id) override { Of(id).OnReset(id >> kSlotBits); }
 
-  // Foreground requests are handled first by the offload worker.
-  bool Urgent(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority == kForeground; }
+  // Steps' and halves' requests are handled first by the offload worker.
+  bool Urgent(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority >= kForeground; }
 
   void OnFailed(std::uint64_t id, const Status& status) override {
     Of(id).OnFailed(id >> kSlotBits, status);

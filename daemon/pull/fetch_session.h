@@ -45,7 +45,9 @@ namespace exlr8 {
 
 class FetchSession {
  public:
-  enum Priority : int { kBackground = 0, kForeground = 1 };
+  // kStep: a planner step the pull waits on (index files, headers);
+  // kForeground: the halves; kBackground: the whole files.
+  enum Priority : int { kBackground = 0, kForeground = 1, kStep = 2 };
   using Ticket = std::size_t;
 
   // Starts fetcher.Run on a new thread. `cancel` (optional) is passed on to

@@ -24,7 +24,7 @@ namespace exlr8 {
 namespace {
 
 constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
-    "starting", "resolve", "list", "metadata", "headers", "plan", "halves", "commit", "done", "failed"};
+    "starting", "resolve", "list", "metadata", "plan", "headers", "halves", "commit", "done", "failed"};
 
 // First bytes fetched from each width file: enough for most headers in one go.
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
@@ -228,7 +228,7 @@ Status PullJob::Rep::ResolveAndList() {
 // bytes are made durable later, by its batch; see Streams).
 Status PullJob::Rep::RunStep(RangeConsumer& consumer, const ConsumerBase& base) {
   if (session == nullptr) return InternalError("fetch step without a fetch session");
-  Status s = session->Wait(session->Submit(consumer, FetchSession::kForeground));
+  Status s = session->Wait(session->Submit(consumer, FetchSession::kStep));
   if (cancel.load()) return CancelledError("pull cancelled");
   if (!base.first_error().ok()) return base.first_error();
   return s;
@@ -660,30 +660,27 @@ Result<PullSummary> PullJob::Run() {
     }
     EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.opt.manifest, geometry));
 
-    // headers of the width files this rank reads from
-    r.SetPhase(PullPhase::kHeaders);
-    std::set<std::string> width_paths;
-    for (const auto& [layer, lw] : manifest.layers()) {
-      for (std::uint32_t e = 0; e < lw.experts; ++e)
-        for (std::uint32_t h = 0; h < lw.halves; ++h)
-          if (RankOfHalf(lw.halves, e, h, layer, r.opt.tp) == r.opt.rank)
-            for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
-              width_paths.insert(ExpertWidthPath(layer, lw.Width(static_cast<int>(e), p, h)));
-      if (lw.has_shared)
-        for (std::uint32_t h = 0; h < lw.halves; ++h)
-          for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
-            width_paths.insert(ExpertWidthPath(layer, lw.Width(kSharedExpert, p, h)));
-    }
-    EXLR8_RETURN_IF_ERROR(r.EnsureHeaders({width_paths.begin(), width_paths.end()}, &inputs.width_header_bytes,
-                                          inputs.indexes, &reused));
-
-    // plan
+    // plan: the halves, located by the index files alone (absolute offsets)
     r.SetPhase(PullPhase::kPlan);
-    EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, {r.opt.tp, r.opt.rank, r.opt.coalesce_gap}));
+    PlanOptions plan_options{r.opt.tp, r.opt.rank, r.opt.coalesce_gap, /*defer_headers=*/true};
+    EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, plan_options));
     r.counters.bytes_planned.store(plan.totals.bytes);
-    r.counters.bytes_reused.store(reused);
     sum.root = r.cache.dir() / FilesetDir(r.opt.repo, r.commit);
+    // headers of the width files this rank reads from: while the halves
+    // stream (a dry run has no halves), as the planner's last step
+    auto add_headers = [&]() -> Status {
+      r.SetPhase(PullPhase::kHeaders);
+      std::vector<std::string> width_paths;
+      for (const PlanFile& pf : plan.files)
+        if (!pf.whole) width_paths.push_back(pf.path);
+      EXLR8_RETURN_IF_ERROR(r.EnsureHeaders(width_paths, &inputs.width_header_bytes, inputs.indexes, &reused));
+      EXLR8_RETURN_IF_ERROR(AddWidthHeaders(plan, inputs.width_header_bytes));
+      r.counters.bytes_planned.store(plan.totals.bytes);
+      r.counters.bytes_reused.store(reused);
+      return Status::Ok();
+    };
     if (r.opt.dry_run) {
+      EXLR8_RETURN_IF_ERROR(add_headers());
       if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));  // records what planning fetched
       sum.plan = std::move(plan);
       return sum;
@@ -693,13 +690,12 @@ Result<PullSummary> PullJob::Run() {
     spec.manifest = local_manifest ? "local:" + r.opt.manifest : manifest_path;
     spec.tp = r.opt.tp;
     spec.rank = r.opt.rank;
-    spec.plan_summary_json = "{\"bytes\":" + std::to_string(plan.totals.bytes) +
+    // (The plan's total bytes, headers included, are the pull's bytes_planned counter.)
+    spec.plan_summary_json = "{\"half_bytes\":" + std::to_string(plan.totals.half_bytes) +
                              ",\"routed_halves\":" + std::to_string(plan.totals.routed_halves) +
                              ",\"shared_halves\":" + std::to_string(plan.totals.shared_halves) + "}";
     EXLR8_ASSIGN_OR_RETURN(r.pull_id, r.cache.StartPull(spec));
 
-    // the halves, while the whole files finish
-    r.SetPhase(PullPhase::kHalves);
     if (r.opt.offline) {
       EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing, r.MissingWholeFiles(whole, &reused));
       if (!missing.empty()) {
@@ -710,7 +706,10 @@ Result<PullSummary> PullJob::Run() {
                                        ") are not in the cache");
       }
     }
+    // the halves, while the whole files finish and the headers arrive
     EXLR8_RETURN_IF_ERROR(r.FetchHalves(plan, &reused, streams));
+    EXLR8_RETURN_IF_ERROR(add_headers());
+    r.SetPhase(PullPhase::kHalves);
     if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));
 
     EXLR8_ASSIGN_OR_RETURN(sum.complete, r.PlanComplete(plan));

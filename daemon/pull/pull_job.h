@@ -10,12 +10,17 @@
 //             a quarter of the transfer slots (FetchSession)
 //   metadata  whole files the planner needs: expert index files and the
 //             manifest (each verified by SHA-256 or git blob SHA-1)
-//   headers   the safetensors header of every width file the rank reads from
-//             (parsed; every indexed half checked to lie inside it)
-//   plan      format/plan.h: files, ranges, checksums
-//   halves    the rank's expert halves: single-range requests, each half
-//             hashed while it streams in (XXH64 + its index-file tail, spec
-//             5.3); a mismatch discards and refetches (bounded)
+//   plan      format/plan.h: files, ranges, checksums. The index files
+//             locate every half (absolute offsets), so the halves are
+//             planned before the width files' headers are known
+//             (PlanOptions::defer_headers) and start streaming now
+//   headers   meanwhile, the safetensors header of every width file the rank
+//             reads from (parsed; every indexed half checked to lie inside
+//             it; AddWidthHeaders completes the plan). A bad header fails
+//             the pull; halves already verified by their checksums stay
+//   halves    the rest of the rank's expert halves: single-range requests,
+//             each half hashed while it streams in (XXH64 + its index-file
+//             tail, spec 5.3); a mismatch discards and refetches (bounded)
 //   commit    waiting for the last verified bytes to be made durable and
 //             recorded
 //   done      every byte of the plan is recorded as verified
@@ -74,7 +79,7 @@ struct PullOptions {
 };
 
 enum class PullPhase : int {
-  kStarting, kResolve, kList, kMetadata, kHeaders, kPlan, kHalves, kCommit, kDone, kFailed
+  kStarting, kResolve, kList, kMetadata, kPlan, kHeaders, kHalves, kCommit, kDone, kFailed
 };
 inline constexpr int kPullPhaseCount = static_cast<int>(PullPhase::kFailed) + 1;
 std::string_view PullPhaseName(PullPhase phase);

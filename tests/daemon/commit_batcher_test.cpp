@@ -1,5 +1,4 @@
-// CommitBatcher (background commits) against a real cache, and a pull whose
-// width-file headers are longer than the first probe (two rounds).
+// CommitBatcher (background commits) against a real cache.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,14 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "client/file_sink.h"
 #include "daemon/cache/cache.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
-#include "format/release_writer.h"
-#include "format/safetensors.h"
 #include "tests/daemon/cache_test_util.h"
-#include "tests/daemon/pull_test_util.h"
 
 namespace exlr8 {
 namespace {
@@ -97,81 +92,6 @@ TEST(CommitBatcherTest, ABackgroundCommitFailureIsReportedAndItsBatchDropped) {
   auto have = fx.cache->VerifiedExtents(fx.file);
   ASSERT_TRUE(have.ok());
   EXPECT_TRUE(have->empty());
-}
-
-TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerified) {
-  TempDir release, cache;
-  SynthOptions so;
-  so.hidden = 128;
-  so.halves = 8;
-  so.experts = 48;  // 48 x 3 x 8 tensors per width file: a header of ~100 KB
-  so.moe_layers = {1};
-  so.dense_layers = {0};
-  so.num_hidden_layers = 2;
-  so.width_alignment = 1;
-  so.seed = 3;
-  DirectoryReleaseSink sink(release.path().string());
-  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
-  // The premise: the header does not fit the 64 KiB probe.
-  const auto k2 = ReadAll(release.path() / "experts" / "exlr8-layer-001.k2.safetensors");
-  auto n = SafetensorsHeaderSize(std::as_bytes(std::span(k2.data(), 8)), k2.size(), "k2");
-  ASSERT_TRUE(n.ok());
-  ASSERT_GT(*n, 64u * 1024);
-  auto sim = StartSim(release.path());
-  auto s = Pull(cache.path(), Options(*sim, "home", 2, 1));
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_TRUE(s->complete);
-  ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
-  // A rerun finds every header verified in the cache.
-  auto again = Pull(cache.path(), Options(*sim, "home", 2, 1));
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(again->bytes_fetched, 0u);
-}
-
-// Headers carry no checksum: one damaged in transit fails to parse or to
-// validate, and is fetched again from byte 0; a release whose header is
-// really wrong still fails, after the last try, with the parser's message.
-TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
-  TempDir release;
-  SynthOptions so;
-  so.hidden = 128;
-  so.halves = 8;
-  so.experts = 48;  // headers of ~100 KB: the whole 64 KiB probe is header
-  so.moe_layers = {1};
-  so.dense_layers = {0};
-  so.num_hidden_layers = 2;
-  so.width_alignment = 1;
-  so.seed = 4;
-  DirectoryReleaseSink sink(release.path().string());
-  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
-  {
-    hubsim::FaultConfig f;
-    f.corrupt = 1.0;
-    f.match = ".k3.safetensors";
-    f.max_faults = 2;  // the first two k3 answers: header requests
-    f.on_hub = false;
-    auto sim = StartSim(release.path(), "", f);
-    TempDir cache;
-    auto s = Pull(cache.path(), Options(*sim, "home", 2, 1));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    EXPECT_TRUE(s->complete);
-    EXPECT_GE(s->checksum_failures, 1u);
-    ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
-  }
-  {
-    hubsim::FaultConfig f;
-    f.corrupt = 1.0;
-    f.match = ".k3.safetensors";
-    f.on_hub = false;  // every k3 answer: no try can succeed
-    auto sim = StartSim(release.path(), "", f);
-    TempDir cache;
-    PullOptions o = Options(*sim, "home", 2, 1);
-    o.fetch.max_refetches = 2;
-    auto s = Pull(cache.path(), o);
-    ASSERT_FALSE(s.ok());
-    EXPECT_EQ(s.status().code(), StatusCode::kCorruption) << s.status().ToString();
-    EXPECT_THAT(s.status().message(), ::testing::HasSubstr("k3.safetensors"));
-  }
 }
 
 }  // namespace

@@ -189,6 +189,70 @@ TEST(PlanTest, RejectsBadRankAndMissingFiles) {
   EXPECT_THAT(r.status().message(), HasSubstr("exceeds the file size"));
 }
 
+TEST(PlanTest, DeferredHeadersCompleteToTheSamePlan) {
+  Loaded l = LoadTiny();
+  for (const char* name : {"home", "up1"}) {
+    Manifest m = LoadManifest(l, name);
+    for (std::uint64_t gap : {0ull, 1ull << 20}) {
+      auto full = MakePlan(l.inputs, m, {3, 1, gap});
+      ASSERT_TRUE(full.ok()) << full.status().ToString();
+      EXPECT_FALSE(full->headers_pending);
+      ReleaseInputs no_headers = l.inputs;
+      no_headers.width_header_bytes.clear();  // not read when deferred
+      auto deferred = MakePlan(no_headers, m, {3, 1, gap, /*defer_headers=*/true});
+      ASSERT_TRUE(deferred.ok()) << deferred.status().ToString();
+      EXPECT_TRUE(deferred->headers_pending);
+      EXPECT_EQ(deferred->totals.header_bytes, 0u);
+      EXPECT_EQ(deferred->totals.half_bytes, full->totals.half_bytes);
+      if (gap == 0) {  // (with a gap, a header's request may also cover the gap to the first half)
+        EXPECT_EQ(deferred->totals.bytes, full->totals.bytes - full->totals.header_bytes);
+      }
+      for (const PlanFile& f : deferred->files)
+        for (const PlanRange& r : f.ranges) EXPECT_EQ(r.kind, PlanRange::Kind::kHalf) << f.path;
+
+      ASSERT_TRUE(AddWidthHeaders(*deferred, l.inputs.width_header_bytes).ok());
+      EXPECT_FALSE(deferred->headers_pending);
+      EXPECT_EQ(PlanToJson(*deferred), PlanToJson(*full)) << name << " gap " << gap;
+      EXPECT_EQ(AddWidthHeaders(*deferred, l.inputs.width_header_bytes).code(), StatusCode::kInternal);
+    }
+  }
+}
+
+TEST(PlanTest, DeferredHeadersAreCheckedWhenAdded) {
+  Loaded l = LoadTiny();
+  Manifest m = LoadManifest(l, "home");
+  const std::string k2 = "experts/exlr8-layer-003.k2.safetensors";
+  auto plan_with = [&](std::map<std::string, std::uint64_t> headers) {
+    auto plan = MakePlan(l.inputs, m, {1, 0, 0, true});
+    EXPECT_TRUE(plan.ok());
+    Status s = AddWidthHeaders(*plan, headers);
+    EXPECT_TRUE(plan->headers_pending) << "a failed completion leaves the plan pending";
+    return s;
+  };
+  auto headers = l.inputs.width_header_bytes;
+  headers.erase(k2);
+  Status s = plan_with(headers);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_THAT(s.message(), HasSubstr(k2 + ": header length not known"));
+  headers = l.inputs.width_header_bytes;
+  headers[k2] = 1u << 24;
+  s = plan_with(headers);
+  EXPECT_THAT(s.message(), HasSubstr(k2 + ": header length 16777216 exceeds the file size"));
+  // A header reaching into the file's first half: the half is named, with its range.
+  auto full = MakePlan(l.inputs, m, {1, 0});
+  ASSERT_TRUE(full.ok());
+  auto f = std::find_if(full->files.begin(), full->files.end(), [&](const PlanFile& pf) { return pf.path == k2; });
+  ASSERT_NE(f, full->files.end());
+  ASSERT_GE(f->ranges.size(), 2u);
+  const std::uint64_t first_half = f->ranges[1].offset;
+  headers = l.inputs.width_header_bytes;
+  headers[k2] = first_half + 1;
+  s = plan_with(headers);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_THAT(s.message(), HasSubstr(f->ranges[1].What() + " at [" + std::to_string(first_half) + ", "));
+  EXPECT_THAT(s.message(), HasSubstr("lies outside the data section [" + std::to_string(first_half + 1) + ", "));
+}
+
 TEST(PlanTest, CoalesceMergesOnlyWithinGap) {
   std::vector<ByteRun> runs = {{100, 50}, {0, 100}, {160, 40}, {300, 10}};
   EXPECT_EQ(CoalesceRuns(runs, 0), (std::vector<ByteRun>{{0, 150}, {160, 40}, {300, 10}}));

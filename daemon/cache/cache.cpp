@@ -104,7 +104,18 @@ struct Cache::Rep {
 
   Mutex mu;
   std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
-  std::unordered_map<FileId, std::shared_ptr<DataFile>> open_files EXLR8_GUARDED_BY(mu);
+  // The table of open data files has a lock of its own (taken after mu,
+  // never before), so WriteAt of an open file never waits for mu: a commit
+  // holds mu through its SQLite transaction, whose WAL fsync would
+  // otherwise stall every writer.
+  Mutex open_mu EXLR8_ACQUIRED_AFTER(mu);
+  std::unordered_map<FileId, std::shared_ptr<DataFile>> open_files EXLR8_GUARDED_BY(open_mu);
+
+  std::shared_ptr<DataFile> FindOpen(FileId file) EXLR8_EXCLUDES(open_mu) {
+    MutexLock l(&open_mu);
+    auto it = open_files.find(file);
+    return it == open_files.end() ? nullptr : it->second;
+  }
   // Directories (relative, "" = root) holding a data file opened by this
   // process whose name has not been fsynced yet.
   std::set<std::string> unsynced_dirs EXLR8_GUARDED_BY(mu);
@@ -139,7 +150,7 @@ struct Cache::Rep {
   // directories are created and the file is sized to its remote size
   // (sparse). Without, a file not on disk is NotFound.
   Result<std::shared_ptr<DataFile>> GetDataFile(FileId file, bool create) EXLR8_REQUIRES(mu) {
-    if (auto it = open_files.find(file); it != open_files.end()) return it->second;
+    if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
     EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
     EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create, shown));
     auto df = std::make_shared<DataFile>();
@@ -160,6 +171,7 @@ struct Cache::Rep {
     // extent of it is recorded; we cannot know whether a dead predecessor
     // synced them, so every file opened by this process counts.
     for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
+    MutexLock l(&open_mu);
     if (open_files.size() >= kMaxOpenFiles) {
       std::erase_if(open_files, [](const auto& kv) { return kv.second.use_count() == 1; });
     }
@@ -170,7 +182,7 @@ struct Cache::Rep {
   // The data file of a known file id that must already be on disk:
   // NotFound for an unknown id, FailedPrecondition if never written.
   Result<std::shared_ptr<DataFile>> OpenWritten(FileId file) EXLR8_REQUIRES(mu) {
-    if (auto it = open_files.find(file); it != open_files.end()) return it->second;
+    if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
     EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
     Result<std::shared_ptr<DataFile>> f = GetDataFile(file, /*create=*/false);
     if (f.status().code() == StatusCode::kNotFound)
@@ -580,8 +592,8 @@ Result<std::filesystem::path> Cache::DataPath(FileId file) {
 // ---- writing ----
 
 Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data) {
-  std::shared_ptr<DataFile> f;
-  {
+  std::shared_ptr<DataFile> f = rep_->FindOpen(file);  // without mu: see open_mu
+  if (!f) {
     MutexLock l(&rep_->mu);
     EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
   }
@@ -871,7 +883,10 @@ Result<GcResult> Cache::Gc(std::uint64_t budget) {
       result.evicted.push_back(v.id);
       result.bytes_freed += v.bytes;
     }
-    std::erase_if(r.open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
+    {
+      MutexLock open_lock(&r.open_mu);
+      std::erase_if(r.open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
+    }
   }
   EXLR8_RETURN_IF_ERROR(r.RemoveOrphanDirs());
   EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());

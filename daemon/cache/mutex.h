@@ -16,6 +16,7 @@
 #define EXLR8_GUARDED_BY(x) EXLR8_THREAD_ANNOTATION_(guarded_by(x))
 #define EXLR8_REQUIRES(...) EXLR8_THREAD_ANNOTATION_(requires_capability(__VA_ARGS__))
 #define EXLR8_EXCLUDES(...) EXLR8_THREAD_ANNOTATION_(locks_excluded(__VA_ARGS__))
+#define EXLR8_ACQUIRED_AFTER(...) EXLR8_THREAD_ANNOTATION_(acquired_after(__VA_ARGS__))
 #define EXLR8_ACQUIRE(...) EXLR8_THREAD_ANNOTATION_(acquire_capability(__VA_ARGS__))
 #define EXLR8_RELEASE(...) EXLR8_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
 

@@ -47,6 +47,8 @@ resumes where it stopped.
                          use while the index files and headers are fetched
                          (default: a quarter of --jobs; 0: start them with
                          the halves)
+  --write-threads N      threads writing and hashing what arrives, 1-4
+                         (default: a quarter of the cores, at least 1)
   --commit-interval-ms MS  how often verified bytes are made durable and
                          recorded (default 1000); a crash refetches at most
                          what arrived since the last commit
@@ -167,7 +169,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
                                     "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
-                                    "commit-interval-ms", "background-jobs"},
+                                    "commit-interval-ms", "background-jobs", "write-threads"},
                                    {"dry-run", "offline", "no-progress", "json"}, 0, &parsed))
     return *exit;
   const Args* args = &parsed;
@@ -201,6 +203,8 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     }
     EXLR8_ASSIGN_OR_RETURN(std::int64_t bg, args->GetInt("background-jobs", -1, -1, jobs));
     opt.background_jobs = static_cast<int>(bg);
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t writers, args->GetInt("write-threads", 0, 1, 4));
+    opt.write_threads = static_cast<int>(writers);
     EXLR8_ASSIGN_OR_RETURN(std::int64_t commit_ms, args->GetInt("commit-interval-ms", 1000, 1, 3'600'000));
     opt.commit_interval = std::chrono::milliseconds(commit_ms);
     const char* off = std::getenv("HF_HUB_OFFLINE");

@@ -258,6 +258,14 @@ Status ExpertIndex::LoadHalfVectors(const ByteSource& src, int expert, Proj p, s
   return Status::Ok();
 }
 
+std::optional<std::uint64_t> ExpertIndex::LowestHalfOffset(int k) const {
+  std::optional<std::uint64_t> lowest;
+  for (bool shared : {false, true})
+    if (const WidthTables* t = Tables(k, shared))
+      for (const HalfEntry& h : t->halves) lowest = std::min(lowest.value_or(h.offset), h.offset);
+  return lowest;
+}
+
 Status ExpertIndex::ValidateWidthFile(int k, const SafetensorsHeader& wh, std::uint64_t size,
                                       std::string_view file_name) const {
   struct Item {

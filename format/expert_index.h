@@ -127,6 +127,11 @@ class ExpertIndex {
   Status LoadHalfVectors(const ByteSource& source, int expert, Proj p, std::uint32_t h, int k,
                          std::vector<float>* u, std::vector<float>* v) const;
 
+  // The lowest offset of any half stored at width k (routed and shared),
+  // or nullopt when none is. A valid k file's header ends at or before it
+  // (ValidateWidthFile), so a reader can fetch the header in one request.
+  std::optional<std::uint64_t> LowestHalfOffset(int k) const;
+
   // The width file's checks (spec 4.4, 6): every half stored at width k
   // (routed and shared) lies inside the data section of the k file whose
   // parsed header and size are given, and no two overlap. `file_name` is

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -30,6 +31,33 @@ constexpr int kMaxResolveHops = 6;
 struct StringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// Jobs ready to start: the highest RangeRequest::priority first, in
+// arrival order within one priority.
+class ReadyQueue {
+ public:
+  void Push(std::uint32_t job, std::uint8_t priority) {
+    levels_[std::min<std::size_t>(priority, kLevels - 1)].push_back(job);
+  }
+  bool empty() const {
+    return std::all_of(levels_.begin(), levels_.end(), [](const auto& q) { return q.empty(); });
+  }
+  // REQUIRES: !empty().
+  std::uint32_t front() { return Top().front(); }
+  void pop_front() { Top().pop_front(); }
+  void clear() {
+    for (auto& q : levels_) q.clear();
+  }
+
+ private:
+  static constexpr std::size_t kLevels = 4;
+  std::deque<std::uint32_t>& Top() {
+    for (std::size_t i = kLevels; i-- > 1;)
+      if (!levels_[i].empty()) return levels_[i];
+    return levels_[0];
+  }
+  std::array<std::deque<std::uint32_t>, kLevels> levels_;
 };
 
 }  // namespace
@@ -158,7 +186,7 @@ struct RangeFetcher::Impl {
   RangeConsumer* consumer = nullptr;
   std::vector<Job> jobs;
   std::vector<std::uint32_t> free_jobs;
-  std::deque<std::uint32_t> ready;
+  ReadyQueue ready;
   std::deque<std::uint32_t> resolve_queue;
   using Timer = std::pair<Clock::time_point, std::uint32_t>;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> backoff;
@@ -318,7 +346,7 @@ struct RangeFetcher::Impl {
         j.delivered = 0;
         j.attempts = 0;
         j.state = Job::State::kReady;
-        ready.push_back(ji);
+        ready.Push(ji, jobs[ji].req.priority);
         return;
       case RangeVerdict::Kind::kPending:
         break;  // handled by the callers
@@ -426,7 +454,7 @@ struct RangeFetcher::Impl {
       f.state = FileState::State::kReady;
       for (std::uint32_t ji : f.waiters) {
         jobs[ji].state = Job::State::kReady;
-        ready.push_back(ji);
+        ready.Push(ji, jobs[ji].req.priority);
       }
       f.waiters.clear();
       return;
@@ -686,7 +714,7 @@ struct RangeFetcher::Impl {
         }
       }
       j.state = Job::State::kReady;
-      ready.push_back(ji);
+      ready.Push(ji, jobs[ji].req.priority);
       return;
     }
     if (status == 429 || status == 503) {
@@ -764,7 +792,7 @@ struct RangeFetcher::Impl {
       }
       j.file = FileFor(j.req.path);
       j.state = Job::State::kReady;
-      ready.push_back(ji);
+      ready.Push(ji, jobs[ji].req.priority);
     }
   }
 
@@ -774,7 +802,7 @@ struct RangeFetcher::Impl {
       backoff.pop();
       if (jobs[ji].state != Job::State::kBackoff) continue;
       jobs[ji].state = Job::State::kReady;
-      ready.push_back(ji);
+      ready.Push(ji, jobs[ji].req.priority);
     }
   }
 

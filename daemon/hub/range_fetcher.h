@@ -61,6 +61,10 @@ struct RangeRequest {
   std::uint64_t id = 0;     // opaque to the fetcher; passed back in callbacks
   // Human label for messages, e.g. "L40 e7 gate h3 K3". May be empty.
   std::string label;
+  // 0-3: requests of higher priority start first, also ahead of requests
+  // pulled earlier that still wait for a transfer slot (up to max_queued
+  // are pulled ahead), so a late urgent request does not queue behind them.
+  std::uint8_t priority = 0;
 };
 
 // What the consumer says when a range has arrived completely.

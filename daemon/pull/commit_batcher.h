@@ -10,7 +10,8 @@
 // Add waits for it, which bounds what a crash can lose (a slow disk then
 // slows the download instead of the loss growing).
 //
-// Thread rules: Add and Flush are called from one thread (the fetch loop);
+// Thread rules: Add, NotePrefix and Flush may be called from any thread
+// (the write workers; one producer lock, taken before the committer's);
 // `on_commit` runs on the committer thread or on the Flush caller.
 #pragma once
 
@@ -56,6 +57,7 @@ class CommitBatcher {
   // Returns the error of an earlier background commit, if one failed (that
   // batch is then dropped; a rerun fetches its bytes again).
   Status Add(const VerifiedExtent& extent) {
+    std::lock_guard producer(producer_mu_);
     pending_.push_back(extent);
     pending_bytes_ += extent.length;
     return MaybeHandOver();
@@ -66,6 +68,7 @@ class CommitBatcher {
   // fdatasync. The bytes count towards the batch size, so a long download
   // is made durable as it goes, not all at its end.
   Status NotePrefix(FileId file, std::uint64_t bytes) {
+    std::lock_guard producer(producer_mu_);
     std::uint64_t& last = noted_[file];
     pending_bytes_ += bytes > last ? bytes - last : 0;
     last = bytes;
@@ -77,6 +80,7 @@ class CommitBatcher {
   // this thread. On failure nothing of the failing batch is recorded and the
   // batch is dropped (its bytes will be fetched again by a rerun).
   Status Flush() {
+    std::lock_guard producer(producer_mu_);
     {
       std::unique_lock lock(mu_);
       done_cv_.wait(lock, [&] { return !busy_; });
@@ -157,7 +161,8 @@ class CommitBatcher {
   std::chrono::milliseconds interval_;
   std::uint64_t max_bytes_;
   std::function<void()> on_commit_;
-  // Owned by the calling thread.
+  // The producers' state, under producer_mu_.
+  std::mutex producer_mu_;
   std::chrono::steady_clock::time_point last_;
   std::vector<VerifiedExtent> pending_;
   std::map<FileId, std::uint64_t> prefixes_;  // noted since the last hand-over

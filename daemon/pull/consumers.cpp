@@ -6,8 +6,11 @@
 namespace exlr8 {
 
 void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
-  ++failures_;
-  if (first_error_.ok()) first_error_ = status;
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    ++failures_;
+    if (first_error_.ok()) first_error_ = status;
+  }
   Forget(id);
   // Nothing else can succeed past these: stop the whole run early.
   if (status.code() == StatusCode::kResourceExhausted || status.code() == StatusCode::kPermissionDenied ||
@@ -27,11 +30,14 @@ bool WholeFileConsumer::NextRequest(RangeRequest* out) {
   auto digest = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256,
                                      t.size);
   if (!digest.ok()) return false;  // OpenSSL broken: nothing can be verified
-  if (next_ < prefix_digests_.size() && prefix_digests_[next_]) {
-    live_.emplace(next_, Live{std::move(*prefix_digests_[next_]), true});
-    prefix_digests_[next_].reset();
-  } else {
-    live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (next_ < prefix_digests_.size() && prefix_digests_[next_]) {
+      live_.emplace(next_, Live{std::move(*prefix_digests_[next_]), true});
+      prefix_digests_[next_].reset();
+    } else {
+      live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
+    }
   }
   out->path = t.path;
   out->offset = t.resume_from;
@@ -71,7 +77,7 @@ Status WholeFileConsumer::HashPrefixes() {
 
 Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   const WholeFileTarget& t = targets_[id];
-  Live& lv = live_.at(id);
+  Live& lv = LiveOf(id);
   if (!lv.prefix_hashed) {
     EXLR8_RETURN_IF_ERROR(HashPrefix(t, lv.digest));
     lv.prefix_hashed = true;
@@ -85,7 +91,7 @@ Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::sp
 
 RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   const WholeFileTarget& t = targets_[id];
-  const std::string got = live_.at(id).digest.FinishHex();
+  const std::string got = LiveOf(id).digest.FinishHex();
   const std::string& want = t.sha256.empty() ? t.git_sha1 : t.sha256;
   if (got != want && t.resume_from > 0) {
     // Fetching the rest again cannot mend the prefix read from disk: forget
@@ -102,15 +108,16 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
     return RangeVerdict::Refetch(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") +
                                                  got + ", the hub lists " + want));
   }
-  live_.erase(id);
+  Forget(id);
   Status s = batch_.Add({t.file, 0, t.size});
   if (!s.ok()) return RangeVerdict::Fail(s);
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
   verified_.push_back(t.file);
   return RangeVerdict::Accept();
 }
 
-void WholeFileConsumer::OnReset(std::uint64_t id) { live_.at(id).digest.Reset(); }
+void WholeFileConsumer::OnReset(std::uint64_t id) { LiveOf(id).digest.Reset(); }
 
 // ---- width-file headers ----
 
@@ -124,7 +131,10 @@ bool HeaderConsumer::NextRequest(RangeRequest* out) {
   out->length = t.wanted - t.bytes.size();
   out->id = next_;
   out->label = t.path + " header";
-  start_size_[next_] = t.bytes.size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start_size_[next_] = t.bytes.size();
+  }
   ++next_;
   return true;
 }
@@ -141,14 +151,21 @@ Status HeaderConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<
 
 RangeVerdict HeaderConsumer::OnComplete(std::uint64_t id) {
   HeaderTarget& t = targets_[id];
-  if (on_complete_ && !t.done && t.header_bytes && t.bytes.size() >= *t.header_bytes) {
+  if (on_complete_ && !t.done) {
     Status s = on_complete_(t);
     if (!s.ok()) return RangeVerdict::Fail(std::move(s));
   }
   return RangeVerdict::Accept();
 }
 
-void HeaderConsumer::OnReset(std::uint64_t id) { targets_[id].bytes.resize(start_size_[id]); }
+void HeaderConsumer::OnReset(std::uint64_t id) {
+  std::size_t start;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start = start_size_[id];
+  }
+  targets_[id].bytes.resize(start);
+}
 
 // ---- expert halves ----
 
@@ -183,7 +200,10 @@ bool HalfConsumer::NextRequest(RangeRequest* out) {
   const FileWork::Request& rq = fw.requests[next_request_++];
   const std::uint64_t id = next_id_++;
   Live live{&fw, &rq, std::vector<Xxh64>(rq.count), 0};
-  live_.emplace(id, std::move(live));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.emplace(id, std::move(live));
+  }
   out->path = fw.path;
   out->offset = rq.offset;
   out->length = rq.length;
@@ -194,7 +214,7 @@ bool HalfConsumer::NextRequest(RangeRequest* out) {
 }
 
 Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
-  Live& lv = live_.at(id);
+  Live& lv = LiveOf(id);
   EXLR8_RETURN_IF_ERROR(cache_.WriteAt(lv.file->file, offset, bytes));
   const std::uint64_t end = offset + bytes.size();
   while (lv.cursor < lv.request->count) {
@@ -210,15 +230,16 @@ Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<co
 }
 
 RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
-  Live& lv = live_.at(id);
+  Live& lv = LiveOf(id);
+  std::vector<std::byte> tail;  // a few hundred bytes (a vector slice, a block row)
   for (std::uint32_t i = 0; i < lv.request->count; ++i) {
     const HalfWork& h = lv.file->halves[lv.request->first + i];
     Xxh64& hash = lv.hashes[i];
     for (const ByteRun& run : h.tail) {
-      tail_buf_.resize(run.length);
-      Status s = lv.file->index->ReadAt(run.offset, tail_buf_);
+      tail.resize(run.length);
+      Status s = lv.file->index->ReadAt(run.offset, tail);
       if (!s.ok()) return RangeVerdict::Fail(s);
-      hash.Update(tail_buf_);
+      hash.Update(tail);
     }
     if (hash.Digest() != h.xxh64) {
       counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
@@ -234,12 +255,12 @@ RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
     counters_.bytes_verified.fetch_add(h.length, std::memory_order_relaxed);
     counters_.ranges_done.fetch_add(1, std::memory_order_relaxed);
   }
-  live_.erase(id);
+  Forget(id);
   return RangeVerdict::Accept();
 }
 
 void HalfConsumer::OnReset(std::uint64_t id) {
-  Live& lv = live_.at(id);
+  Live& lv = LiveOf(id);
   for (auto& h : lv.hashes) h.Reset();
   lv.cursor = 0;
 }

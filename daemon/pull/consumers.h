@@ -10,6 +10,11 @@
 //
 // All of them write with Cache::WriteAt only; recording happens through the
 // CommitBatcher after verification.
+//
+// Thread rules: NextRequest on one thread (the fetcher's); the calls for
+// one request in order, one at a time, but calls for different requests may
+// run concurrently (OffloadConsumer with several workers): the state shared
+// between requests is locked, each request's own state is not.
 #pragma once
 
 #include <array>
@@ -17,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -48,12 +54,14 @@ class ConsumerBase : public RangeConsumer {
  public:
   explicit ConsumerBase(RangeFetcher& fetcher) : fetcher_(fetcher) {}
   void OnFailed(std::uint64_t id, const Status& status) override;
+  // Read once the run has ended.
   const Status& first_error() const { return first_error_; }
   std::uint64_t failures() const { return failures_; }
 
  protected:
   virtual void Forget(std::uint64_t id) = 0;
   RangeFetcher& fetcher_;
+  std::mutex failure_mu_;
   Status first_error_;
   std::uint64_t failures_ = 0;
 };
@@ -95,13 +103,21 @@ class WholeFileConsumer final : public ConsumerBase {
     StreamDigest digest;
     bool prefix_hashed = false;  // the resumed prefix went into `digest`
   };
-  void Forget(std::uint64_t id) override { live_.erase(id); }
+  void Forget(std::uint64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(id);
+  }
+  Live& LiveOf(std::uint64_t id) {  // references stay valid until erased
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.at(id);
+  }
   Status HashPrefix(const WholeFileTarget& t, StreamDigest& digest);
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
   std::vector<WholeFileTarget> targets_;
   std::size_t next_ = 0;
+  std::mutex mu_;  // guards live_ (the map, not its values) and verified_
   std::unordered_map<std::uint64_t, Live> live_;
   std::vector<std::optional<StreamDigest>> prefix_digests_;  // by target, from HashPrefixes
   std::vector<FileId> verified_;
@@ -114,6 +130,7 @@ struct HeaderTarget {
   std::uint64_t size = 0;
   std::vector<std::byte> bytes;   // what arrived so far, from offset 0
   std::uint64_t wanted = 0;       // bytes to request in this round
+  std::uint64_t first_round = 0;  // bytes of the first request, and of a restart from byte 0
   std::optional<std::uint64_t> header_bytes;  // 8 + N once known
   bool done = false;              // handled (and `bytes` freed): not requested again
 };
@@ -121,8 +138,11 @@ struct HeaderTarget {
 class HeaderConsumer final : public ConsumerBase {
  public:
   // Requests [bytes.size(), wanted) of each target that is not done and has
-  // wanted > bytes.size(). `on_complete` (optional) runs when a target with a
-  // known header_bytes has all of them; its error fails that request.
+  // wanted > bytes.size(). `on_complete` (optional) runs when a request of a
+  // target that is not done has arrived, on what arrived so far: it may
+  // learn header_bytes, finish the target (done), raise `wanted` for the
+  // next round, or start it over (bytes cleared); its error fails that
+  // request.
   HeaderConsumer(RangeFetcher& fetcher, std::vector<HeaderTarget>& targets,
                  std::function<Status(HeaderTarget&)> on_complete = {})
       : ConsumerBase(fetcher), targets_(targets), on_complete_(std::move(on_complete)) {}
@@ -136,6 +156,7 @@ class HeaderConsumer final : public ConsumerBase {
   std::vector<HeaderTarget>& targets_;
   std::function<Status(HeaderTarget&)> on_complete_;
   std::size_t next_ = 0;
+  std::mutex mu_;
   std::unordered_map<std::uint64_t, std::size_t> start_size_;  // id -> bytes.size() at start
 };
 
@@ -178,15 +199,22 @@ class HalfConsumer final : public ConsumerBase {
     std::vector<Xxh64> hashes;  // one per half of the request
     std::uint32_t cursor = 0;   // first half not yet fully hashed
   };
-  void Forget(std::uint64_t id) override { live_.erase(id); }
+  void Forget(std::uint64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(id);
+  }
+  Live& LiveOf(std::uint64_t id) {  // references stay valid until erased
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.at(id);
+  }
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
   std::vector<FileWork>& files_;
   std::size_t next_file_ = 0, next_request_ = 0;
   std::uint64_t next_id_ = 0;
+  std::mutex mu_;  // guards live_ (the map, not its values)
   std::unordered_map<std::uint64_t, Live> live_;
-  std::vector<std::byte> tail_buf_;
 };
 
 }  // namespace exlr8

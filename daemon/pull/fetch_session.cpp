@@ -11,6 +11,7 @@ constexpr int kSlotBits = 8;
 constexpr std::size_t kMaxSubmissions = (std::size_t{1} << kSlotBits) - 1;
 // Received bytes waiting for the offload worker, per lane.
 constexpr std::size_t kQueuedBytes = 16u << 20;
+static_assert(OffloadConsumer::kLanes == FetchSession::kStep + 1, "one offload lane per priority");
 }  // namespace
 
 // The consumer the fetcher runs: hands out the submitted consumers'
@@ -33,20 +34,16 @@ class FetchSession::Mux final : public RangeConsumer {
 
   bool NextRequest(RangeRequest* out) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int priority : {kStep, kForeground, kBackground}) {
-      for (std::size_t i = 0; i < count_; ++i) {
-        Sub& s = subs_[i];
-        if (s.priority != priority || s.exhausted) continue;
-        if (s.cap > 0 && s.live >= static_cast<std::uint64_t>(s.cap) && Capped(i)) continue;
-        if (s.consumer->NextRequest(out)) {
-          out->id = (out->id << kSlotBits) | i;
-          ++s.live;
-          return true;
-        }
-        s.exhausted = true;
-        if (s.live == 0) cv_.notify_all();
-      }
-    }
+    // Planner steps first; then capped submissions below their cap (their
+    // share of the slots: the dense files keep streaming beside the halves
+    // instead of waiting for all of them, and end before they do); then by
+    // priority.
+    if (HandOut(out, [](const Sub& s) { return s.priority == kStep; }, kStep)) return true;
+    if (HandOut(out, [](const Sub& s) { return s.priority < kForeground && s.cap > 0 && s.live < static_cast<std::uint64_t>(s.cap); },
+                kForeground))
+      return true;
+    for (int priority : {kForeground, kBackground})
+      if (HandOut(out, [priority](const Sub& s) { return s.priority == priority; }, priority)) return true;
     return false;
   }
 
@@ -70,8 +67,16 @@ class FetchSession::Mux final : public RangeConsumer {
 
   void OnReset(std::uint64_t id) override { Of(id).OnReset(id >> kSlotBits); }
 
-  // Steps' and halves' requests are handled first by the offload worker.
-  bool Urgent(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority >= kForeground; }
+  // Background transfers are held back while a planner step has requests
+  // in flight, so the step's bytes get the whole link (they are few, and
+  // the pull waits for them); called on the fetch thread, lock-free.
+  bool ReadyFor(std::uint64_t id, std::size_t /*bytes*/) override {
+    return subs_[id & kMaxSubmissions].priority != kBackground || steps_live_.load(std::memory_order_relaxed) == 0;
+  }
+
+  // The offload worker's lane: steps first, then halves, then the
+  // background (whose transfers alone are held back when it is full).
+  int Lane(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority; }
 
   void OnFailed(std::uint64_t id, const Status& status) override {
     Of(id).OnFailed(id >> kSlotBits, status);
@@ -125,7 +130,30 @@ class FetchSession::Mux final : public RangeConsumer {
     Sub& s = subs_[id & kMaxSubmissions];
     if (s.live == 0) return;  // never: the fetcher ends each request once
     --s.live;
+    if (s.priority == kStep) steps_live_.fetch_sub(1, std::memory_order_relaxed);
     if (s.exhausted && s.live == 0) cv_.notify_all();
+  }
+
+  // The first request of the submissions `eligible` selects, in the order
+  // submitted, within their caps; `start_priority` is what the fetcher
+  // orders it by (RangeRequest::priority). REQUIRES: mu_ held.
+  template <typename Eligible>
+  bool HandOut(RangeRequest* out, Eligible eligible, int start_priority) {
+    for (std::size_t i = 0; i < count_; ++i) {
+      Sub& s = subs_[i];
+      if (s.exhausted || !eligible(s)) continue;
+      if (s.cap > 0 && s.live >= static_cast<std::uint64_t>(s.cap) && Capped(i)) continue;
+      if (s.consumer->NextRequest(out)) {
+        if (s.priority == kStep) steps_live_.fetch_add(1, std::memory_order_relaxed);
+        out->id = (out->id << kSlotBits) | i;
+        out->priority = static_cast<std::uint8_t>(start_priority);  // also ahead of requests pulled earlier
+        ++s.live;
+        return true;
+      }
+      s.exhausted = true;
+      if (s.live == 0) cv_.notify_all();
+    }
+    return false;
   }
 
   // REQUIRES: mu_ held.
@@ -143,13 +171,14 @@ class FetchSession::Mux final : public RangeConsumer {
   std::size_t count_ = 0;
   bool closed_ = false;
   bool ended_ = false;
+  std::atomic<int> steps_live_{0};  // kStep requests handed out, not ended
   Status run_status_;
 };
 
-FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel)
+FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads)
     : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher)) {
-  offload_ = std::make_unique<OffloadConsumer>(*mux_, fetcher_, kQueuedBytes,
-                                               [mux = mux_.get()](std::uint64_t id) { return mux->Urgent(id); });
+  offload_ = std::make_unique<OffloadConsumer>(
+      *mux_, fetcher_, kQueuedBytes, [mux = mux_.get()](std::uint64_t id) { return mux->Lane(id); }, write_threads);
   thread_ = std::thread([this, cancel] {
     pthread_setname_np(pthread_self(), "exlr8-fetch");  // for top -H, perf, gdb
     RunFetch(cancel);

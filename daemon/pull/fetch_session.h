@@ -16,15 +16,21 @@
 //   ...
 //   Status end = session.Finish();      // everything submitted has ended
 //
-// Scheduling: requests of higher priority are handed out first; within a
-// priority, consumers in the order submitted. A consumer's `cap` bounds its
-// requests in flight while the session is open or any consumer of higher
-// priority still has requests to hand out, so background work never holds
-// every transfer slot when the next foreground step arrives.
+// Scheduling: requests of higher priority are handed out first, and start
+// first (RangeRequest::priority) even when the fetcher already holds
+// requests of lower priority waiting for a slot; within a priority,
+// consumers in the order submitted. A consumer's `cap` is its share of the
+// transfer slots: it bounds its requests in flight while the session is
+// open or any consumer of higher priority still has requests to hand out
+// (so background work never holds every slot when the next step arrives),
+// and it is also reserved: below its cap, a background consumer's requests
+// go before the foreground's, so the dense files stream beside the halves
+// rather than after them. Steps always go first, and while a step has
+// requests in flight the background transfers are held back (ReadyFor).
 //
 // Threads: the fetch runs on the session's thread, and every consumer
-// callback on the session's OffloadConsumer worker (one at a time, so
-// consumers need no locks of their own). Submit, Wait and Finish are for
+// callback on the session's OffloadConsumer workers (with one worker, one
+// at a time, so consumers need no locks of their own). Submit, Wait and Finish are for
 // one planner thread. After Wait(ticket) returned, the consumer's state may
 // be read from the planner thread; the consumer must outlive the session.
 #pragma once
@@ -51,8 +57,11 @@ class FetchSession {
   using Ticket = std::size_t;
 
   // Starts fetcher.Run on a new thread. `cancel` (optional) is passed on to
-  // Run. REQUIRES: `fetcher` outlives the session and is run by no one else.
-  FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel);
+  // Run. `write_threads`: the OffloadConsumer's workers (more than one asks
+  // the submitted consumers to take concurrent calls for different requests,
+  // see consumers.h). REQUIRES: `fetcher` outlives the session and is run by
+  // no one else.
+  FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads = 1);
   // Cancels what is still running (if Finish was not called) and joins.
   ~FetchSession();
   FetchSession(const FetchSession&) = delete;

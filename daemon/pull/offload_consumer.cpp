@@ -20,12 +20,19 @@ constexpr std::size_t kMaxSpareBuffers = 64;  // 16 MiB at most
 }  // namespace
 
 OffloadConsumer::OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes,
-                                 std::function<bool(std::uint64_t)> urgent)
-    : inner_(inner), fetcher_(fetcher), max_queued_bytes_(max_queued_bytes), urgent_(std::move(urgent)) {
-  worker_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "exlr8-write");
-    Loop();
-  });
+                                 std::function<int(std::uint64_t)> lane, int workers)
+    : inner_(inner),
+      fetcher_(fetcher),
+      max_queued_bytes_(max_queued_bytes),
+      lane_(std::move(lane)),
+      serialize_(workers <= 1) {
+  const int n = std::max(workers, 1);
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>());
+  for (auto& w : workers_)
+    w->thread = std::thread([this, worker = w.get()] {
+      pthread_setname_np(pthread_self(), "exlr8-write");
+      Loop(*worker);
+    });
 }
 
 OffloadConsumer::~OffloadConsumer() {
@@ -33,8 +40,8 @@ OffloadConsumer::~OffloadConsumer() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
-  worker_.join();
+  for (auto& w : workers_) w->cv.notify_all();
+  for (auto& w : workers_) w->thread.join();
 }
 
 bool OffloadConsumer::NextRequest(RangeRequest* out) {
@@ -47,79 +54,105 @@ bool OffloadConsumer::MayHaveMore() {
   return inner_.MayHaveMore();
 }
 
-OffloadConsumer::Lane& OffloadConsumer::LaneOf(std::uint64_t id) {
-  return lanes_[urgent_ && urgent_(id) ? kUrgent : kNormal];
+std::size_t OffloadConsumer::LaneIndex(std::uint64_t id) const {
+  return lane_ ? static_cast<std::size_t>(std::clamp(lane_(id), 0, kLanes - 1)) : 0;
+}
+
+bool OffloadConsumer::Idle() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->Empty() && !w->busy; });
 }
 
 bool OffloadConsumer::ReadyFor(std::uint64_t id, std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (urgent_ && urgent_(id)) return true;
-  const Lane& lane = LaneOf(id);
-  return lane.queued_bytes == 0 || lane.queued_bytes + bytes <= max_queued_bytes_;
+  if (LaneIndex(id) != 0) return true;  // those wait in OnData instead
+  const std::size_t queued = queued_bytes_[0].load(std::memory_order_relaxed);
+  return (queued == 0 || queued + bytes <= max_queued_bytes_) && inner_.ReadyFor(id, bytes);
 }
 
 Status OffloadConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (auto it = failed_.find(id); it != failed_.end()) return it->second;
-  Lane& lane = LaneOf(id);
-  // Backpressure: wait for room in this lane, but never for a chunk larger
-  // than the whole budget once the lane is empty.
-  if (lane.queued_bytes != 0 && lane.queued_bytes + bytes.size() > max_queued_bytes_) {
-    producer_waiting_ = true;
-    space_cv_.wait(lock, [&] {
-      return lane.queued_bytes == 0 || lane.queued_bytes + bytes.size() <= max_queued_bytes_;
-    });
-    producer_waiting_ = false;
+  if (failed_count_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = failed_.find(id); it != failed_.end()) return it->second;
   }
-  lane.queued_bytes += bytes.size();
-  peak_queued_bytes_ = std::max(peak_queued_bytes_, lanes_[0].queued_bytes + lanes_[1].queued_bytes);
-  if (!lane.queue.empty()) {
-    Message& last = lane.queue.back();
-    if (last.op == Op::kData && last.id == id && last.offset + last.bytes.size() == offset &&
-        last.bytes.size() + bytes.size() <= kMessageBytes) {
-      last.bytes.insert(last.bytes.end(), bytes.begin(), bytes.end());  // within capacity: no allocation
-      return Status::Ok();  // the worker was woken for `last` already
-    }
+  Open& o = open_[id];
+  if (!o.bytes.empty() && (o.offset + o.bytes.size() != offset || o.bytes.size() + bytes.size() > kMessageBytes))
+    PushData(id, o.bytes, o.offset, /*refill=*/true);
+  if (o.bytes.empty()) {
+    o.offset = offset;
+    o.bytes.reserve(std::max(kMessageBytes, bytes.size()));
   }
-  Message m{Op::kData, id, offset, {}, Status::Ok()};
-  if (!spare_.empty()) {
-    m.bytes = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  m.bytes.reserve(std::max(kMessageBytes, bytes.size()));
-  m.bytes.assign(bytes.begin(), bytes.end());
-  lane.queue.push_back(std::move(m));
-  const bool wake = worker_idle_;
-  lock.unlock();
-  if (wake) work_cv_.notify_one();
+  o.bytes.insert(o.bytes.end(), bytes.begin(), bytes.end());  // within capacity: no allocation
+  if (o.bytes.size() >= kMessageBytes) PushData(id, o.bytes, o.offset, /*refill=*/true);
   return Status::Ok();
 }
 
+void OffloadConsumer::PushData(std::uint64_t id, std::vector<std::byte>& open, std::uint64_t open_offset,
+                               bool refill) {
+  if (open.empty()) return;
+  const std::size_t lane = LaneIndex(id);
+  std::atomic<std::size_t>& queued = queued_bytes_[lane];
+  std::unique_lock<std::mutex> lock(mu_);
+  // Backpressure: wait for room in this lane, but never for a message
+  // larger than the whole budget once the lane is empty.
+  const std::size_t n = open.size();
+  if (queued != 0 && queued + n > max_queued_bytes_) {
+    producer_waiting_ = true;
+    space_cv_.wait(lock, [&] { return queued == 0 || queued + n <= max_queued_bytes_; });
+    producer_waiting_ = false;
+  }
+  queued += n;
+  std::size_t total = 0;
+  for (const auto& q : queued_bytes_) total += q;
+  peak_queued_bytes_ = std::max(peak_queued_bytes_, total);
+  Worker& w = WorkerOf(id);
+  w.lanes[lane].push_back(Message{Op::kData, id, open_offset, std::move(open), Status::Ok()});
+  open = {};
+  if (refill && !spare_.empty()) {  // the next message's buffer
+    open = std::move(spare_.back());
+    spare_.pop_back();
+    open.clear();  // keeps the capacity
+  }
+  const bool wake = w.idle;
+  lock.unlock();
+  if (wake) w.cv.notify_one();
+}
+
 RangeVerdict OffloadConsumer::OnComplete(std::uint64_t id) {
+  if (auto it = open_.find(id); it != open_.end()) {
+    PushData(id, it->second.bytes, it->second.offset, /*refill=*/false);
+    open_.erase(it);
+  }
   Push({Op::kComplete, id, 0, {}, Status::Ok()});
   return RangeVerdict::Pending();
 }
 
-void OffloadConsumer::OnReset(std::uint64_t id) { Push({Op::kReset, id, 0, {}, Status::Ok()}); }
+// Bytes not yet handed to the worker are dropped: the inner consumer forgets
+// what it had of the request anyway.
+void OffloadConsumer::OnReset(std::uint64_t id) {
+  open_.erase(id);
+  Push({Op::kReset, id, 0, {}, Status::Ok()});
+}
 
 void OffloadConsumer::OnFailed(std::uint64_t id, const Status& status) {
+  open_.erase(id);
   Push({Op::kFailed, id, 0, {}, status});
 }
 
 void OffloadConsumer::Push(Message m) {
+  Worker& w = WorkerOf(m.id);
+  const std::size_t lane = LaneIndex(m.id);
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    LaneOf(m.id).queue.push_back(std::move(m));
-    wake = worker_idle_;
+    w.lanes[lane].push_back(std::move(m));
+    wake = w.idle;
   }
-  if (wake) work_cv_.notify_one();
+  if (wake) w.cv.notify_one();
 }
 
 void OffloadConsumer::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   producer_waiting_ = true;
-  space_cv_.wait(lock, [&] { return lanes_[0].queue.empty() && lanes_[1].queue.empty() && !busy_; });
+  space_cv_.wait(lock, [&] { return Idle(); });
   producer_waiting_ = false;
 }
 
@@ -128,31 +161,31 @@ std::size_t OffloadConsumer::peak_queued_bytes() const {
   return peak_queued_bytes_;
 }
 
-void OffloadConsumer::Loop() {
+void OffloadConsumer::Loop(Worker& w) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    auto empty = [&] { return lanes_[0].queue.empty() && lanes_[1].queue.empty(); };
-    if (empty() && !stop_) {
-      worker_idle_ = true;
-      work_cv_.wait(lock, [&] { return stop_ || !empty(); });
-      worker_idle_ = false;
+    if (w.Empty() && !stop_) {
+      w.idle = true;
+      w.cv.wait(lock, [&] { return stop_ || !w.Empty(); });
+      w.idle = false;
     }
-    if (empty()) return;  // stop_ and nothing left
-    // Urgent work first: a foreground step's completion must not wait
-    // behind megabytes of background file data.
-    Lane& lane = lanes_[kUrgent].queue.empty() ? lanes_[kNormal] : lanes_[kUrgent];
-    Message m = std::move(lane.queue.front());
-    lane.queue.pop_front();
-    busy_ = true;
+    if (w.Empty()) return;  // stop_ and nothing left
+    // The highest lane first: a planner step's completion must not wait
+    // behind megabytes of halves or background file data.
+    std::size_t top = kLanes - 1;
+    while (w.lanes[top].empty()) --top;
+    Message m = std::move(w.lanes[top].front());
+    w.lanes[top].pop_front();
+    w.busy = true;
     lock.unlock();
     Handle(m);
     lock.lock();
-    busy_ = false;
+    w.busy = false;
     if (m.op == Op::kData) {
-      lane.queued_bytes -= m.bytes.size();
+      queued_bytes_[top] -= m.bytes.size();
       if (spare_.size() < kMaxSpareBuffers && m.bytes.capacity() <= kMessageBytes) spare_.push_back(std::move(m.bytes));
     }
-    // Producers wait only when the queue is full, or in Drain.
+    // Producers wait only when a lane is full, or in Drain.
     if (producer_waiting_) space_cv_.notify_all();
   }
 }
@@ -168,18 +201,21 @@ void OffloadConsumer::Handle(Message& m) {
   auto forget_failure = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     failed_.erase(m.id);
+    failed_count_.store(failed_.size(), std::memory_order_release);
   };
   switch (m.op) {
     case Op::kData: {
       if (failure()) return;  // the request is failing; drop its bytes
       Status s;
       {
-        std::lock_guard<std::mutex> lock(inner_mu_);
+        std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
+        if (serialize_) lock.lock();
         s = inner_.OnData(m.id, m.offset, m.bytes);
       }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         failed_.emplace(m.id, std::move(s));
+        failed_count_.store(failed_.size(), std::memory_order_release);
       }
       return;
     }
@@ -191,7 +227,8 @@ void OffloadConsumer::Handle(Message& m) {
       }
       RangeVerdict v;
       {
-        std::lock_guard<std::mutex> lock(inner_mu_);
+        std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
+        if (serialize_) lock.lock();
         v = inner_.OnComplete(m.id);
       }
       if (v.kind == RangeVerdict::Kind::kPending)  // nested offloading is not supported
@@ -200,13 +237,15 @@ void OffloadConsumer::Handle(Message& m) {
       return;
     }
     case Op::kReset: {
-      std::lock_guard<std::mutex> lock(inner_mu_);
+      std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
+      if (serialize_) lock.lock();
       inner_.OnReset(m.id);
       return;
     }
     case Op::kFailed: {
       forget_failure();
-      std::lock_guard<std::mutex> lock(inner_mu_);
+      std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
+      if (serialize_) lock.lock();
       inner_.OnFailed(m.id, m.status);
       return;
     }

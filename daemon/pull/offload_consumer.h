@@ -1,5 +1,5 @@
 // OffloadConsumer: runs a RangeConsumer's per-byte work (pwrite into the
-// cache, XXH64 / SHA-256 of every byte) on a worker thread, so the fetch
+// cache, XXH64 / SHA-256 of every byte) on worker threads, so the fetch
 // thread only receives and copies.
 //
 // Why: measured on the pull benchmark (docs/BENCHMARKS.md), one thread that
@@ -15,11 +15,20 @@
 //   (acts on the verdict when delivered) <- fetcher.Deliver(id, verdict)
 //   OnReset / OnFailed: queued, in order    inner.OnReset / inner.OnFailed
 //
-// Every call reaches the inner consumer in the order the fetcher made it,
-// one at a time (NextRequest from the fetch thread under the same mutex as
-// the worker's calls), so the inner consumer needs no locking of its own.
-// Memory is bounded: at most `max_queued_bytes` of copied chunks wait for
-// the worker (then OnData blocks: backpressure onto the sockets).
+// With several workers (measured on a 16-core machine: one worker writing
+// and hashing every byte was the pull's bottleneck, at ~1 GB/s), each
+// request belongs to one worker: its calls reach the inner consumer in the
+// order the fetcher made them, one at a time, while calls for different
+// requests run concurrently on different workers, and NextRequest (fetch
+// thread) concurrently with both. With one worker, every call is made one
+// at a time (NextRequest under the same mutex as the worker's calls), so
+// the inner consumer needs no locking of its own.
+// A request's chunks are gathered into its own open message on the fetch
+// thread, without a lock, and queued once 256 KiB are there or the request
+// ends: one lock and one wake-up per message, not per 16 KiB chunk.
+// Memory is bounded: at most `max_queued_bytes` of messages wait for the
+// worker per lane (then OnData blocks: backpressure onto the sockets), plus
+// one open message per transfer.
 //
 // A write error (disk full) found by the worker fails its request: the next
 // OnData of that request returns the error (so the fetcher stops the
@@ -30,11 +39,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -50,28 +61,35 @@ class OffloadConsumer final : public RangeConsumer {
  public:
   // REQUIRES: `inner` and `fetcher` outlive this object; `fetcher` is the
   // one this consumer is run by.
-  // `urgent` (optional) picks the requests whose calls the worker handles
-  // before all others (each request's calls stay in order: a request is
-  // urgent or not for its whole life). `max_queued_bytes` applies to the
-  // urgent and the other requests separately.
+  // `lane` (optional) sorts requests into lanes 0..kLanes-1 (0 when not
+  // given); the worker handles the calls of the highest non-empty lane
+  // first (each request's calls stay in order: a request keeps its lane for
+  // its whole life). Lane 0 is the only one whose transfers are held back
+  // when full (ReadyFor); the others wait in OnData. `max_queued_bytes`
+  // applies to each lane separately.
+  // `workers` >= 1 threads (see above for what more than one asks of
+  // `inner`).
+  static constexpr int kLanes = 3;
   OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes = 32u << 20,
-                  std::function<bool(std::uint64_t id)> urgent = {});
-  ~OffloadConsumer() override;  // drains and joins the worker
+                  std::function<int(std::uint64_t id)> lane = {}, int workers = 1);
+  ~OffloadConsumer() override;  // drains and joins the workers
   OffloadConsumer(const OffloadConsumer&) = delete;
   OffloadConsumer& operator=(const OffloadConsumer&) = delete;
 
   bool NextRequest(RangeRequest* out) override;
   bool MayHaveMore() override;
-  // False while the request's lane is full (other than urgent requests,
-  // which wait in OnData instead): the fetcher holds that transfer back
-  // and keeps receiving the others.
+  // False while lane 0 is full, for its requests (the other lanes wait in
+  // OnData instead), or when the inner consumer says so for them: the
+  // fetcher holds that transfer back and keeps receiving the others. The
+  // inner consumer's ReadyFor is called on the fetch thread, concurrently
+  // with its other calls on the worker: it must be thread-safe.
   bool ReadyFor(std::uint64_t id, std::size_t bytes) override;
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
   RangeVerdict OnComplete(std::uint64_t id) override;
   void OnReset(std::uint64_t id) override;
   void OnFailed(std::uint64_t id, const Status& status) override;
 
-  // Waits until the worker has handled everything queued so far. After
+  // Waits until the workers have handled everything queued so far. After
   // fetcher.Run returned and Drain returned, the inner consumer is idle and
   // its state may be read from this thread.
   void Drain();
@@ -89,39 +107,56 @@ class OffloadConsumer final : public RangeConsumer {
     Status status;                 // kFailed
   };
 
-  struct Lane {
-    std::deque<Message> queue;
-    std::size_t queued_bytes = 0;
+  // A worker thread and its queues, one per lane.
+  struct Worker {
+    std::array<std::deque<Message>, kLanes> lanes;
+    std::condition_variable cv;  // something queued / stop
+    bool idle = false;           // waits on cv
+    bool busy = false;           // handling a message
+    std::thread thread;
+    bool Empty() const {
+      return std::all_of(lanes.begin(), lanes.end(), [](const auto& q) { return q.empty(); });
+    }
   };
-  enum : std::size_t { kNormal = 0, kUrgent = 1 };
-
-  Lane& LaneOf(std::uint64_t id);  // REQUIRES: mu_ held
+  std::size_t LaneIndex(std::uint64_t id) const;
+  Worker& WorkerOf(std::uint64_t id) { return *workers_[(id * 0x9E3779B97F4A7C15ull >> 32) % workers_.size()]; }
+  bool Idle() const;  // every queue empty, no worker busy. REQUIRES: mu_ held
   void Push(Message m);
-  void Loop();
+  // Queues the open message of `id` (if any bytes), waiting for room in its
+  // lane; leaves `open` empty, with a recycled buffer if `refill`.
+  void PushData(std::uint64_t id, std::vector<std::byte>& open, std::uint64_t open_offset, bool refill);
+  void Loop(Worker& w);
   void Handle(Message& m);
 
   RangeConsumer& inner_;
   RangeFetcher& fetcher_;
   const std::size_t max_queued_bytes_;
-  const std::function<bool(std::uint64_t)> urgent_;
+  const std::function<int(std::uint64_t)> lane_;
 
-  std::mutex inner_mu_;  // one call into inner_ at a time
+  const bool serialize_;  // one worker: every call into inner_ under inner_mu_
+  std::mutex inner_mu_;
 
   mutable std::mutex mu_;  // guards everything below
-  std::condition_variable work_cv_;   // worker: something queued / stop
   std::condition_variable space_cv_;  // producers: bytes freed / drained
-  std::array<Lane, 2> lanes_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  // Bytes queued per lane over all workers: written under mu_, read without
+  // it by ReadyFor (a hint).
+  std::array<std::atomic<std::size_t>, kLanes> queued_bytes_{};
   std::vector<std::vector<std::byte>> spare_;  // recycled chunk buffers
   std::size_t peak_queued_bytes_ = 0;
-  bool busy_ = false;         // the worker is handling a message
-  bool worker_idle_ = false;  // the worker waits on work_cv_
   bool producer_waiting_ = false;  // OnData or Drain waits on space_cv_
   bool stop_ = false;
   // Requests whose data the worker could not take (e.g. disk full), with
   // the error; cleared when the worker sees the request end.
   std::unordered_map<std::uint64_t, Status> failed_;
+  std::atomic<std::size_t> failed_count_{0};  // failed_.size(), read without mu_
 
-  std::thread worker_;
+  // The fetch thread's open message per request in flight (fetch thread only).
+  struct Open {
+    std::uint64_t offset = 0;
+    std::vector<std::byte> bytes;
+  };
+  std::unordered_map<std::uint64_t, Open> open_;
 };
 
 }  // namespace exlr8

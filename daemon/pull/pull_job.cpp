@@ -26,8 +26,10 @@ namespace {
 constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
     "starting", "resolve", "list", "metadata", "plan", "headers", "halves", "commit", "done", "failed"};
 
-// First bytes fetched from each width file: enough for most headers in one go.
+// First bytes fetched from each width file whose index locates no half in
+// it; with halves, up to the lowest one (the header ends there), at most:
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
+constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
 constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 
 bool IsValidRepoId(std::string_view repo) {
@@ -130,6 +132,10 @@ struct PullJob::Rep {
   // Transfer slots the background files may hold while the planner works.
   int BackgroundCap() const {
     return opt.background_jobs > 0 ? opt.background_jobs : std::max(1, opt.fetch.max_parallel / 4);
+  }
+  int WriteThreads() const {
+    if (opt.write_threads > 0) return opt.write_threads;
+    return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   }
   Status FetchHalves(const Plan& plan, std::uint64_t* reused, Streams& streams);
   Status FinishStreams(Streams& streams);
@@ -314,12 +320,14 @@ Result<std::string> PullJob::Rep::ReadCachedText(const std::string& path) {
 Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
                                    std::map<std::string, std::uint64_t>* header_bytes,
                                    const std::map<int, ExpertIndex>& indexes, std::uint64_t* reused) {
+  std::mutex header_bytes_mu;  // headers are finished on several write workers at once
   auto validate = [&](const std::string& path, std::span<const std::byte> bytes, std::uint64_t size) -> Status {
     EXLR8_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(bytes, size, path));
     const ReleasePath rp = ClassifyReleasePath(path);
     auto ix = indexes.find(rp.layer);
     if (ix == indexes.end()) return CorruptionError(path + ": no index file for layer " + std::to_string(rp.layer));
     EXLR8_RETURN_IF_ERROR(ix->second.ValidateWidthFile(rp.k, header, size, path));
+    std::lock_guard<std::mutex> lock(header_bytes_mu);
     (*header_bytes)[path] = header.data_start();
     return Status::Ok();
   };
@@ -346,7 +354,15 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     t.file = f->id;
     t.path = path;
     t.size = f->size;
-    t.wanted = std::min(f->size, kHeaderProbeBytes);
+    // The header ends at or before the file's lowest half (checked once it
+    // is here), so one request up to there usually brings all of it.
+    t.first_round = kHeaderProbeBytes;
+    const ReleasePath rp = ClassifyReleasePath(path);
+    if (auto ix = indexes.find(rp.layer); ix != indexes.end())
+      if (std::optional<std::uint64_t> lowest = ix->second.LowestHalfOffset(rp.k))
+        t.first_round = std::clamp<std::uint64_t>(*lowest, 8, kMaxHeaderFirstRound);
+    t.first_round = std::min(t.first_round, f->size);
+    t.wanted = t.first_round;
     targets.push_back(std::move(t));
   }
   if (targets.empty()) return Status::Ok();
@@ -378,7 +394,7 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     if (++refetches[static_cast<std::size_t>(&t - targets.data())] > opt.fetch.max_refetches) return bad;
     std::vector<std::byte>().swap(t.bytes);
     t.header_bytes.reset();
-    t.wanted = std::min(t.size, kHeaderProbeBytes);
+    t.wanted = t.first_round;
     return Status::Ok();
   };
   // Learns a header's size from its first 8 bytes, and finishes it if all
@@ -400,12 +416,12 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     return s.ok() ? s : retry_or_fail(t, std::move(s));
   };
 
-  // Rounds: the first fetches a probe (the first 64 KiB of each), which
-  // gives each header's size and completes the short ones; the next the
-  // rest of the longer ones, each finished as soon as it is complete (on
-  // the fetch session's worker; memory stays one header per transfer); any
-  // later round refetches damaged ones.
-  auto on_complete = [&](HeaderTarget& t) -> Status { return t.header_bytes ? advance(t) : Status::Ok(); };
+  // Rounds: the first fetches each file up to its lowest half, which gives
+  // the header's size and usually all of it; the next the rest of any
+  // longer ones; any later round refetches damaged ones. Each is finished
+  // as soon as its request ends (on the fetch session's worker), so memory
+  // stays about one header per transfer.
+  auto on_complete = [&](HeaderTarget& t) -> Status { return advance(t); };
   while (std::any_of(targets.begin(), targets.end(), [](const HeaderTarget& t) { return !t.done; })) {
     HeaderConsumer consumer(*fetcher, targets, on_complete);
     EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer));
@@ -456,13 +472,18 @@ Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std:
 
 // Starts the whole files in the background, right after the listing: they
 // depend on nothing the planner computes, and are the largest (dense
-// layers, vocab). They get at most a quarter of the transfer slots while
-// the planner's steps run, so those never wait for a slot. Whole files are
+// layers, vocab). They get a quarter of the transfer slots (at most while
+// the planner's steps run, so those never wait for a slot; at least while
+// the halves stream, so they end with them). Whole files are
 // flagged verified only after the final flush made their bytes durable.
 Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& st) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(whole, reused));
   if (targets.empty()) return Status::Ok();
   std::vector<WholeFileTarget> fresh, resumed;
+  // Largest first: a big file started last would be the pull's tail, one
+  // transfer streaming alone after everything else has ended.
+  std::stable_sort(targets.begin(), targets.end(),
+                   [](const WholeFileTarget& a, const WholeFileTarget& b) { return a.size > b.size; });
   for (WholeFileTarget& t : targets) {
     st.file_bytes += t.size - t.resume_from;
     (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
@@ -604,7 +625,7 @@ Result<PullSummary> PullJob::Run() {
     } unset{r, streams};
     r.streams = &streams;
     if (!r.opt.offline) {
-      fetch = std::make_unique<FetchSession>(*r.fetcher, &r.cancel);
+      fetch = std::make_unique<FetchSession>(*r.fetcher, &r.cancel, r.WriteThreads());
       r.session = fetch.get();
     }
     PullSummary sum;

@@ -73,6 +73,9 @@ struct PullOptions {
   // fetches index files and headers: -1 = a quarter of fetch.max_parallel;
   // 0 = they start with the halves instead.
   int background_jobs = -1;
+  // Threads that write and hash what arrives: 0 = a quarter of the cores,
+  // 1 to 4 (one thread wrote and hashed ~1 GB/s at most).
+  int write_threads = 0;
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;

@@ -1,13 +1,17 @@
 // OffloadConsumer between a real RangeFetcher (fake hub and CDN on loopback)
 // and a recording consumer: the inner consumer sees exactly the calls it
-// would see without offloading, in order, from one thread at a time.
+// would see without offloading, in order, from one thread at a time (one
+// worker) or one thread at a time per request (several workers).
 #include "daemon/pull/offload_consumer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "tests/daemon/hub_test_server.h"
@@ -127,6 +131,137 @@ TEST(OffloadConsumerTest, SameCallsAsInlineWithRefetchesFailuresAndCutBodies) {
   EXPECT_GT(f.counters().resumes, 0u);
 }
 
+// Ranges of several 256 KiB messages each, arriving interleaved on a few
+// transfers, some cut short (resumed mid-message) and some refetched: every
+// byte reaches the inner consumer once per attempt, at its offset, with
+// recycled buffers never leaking an earlier message's bytes.
+TEST(OffloadConsumerTest, LargeRangesSpanManyMessagesAndRecycledBuffers) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(12'000'000, 35);
+  auto client = OpenPatient(hub);
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> n{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    if (++n % 3 == 0 && resp.status == 206) resp.send_only = 700'000;  // mid-message
+    return resp;
+  };
+  ExclusiveConsumer inner;
+  const std::uint64_t len = 1'500'000;
+  for (std::uint64_t i = 0; i < 8; ++i) inner.Add("a.bin", i * len, len);
+  std::map<std::uint64_t, int> seen;
+  inner.verdict = [&](std::uint64_t id, const std::string&) {
+    if (id % 3 == 0 && ++seen[id] == 1) return RangeVerdict::Refetch(CorruptionError("sha256 mismatch"));
+    return RangeVerdict::Accept();
+  };
+  RangeFetcherOptions o = PatientOptions();
+  o.max_parallel = 3;
+  RangeFetcher f(*client, o);
+  Status s;
+  {
+    OffloadConsumer offload(inner, f);
+    s = f.Run(offload);
+    offload.Drain();
+  }
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(inner.violations, 0);
+  EXPECT_EQ(inner.outstanding, 0);
+  EXPECT_EQ(inner.accepted.size(), 8u);
+  inner.ExpectBytes(hub.lfs_files);
+  EXPECT_GT(f.counters().resumes, 0u);
+  EXPECT_EQ(f.counters().refetches, 3u);  // ids 0, 3, 6
+}
+
+// For several workers: calls for one request never overlap, calls for
+// different requests may; records which threads made them.
+class PerRequestConsumer : public TestConsumer {
+ public:
+  std::mutex mu;  // the recorder's maps are shared between requests
+  std::array<std::atomic<int>, 256> inside{};
+  std::atomic<int> same_request_overlaps{0};
+  std::set<std::thread::id> threads;
+  struct Enter {
+    Enter(PerRequestConsumer& c, std::uint64_t id) : c_(c), id_(id) {
+      if (c_.inside[id_].fetch_add(1) != 0) c_.same_request_overlaps.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen the window for overlaps
+    }
+    ~Enter() { c_.inside[id_].fetch_sub(1); }
+    PerRequestConsumer& c_;
+    std::uint64_t id_;
+  };
+  bool NextRequest(RangeRequest* out) override {
+    std::lock_guard<std::mutex> lock(mu);
+    return TestConsumer::NextRequest(out);
+  }
+  Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override {
+    Enter e(*this, id);
+    std::lock_guard<std::mutex> lock(mu);
+    threads.insert(std::this_thread::get_id());
+    return TestConsumer::OnData(id, offset, bytes);
+  }
+  RangeVerdict OnComplete(std::uint64_t id) override {
+    Enter e(*this, id);
+    std::lock_guard<std::mutex> lock(mu);
+    return TestConsumer::OnComplete(id);
+  }
+  void OnReset(std::uint64_t id) override {
+    Enter e(*this, id);
+    std::lock_guard<std::mutex> lock(mu);
+    TestConsumer::OnReset(id);
+  }
+  void OnFailed(std::uint64_t id, const Status& status) override {
+    Enter e(*this, id);
+    std::lock_guard<std::mutex> lock(mu);
+    TestConsumer::OnFailed(id, status);
+  }
+};
+
+TEST(OffloadConsumerTest, SeveralWorkersKeepEachRequestsCallsInOrder) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(6'000'000, 36);
+  auto client = OpenPatient(hub);
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> n{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    if (++n % 4 == 0 && resp.status == 206) resp.send_only = 100'000;  // resumed
+    return resp;
+  };
+  PerRequestConsumer inner;
+  const std::uint64_t len = 6'000'000 / 48;  // 125 KB: one message or two
+  for (std::uint64_t i = 0; i < 48; ++i) inner.Add("a.bin", i * len, len);
+  std::map<std::uint64_t, int> seen;  // (under inner.mu)
+  inner.verdict = [&](std::uint64_t id, const std::string&) {
+    if (id == 7) return RangeVerdict::Fail(CorruptionError("bad tile in req 7"));
+    if (id % 5 == 2 && ++seen[id] == 1) return RangeVerdict::Refetch(CorruptionError("xxh64 mismatch"));
+    return RangeVerdict::Accept();
+  };
+  RangeFetcherOptions o = PatientOptions();
+  o.max_parallel = 8;
+  RangeFetcher f(*client, o);
+  Status s;
+  {
+    OffloadConsumer offload(inner, f, 1u << 20, {}, /*workers=*/4);
+    s = f.Run(offload);
+    offload.Drain();
+  }
+  EXPECT_FALSE(s.ok());  // request 7 failed
+  EXPECT_EQ(inner.violations, 0);  // each request's bytes in order, complete, ended once
+  EXPECT_EQ(inner.same_request_overlaps.load(), 0);
+  EXPECT_EQ(inner.outstanding, 0);
+  EXPECT_GE(inner.threads.size(), 2u) << "the requests were spread over the workers";
+  ASSERT_EQ(inner.failed.size(), 1u);
+  EXPECT_THAT(inner.failed[7].message(), HasSubstr("bad tile in req 7"));
+  EXPECT_EQ(inner.accepted.size(), 47u);
+  inner.ExpectBytes(hub.lfs_files);
+  for (std::uint64_t id = 2; id < 48; id += 5) {
+    if (id == 7) continue;
+    EXPECT_EQ(inner.resets[id], 1) << id;
+    EXPECT_EQ(inner.completes[id], 2) << id;
+  }
+  EXPECT_GT(f.counters().resumes, 0u);
+}
+
 TEST(OffloadConsumerTest, WriteErrorStopsTheTransferEarly) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(4'000'000, 32);
@@ -184,8 +319,8 @@ TEST(OffloadConsumerTest, QueuedBytesStayWithinTheBound) {
   EXPECT_EQ(inner.accepted.size(), 20u);
   inner.ExpectBytes(hub.lfs_files);
   EXPECT_GT(peak, 0u);
-  // One chunk (at most 16 KiB from libcurl) may exceed the bound's remainder
-  // only when the queue was empty; otherwise the bound holds.
+  // A message (a request's chunks, up to 256 KiB) may exceed the bound's
+  // remainder only when the lane was empty; otherwise the bound holds.
   EXPECT_LE(peak, kBound);
 }
 

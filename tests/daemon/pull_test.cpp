@@ -126,6 +126,7 @@ TEST(PullTest, FaultsStillByteExact) {
   // URLs expire every 150 ms whatever the machine's speed: do not let a slow
   // run hit the per-file re-resolve bound (its own test is in range_fetcher_test).
   o.fetch.max_reresolves_per_file = 1000;
+  o.write_threads = 3;  // requests written and hashed on three threads at once
   auto s = Pull(cache.path(), o);
   done.store(true);
   expirer.join();
@@ -332,12 +333,13 @@ TEST(PullTest, GcCommandEvictsUnpinnedFilesets) {
 // start with the halves (--background-jobs 0): the cache ends up the same.
 TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
   auto sim = StartSim(TinyRelease());
-  for (int bg : {0, 1, 8}) {
+  for (auto [bg, writers] : {std::pair{0, 1}, {1, 4}, {8, 2}}) {
     TempDir cache;
     PullOptions o = Options(*sim, "down1", 3, 2);
     o.background_jobs = bg;
+    o.write_threads = writers;
     auto s = Pull(cache.path(), o);
-    ASSERT_TRUE(s.ok()) << "background_jobs " << bg << ": " << s.status().ToString();
+    ASSERT_TRUE(s.ok()) << "background_jobs " << bg << ", write_threads " << writers << ": " << s.status().ToString();
     EXPECT_TRUE(s->complete);
     EXPECT_LE(s->resolves, s->plan.files.size() + 3);
     ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
@@ -349,6 +351,7 @@ TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
                            "--rank 2 --endpoint " + sim->hub_url() + " --cache " + cache.path().string() +
                            " --no-progress --json --jobs 4";
   EXPECT_EQ(std::system((pull + " --background-jobs 5 > /dev/null 2>&1").c_str()) >> 8, 2);  // more than --jobs
+  EXPECT_EQ(std::system((pull + " --write-threads 5 > /dev/null 2>&1").c_str()) >> 8, 2);    // 1..4
   const fs::path out = cache.path().parent_path() / ("bg-" + std::to_string(::getpid()) + ".json");
   ASSERT_EQ(std::system((pull + " --background-jobs 0 > " + out.string()).c_str()), 0);
   const auto text = ReadAll(out);

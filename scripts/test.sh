@@ -32,15 +32,21 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan/tests/format --output-on-failure -j"$jobs"
 
 step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
-# The fetch thread, the write worker, the committer and the planner meet in
-# these; each test runs real transfers over loopback.
-tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test)
+# The fetch thread, the write workers, the committers and the planner meet
+# in these; each test runs real transfers over loopback. The pulls run the
+# real consumers on several write workers at once (and the exlr8d command,
+# also built with ThreadSanitizer).
+tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
+            pull_headers_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   >/dev/null
-cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" >/dev/null
+cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test exlr8d >/dev/null
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
 done
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
+  --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
+
 
 if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then
   step "bounded libFuzzer runs (build-fuzz/)"

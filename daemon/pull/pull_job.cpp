@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <set>
 #include <thread>
@@ -550,18 +551,23 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
   if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
   Status s = session->Finish();
   SetPhase(PullPhase::kCommit);
-  Status flushed = st.halves_batch ? st.halves_batch->Flush() : Status::Ok();
-  for (auto& b : st.step_batches) {
-    Status f = b->Flush();
-    if (flushed.ok()) flushed = f;
+  // Every batch flushes at once: each waits for its own background commit,
+  // then syncs its files, and their fdatasyncs overlap (one after another,
+  // the last commit was ~15% of a pull on a 16-core machine).
+  std::vector<CommitBatcher*> batches;
+  if (st.halves_batch) batches.push_back(st.halves_batch.get());
+  if (st.files_batch) batches.push_back(st.files_batch.get());
+  for (auto& b : st.step_batches) batches.push_back(b.get());
+  std::vector<std::future<Status>> flushes;
+  for (CommitBatcher* b : batches) flushes.push_back(std::async(std::launch::async, [b] { return b->Flush(); }));
+  Status flushed;
+  for (auto& f : flushes) {
+    Status r = f.get();
+    if (flushed.ok()) flushed = std::move(r);
   }
   std::vector<FileId> whole = st.step_whole_files;
-  if (st.files_batch) {
-    Status f = st.files_batch->Flush();
-    if (flushed.ok()) flushed = f;
-    for (const auto* c : {st.files.get(), st.resumed.get()})
-      if (c) whole.insert(whole.end(), c->verified().begin(), c->verified().end());
-  }
+  for (const auto* c : {st.files.get(), st.resumed.get()})
+    if (c) whole.insert(whole.end(), c->verified().begin(), c->verified().end());
   // Flagged only once their extents are durable (flushed above).
   if (flushed.ok()) flushed = cache.MarkWholeFilesVerified(whole);
   if (cancel.load()) return CancelledError("pull cancelled");

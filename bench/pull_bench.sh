@@ -360,7 +360,7 @@ if [[ " $parts " == *" B "* ]]; then
     "$bin/exlr8" plan "$glm" --manifest "$b_manifest" --tp 4 --rank 1 --json > "$w/glm-plan.json"
     t1=$(now)
   fi
-  b_args=(--repo bench/pull --manifest "$b_manifest" --tp 4 --rank 1 --jobs 16)
+  b_args=(--repo bench/pull --manifest "$b_manifest" --tp 4 --rank 1 --jobs 16 "${pull_extra[@]}")
   python3 - "$w/glm-plan.json" "$(echo "$t1 - $t0" | bc)" << 'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); t = p["totals"]

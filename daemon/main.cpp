@@ -1,6 +1,9 @@
 // exlr8d: per-node storage and distribution of EXLR8 filesets.
 #include <string>
 #include <vector>
+#if defined(__GLIBC__)  // (defined once a libc header is in)
+#include <malloc.h>
+#endif
 
 #include "client/cli.h"
 #include "daemon/commands.h"
@@ -25,9 +28,24 @@ int RunServe(const std::vector<std::string>&) {
                                                       "'exlr8d pull' (it resumes where it stopped)"));
 }
 
+// glibc's defaults let each write worker keep its own arena and raise the
+// mmap threshold after the first large free, so freed header buffers (~1.3
+// MB each at GLM-5.3 scale) stayed in the process: with four write workers
+// a full-scale pull peaked ~30 MB higher (bench/pull_bench.sh part B).
+// Buffers of 1 MiB and more now go back to the system when freed (the 256
+// KiB transfer messages are recycled, not freed), and two arenas serve all
+// threads. Set before any thread starts.
+void TuneAllocator() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_ARENA_MAX, 2);
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  TuneAllocator();
   static constexpr exlr8::Subcommand kCommands[] = {
       {"pull", exlr8::RunPullCommand},
       {"gc", exlr8::RunGcCommand},

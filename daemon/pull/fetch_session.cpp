@@ -10,7 +10,7 @@ namespace {
 constexpr int kSlotBits = 8;
 constexpr std::size_t kMaxSubmissions = (std::size_t{1} << kSlotBits) - 1;
 // Received bytes waiting for the offload worker, per lane.
-constexpr std::size_t kQueuedBytes = 16u << 20;
+constexpr std::size_t kQueuedBytes = 8u << 20;
 static_assert(OffloadConsumer::kLanes == FetchSession::kStep + 1, "one offload lane per priority");
 }  // namespace
 

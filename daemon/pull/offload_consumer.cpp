@@ -16,7 +16,7 @@ namespace {
 // and one wake-up per 256 KiB instead of per 16 KiB.
 constexpr std::size_t kMessageBytes = 256 * 1024;
 // Recycled buffers kept beyond this are freed.
-constexpr std::size_t kMaxSpareBuffers = 64;  // 16 MiB at most
+constexpr std::size_t kMaxSpareBuffers = 32;  // 8 MiB at most
 }  // namespace
 
 OffloadConsumer::OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, std::size_t max_queued_bytes,

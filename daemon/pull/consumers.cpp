@@ -30,14 +30,11 @@ bool WholeFileConsumer::NextRequest(RangeRequest* out) {
   auto digest = StreamDigest::Create(t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256,
                                      t.size);
   if (!digest.ok()) return false;  // OpenSSL broken: nothing can be verified
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (next_ < prefix_digests_.size() && prefix_digests_[next_]) {
-      live_.emplace(next_, Live{std::move(*prefix_digests_[next_]), true});
-      prefix_digests_[next_].reset();
-    } else {
-      live_.emplace(next_, Live{std::move(*digest), t.resume_from == 0});
-    }
+  if (next_ < prefix_digests_.size() && prefix_digests_[next_]) {
+    live_.Emplace(next_, Live{std::move(*prefix_digests_[next_]), true});
+    prefix_digests_[next_].reset();
+  } else {
+    live_.Emplace(next_, Live{std::move(*digest), t.resume_from == 0});
   }
   out->path = t.path;
   out->offset = t.resume_from;
@@ -77,7 +74,7 @@ Status WholeFileConsumer::HashPrefixes() {
 
 Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   const WholeFileTarget& t = targets_[id];
-  Live& lv = LiveOf(id);
+  Live& lv = live_.At(id);
   if (!lv.prefix_hashed) {
     EXLR8_RETURN_IF_ERROR(HashPrefix(t, lv.digest));
     lv.prefix_hashed = true;
@@ -91,7 +88,7 @@ Status WholeFileConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::sp
 
 RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   const WholeFileTarget& t = targets_[id];
-  const std::string got = LiveOf(id).digest.FinishHex();
+  const std::string got = live_.At(id).digest.FinishHex();
   const std::string& want = t.sha256.empty() ? t.git_sha1 : t.sha256;
   if (got != want && t.resume_from > 0) {
     // Fetching the rest again cannot mend the prefix read from disk: forget
@@ -112,12 +109,12 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   Status s = batch_.Add({t.file, 0, t.size});
   if (!s.ok()) return RangeVerdict::Fail(s);
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(verified_mu_);
   verified_.push_back(t.file);
   return RangeVerdict::Accept();
 }
 
-void WholeFileConsumer::OnReset(std::uint64_t id) { LiveOf(id).digest.Reset(); }
+void WholeFileConsumer::OnReset(std::uint64_t id) { live_.At(id).digest.Reset(); }
 
 // ---- width-file headers ----
 
@@ -200,10 +197,7 @@ bool HalfConsumer::NextRequest(RangeRequest* out) {
   const FileWork::Request& rq = fw.requests[next_request_++];
   const std::uint64_t id = next_id_++;
   Live live{&fw, &rq, std::vector<Xxh64>(rq.count), 0};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.emplace(id, std::move(live));
-  }
+  live_.Emplace(id, std::move(live));
   out->path = fw.path;
   out->offset = rq.offset;
   out->length = rq.length;
@@ -214,7 +208,7 @@ bool HalfConsumer::NextRequest(RangeRequest* out) {
 }
 
 Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
-  Live& lv = LiveOf(id);
+  Live& lv = live_.At(id);
   EXLR8_RETURN_IF_ERROR(cache_.WriteAt(lv.file->file, offset, bytes));
   const std::uint64_t end = offset + bytes.size();
   while (lv.cursor < lv.request->count) {
@@ -230,7 +224,7 @@ Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<co
 }
 
 RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
-  Live& lv = LiveOf(id);
+  Live& lv = live_.At(id);
   std::vector<std::byte> tail;  // a few hundred bytes (a vector slice, a block row)
   for (std::uint32_t i = 0; i < lv.request->count; ++i) {
     const HalfWork& h = lv.file->halves[lv.request->first + i];
@@ -260,7 +254,7 @@ RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
 }
 
 void HalfConsumer::OnReset(std::uint64_t id) {
-  Live& lv = LiveOf(id);
+  Live& lv = live_.At(id);
   for (auto& h : lv.hashes) h.Reset();
   lv.cursor = 0;
 }

@@ -48,6 +48,31 @@ struct JobCounters {
   std::atomic<std::uint64_t> bytes_resumed{0};
 };
 
+// The state of each request in flight, by id. The map is locked (requests
+// start on the fetch thread and end on any write worker); an entry is used
+// by its own request's worker only, and references to it stay valid until
+// it is erased.
+template <typename T>
+class LiveRequests {
+ public:
+  void Emplace(std::uint64_t id, T value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.emplace(id, std::move(value));
+  }
+  T& At(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return map_.at(id);
+  }
+  void Erase(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.erase(id);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::uint64_t, T> map_;
+};
+
 // Base: remembers the first failure and cancels the fetcher on failures that
 // no other request can get past (disk full, permission).
 class ConsumerBase : public RangeConsumer {
@@ -103,23 +128,16 @@ class WholeFileConsumer final : public ConsumerBase {
     StreamDigest digest;
     bool prefix_hashed = false;  // the resumed prefix went into `digest`
   };
-  void Forget(std::uint64_t id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(id);
-  }
-  Live& LiveOf(std::uint64_t id) {  // references stay valid until erased
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_.at(id);
-  }
+  void Forget(std::uint64_t id) override { live_.Erase(id); }
   Status HashPrefix(const WholeFileTarget& t, StreamDigest& digest);
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
   std::vector<WholeFileTarget> targets_;
   std::size_t next_ = 0;
-  std::mutex mu_;  // guards live_ (the map, not its values) and verified_
-  std::unordered_map<std::uint64_t, Live> live_;
+  LiveRequests<Live> live_;
   std::vector<std::optional<StreamDigest>> prefix_digests_;  // by target, from HashPrefixes
+  std::mutex verified_mu_;
   std::vector<FileId> verified_;
   std::atomic<std::uint64_t> bytes_written_{0};
 };
@@ -199,22 +217,14 @@ class HalfConsumer final : public ConsumerBase {
     std::vector<Xxh64> hashes;  // one per half of the request
     std::uint32_t cursor = 0;   // first half not yet fully hashed
   };
-  void Forget(std::uint64_t id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(id);
-  }
-  Live& LiveOf(std::uint64_t id) {  // references stay valid until erased
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_.at(id);
-  }
+  void Forget(std::uint64_t id) override { live_.Erase(id); }
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
   std::vector<FileWork>& files_;
   std::size_t next_file_ = 0, next_request_ = 0;
   std::uint64_t next_id_ = 0;
-  std::mutex mu_;  // guards live_ (the map, not its values)
-  std::unordered_map<std::uint64_t, Live> live_;
+  LiveRequests<Live> live_;
 };
 
 }  // namespace exlr8

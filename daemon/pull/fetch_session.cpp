@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <array>
+#include <chrono>
 
 namespace exlr8 {
 
@@ -12,6 +13,8 @@ constexpr std::size_t kMaxSubmissions = (std::size_t{1} << kSlotBits) - 1;
 // Received bytes waiting for the offload worker, per lane.
 constexpr std::size_t kQueuedBytes = 8u << 20;
 static_assert(OffloadConsumer::kLanes == FetchSession::kStep + 1, "one offload lane per priority");
+// The longest a planner step holds the background transfers back.
+constexpr std::chrono::nanoseconds kMaxHold = std::chrono::seconds(10);
 }  // namespace
 
 // The consumer the fetcher runs: hands out the submitted consumers'
@@ -69,9 +72,14 @@ class FetchSession::Mux final : public RangeConsumer {
 
   // Background transfers are held back while a planner step has requests
   // in flight, so the step's bytes get the whole link (they are few, and
-  // the pull waits for them); called on the fetch thread, lock-free.
+  // the pull waits for them) — for at most kMaxHold per step: a held
+  // transfer receives nothing, and libcurl's low-speed check (the stall
+  // timeout, 30 s by default) would end it after a long step on a slow
+  // link. Called on the fetch thread, lock-free.
   bool ReadyFor(std::uint64_t id, std::size_t /*bytes*/) override {
-    return subs_[id & kMaxSubmissions].priority != kBackground || steps_live_.load(std::memory_order_relaxed) == 0;
+    if (subs_[id & kMaxSubmissions].priority != kBackground) return true;
+    const std::int64_t since = hold_since_ns_.load(std::memory_order_relaxed);
+    return since == 0 || NowNs() - since > kMaxHold.count();
   }
 
   // The offload worker's lane: steps first, then halves, then the
@@ -130,7 +138,7 @@ class FetchSession::Mux final : public RangeConsumer {
     Sub& s = subs_[id & kMaxSubmissions];
     if (s.live == 0) return;  // never: the fetcher ends each request once
     --s.live;
-    if (s.priority == kStep) steps_live_.fetch_sub(1, std::memory_order_relaxed);
+    if (s.priority == kStep && --steps_live_ == 0) hold_since_ns_.store(0, std::memory_order_relaxed);
     if (s.exhausted && s.live == 0) cv_.notify_all();
   }
 
@@ -144,7 +152,7 @@ class FetchSession::Mux final : public RangeConsumer {
       if (s.exhausted || !eligible(s)) continue;
       if (s.cap > 0 && s.live >= static_cast<std::uint64_t>(s.cap) && Capped(i)) continue;
       if (s.consumer->NextRequest(out)) {
-        if (s.priority == kStep) steps_live_.fetch_add(1, std::memory_order_relaxed);
+        if (s.priority == kStep && steps_live_++ == 0) hold_since_ns_.store(NowNs(), std::memory_order_relaxed);
         out->id = (out->id << kSlotBits) | i;
         out->priority = static_cast<std::uint8_t>(start_priority);  // also ahead of requests pulled earlier
         ++s.live;
@@ -171,7 +179,13 @@ class FetchSession::Mux final : public RangeConsumer {
   std::size_t count_ = 0;
   bool closed_ = false;
   bool ended_ = false;
-  std::atomic<int> steps_live_{0};  // kStep requests handed out, not ended
+  int steps_live_ = 0;  // kStep requests handed out, not ended
+  // When steps_live_ last became nonzero (steady clock, ns); 0 while none.
+  std::atomic<std::int64_t> hold_since_ns_{0};
+  static std::int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   Status run_status_;
 };
 

@@ -26,7 +26,8 @@
 // and it is also reserved: below its cap, a background consumer's requests
 // go before the foreground's, so the dense files stream beside the halves
 // rather than after them. Steps always go first, and while a step has
-// requests in flight the background transfers are held back (ReadyFor).
+// requests in flight the background transfers are held back (ReadyFor; for
+// at most 10 s per step, well inside libcurl's stall timeout).
 //
 // Threads: the fetch runs on the session's thread, and every consumer
 // callback on the session's OffloadConsumer workers (with one worker, one

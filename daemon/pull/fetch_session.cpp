@@ -13,15 +13,13 @@ constexpr std::size_t kMaxSubmissions = (std::size_t{1} << kSlotBits) - 1;
 // Received bytes waiting for the offload worker, per lane.
 constexpr std::size_t kQueuedBytes = 8u << 20;
 static_assert(OffloadConsumer::kLanes == FetchSession::kStep + 1, "one offload lane per priority");
-// The longest a planner step holds the background transfers back.
-constexpr std::chrono::nanoseconds kMaxHold = std::chrono::seconds(10);
 }  // namespace
 
 // The consumer the fetcher runs: hands out the submitted consumers'
 // requests (ids tagged with the submission's slot) and routes callbacks back.
 class FetchSession::Mux final : public RangeConsumer {
  public:
-  explicit Mux(RangeFetcher& fetcher) : fetcher_(fetcher) {}
+  Mux(RangeFetcher& fetcher, std::chrono::nanoseconds max_hold) : fetcher_(fetcher), max_hold_(max_hold) {}
 
   Ticket Add(RangeConsumer& consumer, Priority priority, int cap) {
     Ticket t;
@@ -72,14 +70,14 @@ class FetchSession::Mux final : public RangeConsumer {
 
   // Background transfers are held back while a planner step has requests
   // in flight, so the step's bytes get the whole link (they are few, and
-  // the pull waits for them) — for at most kMaxHold per step: a held
+  // the pull waits for them) — for at most max_hold per step: a held
   // transfer receives nothing, and libcurl's low-speed check (the stall
   // timeout, 30 s by default) would end it after a long step on a slow
   // link. Called on the fetch thread, lock-free.
   bool ReadyFor(std::uint64_t id, std::size_t /*bytes*/) override {
     if (subs_[id & kMaxSubmissions].priority != kBackground) return true;
     const std::int64_t since = hold_since_ns_.load(std::memory_order_relaxed);
-    return since == 0 || NowNs() - since > kMaxHold.count();
+    return since == 0 || NowNs() - since > max_hold_.count();
   }
 
   // The offload worker's lane: steps first, then halves, then the
@@ -173,6 +171,7 @@ class FetchSession::Mux final : public RangeConsumer {
   }
 
   RangeFetcher& fetcher_;
+  const std::chrono::nanoseconds max_hold_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::array<Sub, kMaxSubmissions> subs_{};
@@ -189,8 +188,9 @@ class FetchSession::Mux final : public RangeConsumer {
   Status run_status_;
 };
 
-FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads)
-    : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher)) {
+FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads,
+                           std::chrono::milliseconds max_hold)
+    : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher, max_hold)) {
   offload_ = std::make_unique<OffloadConsumer>(
       *mux_, fetcher_, kQueuedBytes, [mux = mux_.get()](std::uint64_t id) { return mux->Lane(id); }, write_threads);
   thread_ = std::thread([this, cancel] {

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -60,9 +61,11 @@ class FetchSession {
   // Starts fetcher.Run on a new thread. `cancel` (optional) is passed on to
   // Run. `write_threads`: the OffloadConsumer's workers (more than one asks
   // the submitted consumers to take concurrent calls for different requests,
-  // see consumers.h). REQUIRES: `fetcher` outlives the session and is run by
+  // see consumers.h). `max_hold`: the longest a step holds the background
+  // transfers back. REQUIRES: `fetcher` outlives the session and is run by
   // no one else.
-  FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads = 1);
+  FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads = 1,
+               std::chrono::milliseconds max_hold = std::chrono::seconds(10));
   // Cancels what is still running (if Finish was not called) and joins.
   ~FetchSession();
   FetchSession(const FetchSession&) = delete;

@@ -100,6 +100,63 @@ TEST(FetchSessionTest, ForegroundStepsFinishWhileBackgroundStreamsOnCappedSlots)
   }
 }
 
+// Records when its first and last requests were accepted.
+class TimedConsumer : public TestConsumer {
+ public:
+  std::atomic<std::int64_t> first_ns{0}, last_ns{0};
+  RangeVerdict OnComplete(std::uint64_t id) override {
+    RangeVerdict v = TestConsumer::OnComplete(id);
+    if (v.kind == RangeVerdict::Kind::kAccept) {
+      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::int64_t zero = 0;
+      first_ns.compare_exchange_strong(zero, now);
+      last_ns.store(now);
+    }
+    return v;
+  }
+};
+
+// While a planner step has requests in flight, background transfers
+// receive nothing (the step gets the link) — but for at most max_hold, so a
+// long step never leaves them stalled into libcurl's stall timeout.
+TEST(FetchSessionTest, AStepHoldsTheBackgroundBackForAtMostMaxHold) {
+  for (const auto max_hold : {std::chrono::milliseconds(10'000), std::chrono::milliseconds(100)}) {
+    FakeHub hub;
+    hub.lfs_files["step.bin"] = MakeBlob(1'500'000, 43);
+    hub.lfs_files["bg.bin"] = MakeBlob(1'000'000, 44);
+    hub.cdn_override = [&hub](const TestRequest& r) -> std::optional<TestResponse> {
+      if (r.target.find("step.bin") == std::string::npos) return std::nullopt;
+      TestResponse resp = ServeBlobRange(hub.lfs_files["step.bin"], r);
+      resp.bytes_per_second = 1'000'000;  // the step takes 1.5 s
+      return resp;
+    };
+    auto client = OpenHub(hub);
+    ASSERT_NE(client, nullptr);
+    RangeFetcher fetcher(*client, RangeFetcherOptions{});
+    TimedConsumer step, background;
+    step.Add("step.bin", 0, 1'500'000);
+    for (int i = 0; i < 4; ++i) background.Add("bg.bin", i * 250'000, 250'000);
+    FetchSession session(fetcher, nullptr, 1, max_hold);
+    const FetchSession::Ticket t = session.Submit(step, FetchSession::kStep);
+    session.Submit(background, FetchSession::kBackground, 2);
+    ASSERT_TRUE(session.Wait(t).ok());
+    ASSERT_TRUE(session.Finish().ok());
+    EXPECT_EQ(step.accepted.size(), 1u);
+    ASSERT_EQ(background.accepted.size(), 4u);
+    if (max_hold > std::chrono::seconds(1)) {
+      // held for the whole step: nothing of the background arrived before it ended
+      EXPECT_GT(background.first_ns.load(), step.last_ns.load());
+    } else {
+      // held 0.1 s, then the background (fast) ended long before the step (1.5 s)
+      EXPECT_LT(background.last_ns.load(), step.last_ns.load());
+    }
+    for (const TestConsumer* c : {static_cast<TestConsumer*>(&step), static_cast<TestConsumer*>(&background)}) {
+      EXPECT_EQ(c->violations, 0);
+      c->ExpectBytes(hub.lfs_files);
+    }
+  }
+}
+
 TEST(FetchSessionTest, CapIsLiftedOnceNothingElseCanCome) {
   Fixture fx;
   ASSERT_NE(fx.client, nullptr);

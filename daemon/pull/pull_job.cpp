@@ -371,12 +371,34 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     return FailedPreconditionError("offline mode: the header of " + targets[0].path + " is not in the cache");
 
   CommitBatcher& batch = StepBatch();
-  // A complete header: check it against the index, write it, queue it for
-  // commit, free it.
+  std::vector<int> refetches(targets.size(), 0);
+  // Once a fetch agreed with an earlier one: fetched again from byte 0.
+  auto fetch_again = [&](HeaderTarget& t) {
+    std::vector<std::byte>().swap(t.bytes);
+    t.header_bytes.reset();
+    t.wanted = t.first_round;
+  };
+  // A complete header: check it against the index; then, since no checksum
+  // covers headers (spec 5.3) and a byte damaged on the way may still parse
+  // (in a tensor name, say), it is recorded only when two fetches agree.
+  // Then write it, queue it for commit, free it.
   auto finish = [&](HeaderTarget& t) -> Status {
     const std::uint64_t n = *t.header_bytes;
     std::span<const std::byte> header(t.bytes.data(), n);
     EXLR8_RETURN_IF_ERROR(validate(t.path, header, t.size));
+    Xxh64 digest;
+    digest.Update(header);
+    if (t.earlier_digest != digest.Digest()) {
+      if (t.earlier_digest) {  // two fetches disagree: one of them was damaged
+        counters.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+        if (++refetches[static_cast<std::size_t>(&t - targets.data())] > opt.fetch.max_refetches)
+          return CorruptionError(t.path + ": the header differs between fetches, " +
+                                 std::to_string(opt.fetch.max_refetches + 1) + " times");
+      }
+      t.earlier_digest = digest.Digest();
+      fetch_again(t);
+      return Status::Ok();
+    }
     EXLR8_RETURN_IF_ERROR(cache.WriteAt(t.file, 0, header));
     EXLR8_RETURN_IF_ERROR(batch.Add({t.file, 0, n}));
     counters.bytes_verified.fetch_add(n, std::memory_order_relaxed);
@@ -388,14 +410,11 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   // way (there is no checksum for it): it is fetched again from byte 0, at
   // most max_refetches times, like a half whose checksum fails. What a
   // release really gets wrong fails after the last try, with its message.
-  std::vector<int> refetches(targets.size(), 0);
   auto retry_or_fail = [&](HeaderTarget& t, Status bad) -> Status {
     if (bad.code() != StatusCode::kCorruption) return bad;
     counters.checksum_failures.fetch_add(1, std::memory_order_relaxed);
     if (++refetches[static_cast<std::size_t>(&t - targets.data())] > opt.fetch.max_refetches) return bad;
-    std::vector<std::byte>().swap(t.bytes);
-    t.header_bytes.reset();
-    t.wanted = t.first_round;
+    fetch_again(t);
     return Status::Ok();
   };
   // Learns a header's size from its first 8 bytes, and finishes it if all

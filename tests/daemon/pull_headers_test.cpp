@@ -57,15 +57,20 @@ TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerifi
 }
 
 // Headers carry no checksum: one damaged in transit fails to parse or to
-// validate, and is fetched again from byte 0; a release whose header is
-// really wrong still fails, after the last try, with the parser's message.
+// validate, or disagrees with a second fetch, and is fetched again from
+// byte 0; a release whose header is really wrong still fails, after the
+// last try, with the parser's message.
 // Dry runs fetch the headers and nothing of the halves, so the faults land
 // on header requests.
 TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
   TempDir release;
   SynthesizeLongHeaders(release.path(), 4);
-  {
+  // The damaged byte lands somewhere else with each seed: in the length,
+  // the JSON's syntax (the header does not parse), or a tensor name (it
+  // parses and validates: only the second fetch, disagreeing, catches it).
+  for (std::uint64_t seed : {1, 2, 3, 4, 5}) {
     hubsim::FaultConfig f;
+    f.seed = seed;
     f.corrupt = 1.0;
     f.match = ".k3.safetensors";
     f.max_faults = 2;  // the first two k3 answers
@@ -75,8 +80,8 @@ TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
     PullOptions o = Options(*sim, "home", 2, 1);
     o.dry_run = true;
     auto dry = Pull(cache.path(), o);
-    ASSERT_TRUE(dry.ok()) << dry.status().ToString();
-    EXPECT_GE(dry->checksum_failures, 1u);
+    ASSERT_TRUE(dry.ok()) << "seed " << seed << ": " << dry.status().ToString();
+    EXPECT_GE(dry->checksum_failures, 1u) << "seed " << seed;
     auto stats = ParseJson(sim->StatsJson());
     ASSERT_TRUE(stats.ok());
     EXPECT_EQ(stats->Find("faults")->Find("corrupt")->as_uint64(), 2u);  // both faults hit the dry run

@@ -52,6 +52,9 @@ resumes where it stopped.
   --commit-interval-ms MS  how often verified bytes are made durable and
                          recorded (default 1000); a crash refetches at most
                          what arrived since the last commit
+  --write-behind BYTES   start writing a file's pages to disk after this many
+                         new bytes, before the commit needs them durable
+                         (default 8M; 0: only at commits)
 
 Exit status: 0 when everything in the plan is verified in the cache; 1 when
 the pull ended without that; 2 usage; 3 corrupt or missing data; 4 network or
@@ -169,7 +172,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
                                     "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
-                                    "commit-interval-ms", "background-jobs", "write-threads"},
+                                    "commit-interval-ms", "background-jobs", "write-threads", "write-behind"},
                                    {"dry-run", "offline", "no-progress", "json"}, 0, &parsed))
     return *exit;
   const Args* args = &parsed;
@@ -197,6 +200,9 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     if (auto b = args->Get("budget")) {
       EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
       cache_opt.byte_budget = budget;
+    }
+    if (auto w = args->Get("write-behind")) {
+      EXLR8_ASSIGN_OR_RETURN(cache_opt.write_behind_bytes, ParseByteCount(*w));
     }
     if (auto g = args->Get("coalesce-gap")) {
       EXLR8_ASSIGN_OR_RETURN(opt.coalesce_gap, ParseByteCount(*g));

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -36,6 +37,8 @@ struct DataFile {
   std::uint64_t size = 0;
   std::string rel;    // <org>/<name>/<commit>/<path>
   std::string shown;  // <dir>/<rel>, for messages
+  // Bytes written since write-back was last started (CacheOptions::write_behind_bytes).
+  std::atomic<std::uint64_t> unkicked{0};
 };
 
 // The row of a file joined with its fileset.
@@ -598,7 +601,15 @@ Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::by
     EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
   }
   EXLR8_RETURN_IF_ERROR(CheckRange(f->shown, f->size, offset, data.size()));
-  return PwriteAll(f->fd.get(), offset, data, f->shown);
+  EXLR8_RETURN_IF_ERROR(PwriteAll(f->fd.get(), offset, data, f->shown));
+  const std::uint64_t every = rep_->options.write_behind_bytes;
+  if (every > 0 && f->unkicked.fetch_add(data.size(), std::memory_order_relaxed) + data.size() >= every) {
+    f->unkicked.store(0, std::memory_order_relaxed);
+    // Whole file: the kernel walks only the dirty pages, and several workers
+    // write one file at different offsets. A hint, so failure is harmless.
+    (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
+  }
+  return Status::Ok();
 }
 
 Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes) {

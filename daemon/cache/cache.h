@@ -61,6 +61,12 @@ struct CacheOptions {
   // Milliseconds since the Unix epoch; tests inject a fake clock to make LRU
   // order deterministic. Default: the system clock. Called under the lock.
   std::function<std::int64_t()> now_ms;
+  // Write-behind: once this many bytes of a file were written since its last
+  // kick, WriteAt asks the kernel to start writing its dirty pages back
+  // (sync_file_range SYNC_FILE_RANGE_WRITE, no wait). The disk then writes
+  // while the network is still delivering, instead of in one burst at the
+  // next commit's fdatasync, which alone makes bytes durable. 0 = off.
+  std::uint64_t write_behind_bytes = 8 << 20;
 };
 
 // Verified bytes [offset, offset + length) of one file.

@@ -629,6 +629,29 @@ TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {
   EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 0, 100), Pattern(fx.file, 0, 100));
 }
 
+// Write-behind starts write-back from the writers' threads while others
+// write the same file; the bytes, and only the committed ones, must land.
+TEST(CacheTest, WriteBehindFromSeveralWritersKeepsEveryByte) {
+  CacheOptions options;
+  options.write_behind_bytes = 1;  // after every write
+  Fixture fx(8 * kMiB, options);
+  constexpr int kWriters = 4;
+  constexpr std::uint64_t kChunk = 48 * 1024 + 17;  // not page aligned
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w)
+    writers.emplace_back([&, w] {
+      for (std::uint64_t off = w * kChunk; off + kChunk <= 8 * kMiB; off += kWriters * kChunk)
+        ASSERT_TRUE(fx.cache->WriteAt(fx.file, off, Pattern(fx.file, off, kChunk)).ok());
+    });
+  for (auto& t : writers) t.join();
+  const std::uint64_t written = (8 * kMiB / kChunk) * kChunk;
+  const VerifiedExtent e{fx.file, 0, written};
+  ASSERT_TRUE(fx.cache->CommitVerified({&e, 1}).ok());
+  EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 0, written), Pattern(fx.file, 0, written));
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 0, written));
+  EXPECT_FALSE(*fx.cache->Covers(fx.file, written, 1));
+}
+
 TEST(CacheTest, ReaderThreadRunsWhileWriterCommits) {
   Fixture fx(kMiB);
   std::atomic<bool> done{false};

@@ -127,7 +127,9 @@ TEST(PullTest, FaultsStillByteExact) {
   // run hit the per-file re-resolve bound (its own test is in range_fetcher_test).
   o.fetch.max_reresolves_per_file = 1000;
   o.write_threads = 3;  // requests written and hashed on three threads at once
-  auto s = Pull(cache.path(), o);
+  CacheOptions co;
+  co.write_behind_bytes = 4096;  // write-back started after nearly every write, from every writer
+  auto s = Pull(cache.path(), o, co);
   done.store(true);
   expirer.join();
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -352,8 +354,9 @@ TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
                            " --no-progress --json --jobs 4";
   EXPECT_EQ(std::system((pull + " --background-jobs 5 > /dev/null 2>&1").c_str()) >> 8, 2);  // more than --jobs
   EXPECT_EQ(std::system((pull + " --write-threads 5 > /dev/null 2>&1").c_str()) >> 8, 2);    // 1..4
+  EXPECT_EQ(std::system((pull + " --write-behind 8X > /dev/null 2>&1").c_str()) >> 8, 2);    // not a size
   const fs::path out = cache.path().parent_path() / ("bg-" + std::to_string(::getpid()) + ".json");
-  ASSERT_EQ(std::system((pull + " --background-jobs 0 > " + out.string()).c_str()), 0);
+  ASSERT_EQ(std::system((pull + " --background-jobs 0 --write-behind 0 > " + out.string()).c_str()), 0);
   const auto text = ReadAll(out);
   fs::remove(out);
   auto summary = ParseJson(std::string(text.begin(), text.end()));

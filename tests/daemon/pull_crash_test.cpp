@@ -40,9 +40,8 @@ pid_t SpawnPull(const std::string& hub, const fs::path& cache, const fs::path& l
     dup2(fileno(stdout), 2);
     execl(bin.c_str(), bin.c_str(), "pull", "--repo", "exlr8/test", "--manifest", "up1", "--tp", "2", "--rank", "0",
           "--endpoint", hub.c_str(), "--cache", cache.c_str(), "--jobs", std::to_string(kJobs).c_str(),
-          "--commit-interval-ms", std::to_string(kCommitMs).c_str(), "--write-threads", "2", "--write-behind", "64K", "--no-progress",
-          "--json",
-          static_cast<char*>(nullptr));
+          "--commit-interval-ms", std::to_string(kCommitMs).c_str(), "--write-threads", "2", "--write-behind", "64K",
+          "--no-progress", "--json", static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;

@@ -17,6 +17,13 @@
 #      read once, so nginx serves from memory and the clients are compared.
 #      -> throughput ratio exlr8d/curl (target >= 1.0), time-to-ready ratio
 #         aria2c/exlr8d against the byte ratio release/rank, /resolve/ per pull
+#   C  A/B of exlr8d settings on part A's release and servers (instead of
+#      part A's rounds): VARIANTS, ';'-separated sets of pull options ("" =
+#      the defaults), each run ROUNDS times per mode in MODES (cold and/or
+#      warm, as in A) beside curl, order rotating; prints every run and the
+#      median and best per variant. TMPFS=DIR also runs exlr8d (defaults)
+#      and curl writing into DIR (a tmpfs: no disk writes of their own),
+#      which tells what the disk costs from the rest.
 #   B  GLM-5.3 geometry (exlr8 synth --preset glm53 --index-only: 825 GB
 #      apparent, ~1 GB stored), exlr8d pull --tp 4 --rank 1 under
 #      /usr/bin/time -v, stopped with SIGINT after B_SECONDS or once its cache
@@ -26,7 +33,8 @@
 #      the second start is planning at full scale through the pull path).
 #
 #   bench/pull_bench.sh [BUILD_DIR]        (default build/; Release build)
-# Environment: PARTS="A B", RUNS=3, WARM_RUNS=2, B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
+# Environment: PARTS="A B" (or C), RUNS=3, WARM_RUNS=2, VARIANTS, MODES="warm cold",
+#   ROUNDS=3, TMPFS (part C), B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
 #   files alone are 5.9 GB), B_MAX_GB=4,
 #   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
 #   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (not NGINX: nginx
@@ -178,7 +186,7 @@ echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 /
 echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $( ((have_aria2)) && aria2c --version | head -1)"
 
 # ---------------------------------------------------------------- part A --
-if [[ " $parts " == *" A "* ]]; then
+if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
   rel=$w/release
   say "A: synthesize a 3.9 GB release (hidden 2048, 32 experts, MoE layers 3-10, widths 2/3/4)"
   "$bin/exlr8" synth "$rel" --seed 7 --hidden 2048 --halves 16 --experts 32 --moe-layers 3-10 --dense-layers 0-2 \
@@ -212,9 +220,10 @@ if [[ " $parts " == *" A "* ]]; then
     drop_caches
     if [[ $1 == warm ]]; then cat "$rel"/*/* "$rel"/*.json > /dev/null; fi
   }
+  out_root=$w/out  # part C points it at TMPFS for some runs
   run_exlr8d() {
     local mode=$1 l t0 t1 dir
-    dir=$w/out/exlr8d.$n_run
+    dir=$out_root/exlr8d.$n_run
     prepare "$mode"
     curl -s -X POST "$hub/_sim/reset" > /dev/null
     l=$(load)
@@ -242,7 +251,7 @@ PY
   }
   run_curl() {
     local mode=$1 l t0 t1 got dir
-    dir=$w/out/curl.$n_run
+    dir=$out_root/curl.$n_run
     mkdir -p "$dir"
     sed "s|^output = \"$w/curl.out/|output = \"$dir/|" "$w/curl.cfg" > "$w/curl.run.cfg"
     prepare "$mode"
@@ -293,19 +302,71 @@ PY
     printf '  %-9s %8s %12s %9s %9s %7s %8s %-12s %-15s %s\n' tool wall_s bytes resolves sim_res rss_kB requests \
       mode/cache load job_s
   }
-  say "A: $runs rounds, mode cold: page cache dropped before each run (order alternates)"
-  header
-  cold_tools=(exlr8d curl)
-  ((have_aria2)) && cold_tools+=(aria2)
-  for ((i = 1; i <= runs; i++)); do round cold "$i" "${cold_tools[@]}"; done
-  say "A: $warm_runs rounds, mode warm: page cache dropped, then the release read once (nginx serves from memory)"
-  header
-  for ((i = 1; i <= warm_runs; i++)); do round warm "$i" exlr8d curl; done
+  if [[ " $parts " == *" C "* ]]; then
+    mapfile -t variants < <(printf '%s' "${VARIANTS:-}" | tr ';' '\n'; echo)  # keeps empty sets
+    base_args=("${pull_args[@]}")
+    tools=()
+    for ((k = 0; k < ${#variants[@]}; k++)); do tools+=("v$k"); done
+    tools+=(curl)
+    [[ -n ${TMPFS:-} ]] && tools+=(tmpfs tmpfs-curl)
+    : > "$w/ab"
+    for mode in ${MODES:-warm cold}; do
+      say "C: ${ROUNDS:-3} rounds, mode $mode"
+      for ((i = 0; i < ${ROUNDS:-3}; i++)); do
+        for ((k = 0; k < ${#tools[@]}; k++)); do
+          t=${tools[$(((k + i) % ${#tools[@]}))]}  # rotate the order each round
+          n_run=$((n_run + 1))
+          out_root=$w/out
+          pull_args=("${base_args[@]}")
+          case $t in
+            v*)
+              label="exlr8d ${variants[${t#v}]:-(defaults)}"
+              read -r -a extra <<< "${variants[${t#v}]}"
+              pull_args+=("${extra[@]}")
+              ;;
+            curl) label="curl" ;;
+            tmpfs) label="exlr8d into $TMPFS"; out_root=$TMPFS/exlr8-pull-bench.$$ ;;
+            tmpfs-curl) label="curl into $TMPFS"; out_root=$TMPFS/exlr8-pull-bench.$$ ;;
+          esac
+          mkdir -p "$out_root"
+          if [[ $t == *curl ]]; then run_curl "$mode" > "$w/row"; else run_exlr8d "$mode" > "$w/row"; fi
+          read -r -a f < "$w/row"
+          printf '%s\t%s\t%s\n' "$mode" "$label" "${f[1]}" >> "$w/ab"
+          printf '  %-6s %-44s %8.3f s  %s\n' "$mode" "$label" "${f[1]}" "$(tail -1 "$w/pull.json.phases" 2> /dev/null |
+            sed 's/.*s: //; s/resolve [0-9.]*, list [0-9.]*, //')"
+          [[ $t == v* || $t == tmpfs ]] && rm -rf "$out_root/exlr8d.$n_run"  # 48 files: cheap to delete
+          [[ $out_root != "$w/out" ]] && rm -rf "$out_root"
+          : > "$w/pull.json.phases"
+        done
+      done
+    done
+    say "C: results (wall time of the whole process; ratio = curl's median / the variant's median)"
+    python3 - "$w/ab" << 'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    mode, label, t = line.rstrip("\n").split("\t")
+    runs[(mode, label)].append(float(t))
+for (mode, label), v in runs.items():
+    c = runs.get((mode, "curl"))
+    ratio = "  %.2fx curl" % (statistics.median(c) / statistics.median(v)) if c and not label.startswith("curl") else ""
+    print("  %-6s %-44s median %.3f s  best %.3f s  (n=%d)%s" % (mode, label, statistics.median(v), min(v), len(v), ratio))
+PY
+  fi
+  if [[ " $parts " == *" A "* ]]; then
+    say "A: $runs rounds, mode cold: page cache dropped before each run (order alternates)"
+    header
+    cold_tools=(exlr8d curl)
+    ((have_aria2)) && cold_tools+=(aria2)
+    for ((i = 1; i <= runs; i++)); do round cold "$i" "${cold_tools[@]}"; done
+    say "A: $warm_runs rounds, mode warm: page cache dropped, then the release read once (nginx serves from memory)"
+    header
+    for ((i = 1; i <= warm_runs; i++)); do round warm "$i" exlr8d curl; done
 
-  say "A: where each exlr8d pull spent its time (phase_s of its summary)"
-  cat "$w/pull.json.phases"
-  say "A: results (best of the runs of each mode; wall time of the whole process)"
-  python3 - "$w/rows" "$plan_bytes" "$release_bytes" "$n_files" << 'PY'
+    say "A: where each exlr8d pull spent its time (phase_s of its summary)"
+    cat "$w/pull.json.phases"
+    say "A: results (best of the runs of each mode; wall time of the whole process)"
+    python3 - "$w/rows" "$plan_bytes" "$release_bytes" "$n_files" << 'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
 plan, release, files = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -337,6 +398,7 @@ print("  3. /resolve/ per pull: exlr8d summary %s, simulator counter %s, for %d 
       % ("/".join(sorted(set(r[3] for r in ex))), "/".join(sorted(set(r[4] for r in ex))), files))
 print("     peak RSS of exlr8d pull: %d kB (max over runs)" % max(int(r[5]) for r in ex))
 PY
+  fi
   stop_hubsim
   stop_nginx
   rm -rf "$rel" "$w/out" "$w/aria.out"

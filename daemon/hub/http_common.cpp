@@ -198,6 +198,10 @@ std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head) 
 
 bool IsRetryableHttp(long status) { return status == 408 || status == 429 || status >= 500; }
 
+bool IsRedirectStatus(long status) {
+  return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
+}
+
 Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent) {
   std::string msg = std::string(what) + ": HTTP " + std::to_string(status);
   if (!head.x_error_code.empty()) msg += " (" + EscapeForMessage(head.x_error_code) + ")";

@@ -99,4 +99,7 @@ Status HttpError(long status, const ResponseHead& head, std::string_view what, b
 // True for statuses worth retrying (408, 429, 5xx).
 bool IsRetryableHttp(long status);
 
+// 301, 302, 303, 307, 308.
+bool IsRedirectStatus(long status);
+
 }  // namespace exlr8

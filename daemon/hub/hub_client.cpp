@@ -366,8 +366,7 @@ HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const 
     step.resolved = std::move(f);
     return step;
   }
-  if (head.status == 301 || head.status == 302 || head.status == 303 || head.status == 307 ||
-      head.status == 308) {
+  if (IsRedirectStatus(head.status)) {
     auto target = ResolveLocation(request_url, head.location);
     auto origin = target ? UrlOrigin(*target) : std::nullopt;
     if (!origin) {

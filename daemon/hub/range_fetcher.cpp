@@ -77,6 +77,9 @@ struct RangeFetcher::Impl {
     int resolves_this_run = 0;     // successful resolves after the first, this Run
     int failed_tries = 0;          // consecutive failed resolve tries
     int hops = 0;                  // relative redirects in the current resolve
+    // kReady without a HEAD: the listing says the hub serves this file
+    // itself (a regular git file), so its ranges go to /resolve/ directly.
+    bool presumed = false;
     std::string next_url;          // the URL the next resolve HEAD goes to
     Status failure;                // kFailed
     std::vector<std::uint32_t> waiters;  // job indices waiting for kReady
@@ -116,6 +119,7 @@ struct RangeFetcher::Impl {
     bool overlong = false;
     bool bad_answer = false;
     bool paused = false;          // held back by the bandwidth limit
+    bool presumed_url = false;    // sent to a file's /resolve/ URL without a HEAD
     Status error;                 // bad answer details
     Status consumer_error;
   };
@@ -218,6 +222,19 @@ struct RangeFetcher::Impl {
     cap = std::max<std::int64_t>(1, std::min<std::int64_t>(cap, opts.retry_cap.count()));
     std::uniform_int_distribution<std::int64_t> jitter(0, cap / 2);
     return milliseconds(cap - cap / 2 + jitter(rng));
+  }
+
+  void ExpectServedByHub(const std::string& path, std::uint64_t size) {
+    if (!ValidateHubPath(path).ok()) return;  // its requests fail with the reason
+    FileState& f = files[FileFor(path)];
+    if (f.state != FileState::State::kUnresolved || f.ever_resolved) return;
+    f.state = FileState::State::kReady;
+    f.url = hub.ResolveUrl(path);
+    f.on_hub = true;
+    f.presumed = true;
+    f.size = size;
+    f.expires = Clock::time_point::max();
+    ++f.generation;
   }
 
   std::uint32_t FileFor(const std::string& path) {
@@ -447,6 +464,7 @@ struct RangeFetcher::Impl {
       f.ever_resolved = true;
       f.failed_tries = 0;
       f.url = std::move(step.resolved->url);
+      f.presumed = false;
       f.on_hub = step.resolved->on_hub;
       f.size = step.resolved->size;
       f.expires = step.resolved->expires;
@@ -516,6 +534,7 @@ struct RangeFetcher::Impl {
     t.is_resolve = false;
     t.index = ji;
     t.generation = f.generation;
+    t.presumed_url = f.presumed;
     t.want_start = j.req.offset + j.delivered;
     t.want_end = j.req.offset + j.req.length - 1;
     const std::string range = std::to_string(t.want_start) + "-" + std::to_string(t.want_end);
@@ -523,6 +542,10 @@ struct RangeFetcher::Impl {
     curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER,
                      hub.http_settings().ShouldSendToken(t.url) ? hub_headers : plain_headers);
     Inc(counters.transfers);
+    if (f.on_hub) {  // a GET of the hub's /resolve/ URL: the Hub rate-limits these too
+      Inc(counters.resolves);
+      hub.CountResolve();
+    }
     AddTransfer(t);
   }
 
@@ -628,6 +651,16 @@ struct RangeFetcher::Impl {
       } else {
         t.discard = true;
       }
+      // The hub names the commit it answered for; the URL pins ours, so a
+      // different one is a broken hub or mirror (the HEAD path checks the
+      // same in HubClient::InterpretResolve).
+      if (!t.discard && files[j.file].on_hub && !t.head.x_repo_commit.empty() &&
+          t.head.x_repo_commit != hub.commit()) {
+        t.bad_answer = true;
+        t.error = CorruptionError("hub answered for commit '" + EscapeForMessage(t.head.x_repo_commit) +
+                                  "', pinned " + hub.commit());
+        return 0;
+      }
     }
     if (t.discard) return t.body_bytes > kMaxErrorBody ? 0 : n;
 
@@ -704,6 +737,20 @@ struct RangeFetcher::Impl {
       return;
     }
     FileState& f = files[j.file];
+    if (IsRedirectStatus(status) && t.presumed_url) {
+      // The listing made this file look like one the hub serves itself, but
+      // the hub redirects: resolve it the usual way (HEAD) and try again
+      // (every transfer sent before the first redirect came back lands
+      // here). Not an attempt; bounded, since a resolved file is never
+      // presumed again.
+      if (t.generation == f.generation && f.state == FileState::State::kReady) {
+        f.presumed = false;
+        f.state = FileState::State::kUnresolved;
+      }
+      j.state = Job::State::kReady;
+      ready.Push(ji, jobs[ji].req.priority);
+      return;
+    }
     if ((status == 403 || status == 401) && !f.on_hub) {
       // Signed URL expired or revoked: resolve again; this does not use up
       // an attempt, but re-resolves per file are bounded.
@@ -947,6 +994,10 @@ void RangeFetcher::Cancel() {
 }
 
 void RangeFetcher::Wake() { curl_multi_wakeup(impl_->multi); }
+
+void RangeFetcher::ExpectServedByHub(const std::string& path, std::uint64_t size) {
+  impl_->ExpectServedByHub(path, size);
+}
 
 void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
   {

@@ -14,7 +14,10 @@
 // Per file, the fetcher resolves `{endpoint}/{repo}/resolve/{commit}/{path}`
 // once (HEAD, no automatic redirects), then sends every range of that file
 // to the answered URL (the signed CDN URL for LFS files, the hub URL for
-// regular files). It re-resolves when the URL's lifetime (HubOptions::
+// regular files). Files the caller names with ExpectServedByHub (regular git
+// files, by the listing) skip the HEAD: their ranges go to /resolve/
+// directly, so they cost one /resolve/ request, not two; a redirect there
+// falls back to a HEAD. It re-resolves when the URL's lifetime (HubOptions::
 // signed_url_ttl) is over or when the CDN answers 403; re-resolves are
 // counted and bounded per file. The bearer token goes to the hub origin only.
 //
@@ -177,7 +180,8 @@ struct FetchCounters {
   std::uint64_t resumes = 0;           // retries that kept delivered bytes
   std::uint64_t bytes_received = 0;    // bytes delivered to OnData
   std::uint64_t bytes_discarded = 0;   // skipped (200) or cut (too long)
-  std::uint64_t resolves = 0;          // /resolve/ HEADs (incl. hops)
+  std::uint64_t resolves = 0;          // hub /resolve/ requests: HEADs (incl. hops)
+                                       // and range GETs of files the hub serves
   std::uint64_t reresolves = 0;        // resolves after the first, per file
   std::uint64_t rate_limited = 0;      // 429 answers
   std::uint64_t unavailable = 0;       // 5xx answers
@@ -207,6 +211,13 @@ class RangeFetcher {
 
   // Thread-safe: makes Run stop soon (wakes its poll).
   void Cancel();
+
+  // The hub's listing says `path` is a regular git file of `size` bytes,
+  // which the hub serves itself: its ranges go straight to its /resolve/
+  // URL (with the token) instead of after a HEAD there. If the hub answers
+  // a redirect instead, the file is resolved as any other. Ignored for a
+  // file already resolved. REQUIRES: not during Run.
+  void ExpectServedByHub(const std::string& path, std::uint64_t size);
 
   // Thread-safe: makes Run ask the consumer for requests again now (see
   // RangeConsumer::MayHaveMore).

@@ -226,6 +226,8 @@ Status PullJob::Rep::ResolveAndList() {
     if (!f.lfs_sha256.empty()) nf.sha256 = f.lfs_sha256;
     else if (!f.blob_id.empty()) nf.git_sha1 = f.blob_id;
     declared.push_back(std::move(nf));
+    // Small regular files come from the hub itself: one GET each, no HEAD.
+    if (f.lfs_sha256.empty()) fetcher->ExpectServedByHub(f.path, f.size);
   }
   EXLR8_RETURN_IF_ERROR(cache.PutFiles(fileset, declared).status());
   return RefreshFiles();

@@ -51,6 +51,23 @@ TEST(PullTest, FixtureEveryRankOfTp3To7HoldsExactlyItsPlan) {
   }
 }
 
+// The Hub rate-limits /resolve/: a fresh pull makes exactly one per file
+// (a HEAD for LFS files, which then come from the CDN; a GET for regular
+// files, which the hub serves itself), and the summary counts the same.
+TEST(PullTest, FreshPullMakesOneResolvePerFile) {
+  auto sim = StartSim(TinyRelease());
+  std::uint64_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(TinyRelease())) files += e.is_regular_file() ? 1 : 0;
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  auto stats = ParseJson(sim->StatsJson());
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->Find("resolve")->as_uint64(), files);
+  EXPECT_EQ(s->resolves, files);
+}
+
 TEST(PullTest, SynthesizedReleaseWithOtherChoices) {
   TempDir release;
   SynthOptions so;

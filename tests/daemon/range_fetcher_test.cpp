@@ -96,6 +96,84 @@ TEST(RangeFetcherTest, RegularFileRangesGoToTheHubWithToken) {
   EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 1);
   EXPECT_EQ(hub.CountHub("GET", "/resolve/"), 5);
   EXPECT_EQ(hub.cdn().request_count(), 0u);
+  EXPECT_EQ(f.counters().resolves, 6u);  // every /resolve/ request the hub saw
+}
+
+// A file the listing shows as a regular git file needs no HEAD: its ranges
+// go to /resolve/ directly, one hub request each.
+TEST(RangeFetcherTest, FileExpectedOnTheHubSkipsTheHead) {
+  FakeHub hub;
+  hub.required_token = "hf_t";
+  hub.regular_files["tokenizer.json"] = MakeBlob(10'000, 5);
+  hub.regular_files["config.json"] = MakeBlob(300, 6);
+  HubOptions ho = TestHubOptions(hub);
+  ho.token = "hf_t";
+  auto client = OpenHub(hub, ho);
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  AddSplit(c, "tokenizer.json", 10'000, 5);
+  c.Add("config.json", 0, 300);
+  RangeFetcher f(*client, FastOptions());
+  f.ExpectServedByHub("tokenizer.json", 10'000);
+  f.ExpectServedByHub("config.json", 300);
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(hub.regular_files);
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 0);
+  EXPECT_EQ(hub.CountHub("GET", "/resolve/"), 6);
+  for (const TestRequest& r : hub.hub().requests()) EXPECT_EQ(r.Header("authorization"), "Bearer hf_t");
+  EXPECT_EQ(f.counters().resolves, 6u);
+  EXPECT_EQ(f.counters().retries, 0u);
+}
+
+// The listing is only a hint: a hub that redirects such a file anyway gets
+// the usual HEAD, and the ranges then go to the CDN, without using up tries.
+TEST(RangeFetcherTest, FileExpectedOnTheHubThatRedirectsIsResolved) {
+  FakeHub hub;
+  hub.lfs_files["big.bin"] = MakeBlob(100'000, 7);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  TestConsumer c;
+  AddSplit(c, "big.bin", 100'000, 20);
+  RangeFetcherOptions o = FastOptions();
+  o.max_attempts = 1;  // a redirect must not count as a failed try
+  RangeFetcher f(*client, o);
+  f.ExpectServedByHub("big.bin", 100'000);
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 1);
+  const int redirected_gets = hub.CountHub("GET", "/resolve/");
+  EXPECT_GE(redirected_gets, 1);
+  EXPECT_LE(redirected_gets, o.max_parallel);  // only those already started
+  EXPECT_EQ(hub.CountCdn("/"), 20);
+  EXPECT_EQ(f.counters().retries, 0u);
+}
+
+// The URL pins the commit; a hub answering for another one is broken.
+TEST(RangeFetcherTest, HubAnsweringForAnotherCommitIsCorruption) {
+  FakeHub hub;
+  hub.regular_files["config.json"] = MakeBlob(500, 8);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("/resolve/") == std::string::npos) return std::nullopt;
+    TestResponse resp = ServeBlobRange(hub.regular_files["config.json"], r);
+    resp.headers.emplace_back("X-Repo-Commit", std::string(40, 'f'));
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("config.json", 0, 500, "config");
+  RangeFetcher f(*client, FastOptions());
+  f.ExpectServedByHub("config.json", 500);
+  Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  ASSERT_EQ(c.failed.size(), 1u);
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("answered for commit"));
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("config"));
+  EXPECT_TRUE(c.accepted.empty());
 }
 
 TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {

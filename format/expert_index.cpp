@@ -266,8 +266,7 @@ std::optional<std::uint64_t> ExpertIndex::LowestHalfOffset(int k) const {
   return lowest;
 }
 
-Status ExpertIndex::ValidateWidthFile(int k, const SafetensorsHeader& wh, std::uint64_t size,
-                                      std::string_view file_name) const {
+Result<WidthFileSpan> ExpertIndex::SpanOfWidth(int k) const {
   struct Item {
     std::uint64_t offset, length;
     int expert;
@@ -287,18 +286,42 @@ Status ExpertIndex::ValidateWidthFile(int k, const SafetensorsHeader& wh, std::u
            std::string(kProjNames[p]) + " h" + std::to_string(h) + " K" + std::to_string(k) + " [" +
            std::to_string(it.offset) + ", " + std::to_string(it.offset + it.length) + ")";
   };
-  for (const Item& it : items) {
-    if (it.offset < wh.data_start() || it.offset > size || it.length > size - it.offset)
-      return CorruptionError(std::string(file_name) + ": half " + describe(it) +
-                             " lies outside the data section [" + std::to_string(wh.data_start()) + ", " +
-                             std::to_string(size) + ")");
-  }
+  auto end_of = [](const Item& it) {
+    return it.length > UINT64_MAX - it.offset ? UINT64_MAX : it.offset + it.length;
+  };
+  WidthFileSpan span;
+  if (items.empty()) return span;
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.offset < b.offset; });
   for (size_t i = 1; i < items.size(); ++i)
-    if (items[i].offset < items[i - 1].offset + items[i - 1].length)
-      return CorruptionError(std::string(file_name) + ": halves overlap: " + describe(items[i - 1]) + " and " +
-                             describe(items[i]));
+    if (items[i].offset < end_of(items[i - 1]))
+      return CorruptionError("halves overlap: " + describe(items[i - 1]) + " and " + describe(items[i]));
+  const Item* highest = &items[0];
+  for (const Item& it : items)
+    if (end_of(it) > end_of(*highest)) highest = &it;
+  span.empty = false;
+  span.lowest_offset = items[0].offset;
+  span.lowest_half = describe(items[0]);
+  span.highest_end = end_of(*highest);
+  span.highest_half = describe(*highest);
+  return span;
+}
+
+Status WidthFileSpan::Validate(const SafetensorsHeader& wh, std::uint64_t size, std::string_view file_name) const {
+  if (empty) return Status::Ok();
+  auto outside = [&](const std::string& half) {
+    return CorruptionError(std::string(file_name) + ": half " + half + " lies outside the data section [" +
+                           std::to_string(wh.data_start()) + ", " + std::to_string(size) + ")");
+  };
+  if (lowest_offset < wh.data_start()) return outside(lowest_half);
+  if (highest_end > size) return outside(highest_half);
   return Status::Ok();
+}
+
+Status ExpertIndex::ValidateWidthFile(int k, const SafetensorsHeader& wh, std::uint64_t size,
+                                      std::string_view file_name) const {
+  Result<WidthFileSpan> span = SpanOfWidth(k);
+  if (!span.ok()) return span.status().WithContext(std::string(file_name));
+  return span->Validate(wh, size, file_name);
 }
 
 }  // namespace exlr8

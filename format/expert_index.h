@@ -87,6 +87,24 @@ struct WidthTables {
   std::array<VectorRef, kProjCount> block;    // gate.su_block, up.su_block, down.sv_block [E, D/128]
 };
 
+// Where the halves of one width file lie, found overlap-free in the index
+// (ExpertIndex::SpanOfWidth). A few bytes, so a reader that checks width
+// file headers as they arrive can keep this and drop the index tables
+// (tens of MB at GLM-5.3 scale).
+struct WidthFileSpan {
+  bool empty = true;                // no half stored at this width
+  std::uint64_t lowest_offset = 0;  // of any half
+  std::uint64_t highest_end = 0;    // max offset + length (saturating)
+  std::string lowest_half;          // "L3 e0 gate h2 K3 [a, b)", for messages
+  std::string highest_half;
+
+  // Every half lies inside the data section of the width file whose parsed
+  // header and size are given: Corruption naming `file_name`, the half and
+  // the section otherwise.
+  Status Validate(const SafetensorsHeader& width_header, std::uint64_t width_file_size,
+                  std::string_view file_name) const;
+};
+
 class ExpertIndex {
  public:
   // Reads and validates an index file. `layer` is the file's layer number
@@ -132,10 +150,15 @@ class ExpertIndex {
   // (ValidateWidthFile), so a reader can fetch the header in one request.
   std::optional<std::uint64_t> LowestHalfOffset(int k) const;
 
+  // Where the halves stored at width k (routed and shared) lie in the k
+  // file: what its header is checked against. Corruption naming both halves
+  // if two of them overlap (spec 6).
+  Result<WidthFileSpan> SpanOfWidth(int k) const;
+
   // The width file's checks (spec 4.4, 6): every half stored at width k
   // (routed and shared) lies inside the data section of the k file whose
   // parsed header and size are given, and no two overlap. `file_name` is
-  // used in errors.
+  // used in errors. Same as SpanOfWidth(k), then WidthFileSpan::Validate.
   Status ValidateWidthFile(int k, const SafetensorsHeader& width_header, std::uint64_t width_file_size,
                            std::string_view file_name) const;
 

@@ -167,6 +167,40 @@ TEST(ExpertIndexTest, WidthFileValidationCatchesHalvesOutsideAndOverlapping) {
   EXPECT_THAT(s.message(), HasSubstr("halves overlap"));
 }
 
+// The span a reader keeps instead of the tables: where the halves start
+// and end, checked against a header exactly as ValidateWidthFile does.
+TEST(ExpertIndexTest, SpanOfWidthIsWhatTheHeaderIsCheckedAgainst) {
+  auto ix = ReadIndex(FixtureIndex());
+  ASSERT_TRUE(ix.ok());
+  auto wbytes = ReadBytes(TinyRelease() / ExpertWidthPath(3, 2));
+  auto wh = ParseSafetensorsHeader(wbytes, wbytes.size(), "k2");
+  ASSERT_TRUE(wh.ok());
+  auto span = ix->SpanOfWidth(2);
+  ASSERT_TRUE(span.ok()) << span.status().ToString();
+  ASSERT_FALSE(span->empty);
+  EXPECT_EQ(span->lowest_offset, *ix->LowestHalfOffset(2));
+  EXPECT_GE(span->lowest_offset, wh->data_start());
+  EXPECT_LE(span->highest_end, wbytes.size());
+  EXPECT_GT(span->highest_end, span->lowest_offset);
+  EXPECT_THAT(span->lowest_half, HasSubstr("L3 "));
+  EXPECT_TRUE(span->Validate(*wh, wbytes.size(), "k2").ok());
+  // One byte short at the end: the highest half is named.
+  Status end = span->Validate(*wh, span->highest_end - 1, "k2");
+  EXPECT_EQ(end.code(), StatusCode::kCorruption);
+  EXPECT_THAT(end.message(), HasSubstr("k2: half " + span->highest_half + " lies outside the data section"));
+  // A header reaching past the first half: the lowest half is named.
+  WidthFileSpan early = *span;
+  early.lowest_offset = wh->data_start() - 1;
+  Status start = early.Validate(*wh, wbytes.size(), "k2");
+  EXPECT_EQ(start.code(), StatusCode::kCorruption);
+  EXPECT_THAT(start.message(), HasSubstr("half " + span->lowest_half + " lies outside"));
+  // No half at a width the layer does not store: nothing to check.
+  auto none = ix->SpanOfWidth(8);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty);
+  EXPECT_TRUE(none->Validate(*wh, 0, "k8").ok());
+}
+
 TEST(ExpertIndexTest, TruncatedFilesNeverCrash) {
   auto bytes = FixtureIndex();
   for (size_t n : {0, 7, 8, 100, 3000, 3456, 50000, 189519}) {

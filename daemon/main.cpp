@@ -15,6 +15,8 @@ constexpr const char* kUsage = R"(usage: exlr8d COMMAND [options]
 Commands:
   pull     fetch exactly one TP rank's bytes from a hub into the verified cache
   gc       evict least recently used, unpinned filesets down to a byte budget
+  list     the filesets in the cache: bytes verified, pins, latest pull
+  pin      keep a fileset from gc (unpin: let it go again)
   serve    the long-lived daemon with its REST API (not implemented yet)
 
 Run 'exlr8d COMMAND --help' for a command's options. Environment: HF_ENDPOINT,
@@ -49,6 +51,9 @@ int main(int argc, char** argv) {
   static constexpr exlr8::Subcommand kCommands[] = {
       {"pull", exlr8::RunPullCommand},
       {"gc", exlr8::RunGcCommand},
+      {"list", exlr8::RunListCommand},
+      {"pin", exlr8::RunPinCommand},
+      {"unpin", exlr8::RunUnpinCommand},
       {"serve", RunServe},
   };
   return exlr8::DispatchSubcommand("exlr8d", "0.1.0", kUsage, argc, argv, kCommands);

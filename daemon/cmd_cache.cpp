@@ -1,0 +1,207 @@
+// exlr8d list | pin | unpin: what the cache holds, and which filesets gc
+// must keep.
+//
+// These open the cache like any other command, so they wait for nobody: while
+// a pull owns the cache they fail at once with exit status 7 (the REST API of
+// `exlr8d serve` will answer the same questions while pulls run).
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "daemon/cache/cache.h"
+#include "daemon/commands.h"
+#include "format/json.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr const char* kListUsage = R"(usage: exlr8d list [--cache DIR] [--json]
+
+Lists the filesets in the cache, most recently used first: repo, the revision
+last resolved to the commit, how many of the release's bytes are verified in
+the cache, pins, and the fileset's latest pull (manifest, TP rank, state).
+)";
+
+constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin --repo ORG/NAME [--revision REV | --commit SHA]
+                         [--holder NAME] [--cache DIR]
+
+A pinned fileset is never evicted by 'exlr8d gc'. Pins are named by holder
+(default "user"; letters, digits and . _ - : @, at most 64), so several
+owners can pin one fileset and each removes only its own. The fileset is the
+commit REV (default main) resolved to when it was last pulled, or the commit
+SHA (40 hex digits, or a unique prefix of at least 7). Pin and unpin are
+idempotent. Exit status 3 when the cache has no such fileset.
+)";
+
+std::string Utc(std::int64_t ms) {
+  const std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string JoinPins(const std::vector<std::string>& pins) {
+  std::string out;
+  for (const auto& p : pins) out += (out.empty() ? "" : ",") + p;
+  return out.empty() ? "-" : out;
+}
+
+Status ValidateHolder(std::string_view holder) {
+  if (holder.empty() || holder.size() > 64)
+    return InvalidArgumentError("--holder: must be 1 to 64 characters, got " + std::to_string(holder.size()));
+  for (char c : holder) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-' || c == ':' || c == '@';
+    if (!ok) return InvalidArgumentError("--holder: '" + EscapeForMessage(holder) + "' has a character other than "
+                                         "letters, digits and . _ - : @");
+  }
+  return Status::Ok();
+}
+
+// The fileset named by --repo and --revision/--commit.
+Result<FilesetInfo> FindFileset(Cache& cache, const Args& args) {
+  EXLR8_ASSIGN_OR_RETURN(std::string repo, args.Require("repo"));
+  if (args.Has("revision") && args.Has("commit"))
+    return InvalidArgumentError("--revision and --commit name the fileset two ways; give one");
+  std::string commit;
+  std::string what;
+  if (auto c = args.Get("commit")) {
+    commit = *c;
+    const bool hex = commit.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (commit.size() < 7 || commit.size() > 40 || !hex)
+      return InvalidArgumentError("--commit: '" + EscapeForMessage(commit) +
+                                  "' is not 7 to 40 lowercase hex digits");
+    what = repo + " commit " + commit;
+  } else {
+    const std::string revision = args.GetOr("revision", "main");
+    what = repo + "@" + revision;
+    auto resolved = cache.LookupCommit(repo, revision);
+    if (!resolved.ok()) return NotFoundError(what + " was never pulled into " + cache.dir().string());
+    commit = *resolved;
+  }
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+  std::vector<FilesetInfo> found;
+  for (auto& s : sets)
+    if (s.repo == repo && s.commit.rfind(commit, 0) == 0) found.push_back(std::move(s));
+  if (found.empty()) return NotFoundError(what + " is not in " + cache.dir().string() + " (see 'exlr8d list')");
+  if (found.size() > 1) return InvalidArgumentError("--commit " + commit + " matches " +
+                                                    std::to_string(found.size()) + " commits of " + repo +
+                                                    "; give more digits");
+  return std::move(found.front());
+}
+
+void PrintJson(const std::vector<FilesetInfo>& sets, const std::vector<std::optional<PullInfo>>& latest) {
+  std::string o = "{\"filesets\":[";
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const FilesetInfo& s = sets[i];
+    if (i > 0) o += ',';
+    o += "{\"repo\":";
+    AppendJsonString(o, s.repo);
+    o += ",\"revision\":";
+    AppendJsonString(o, s.revision);
+    o += ",\"commit\":";
+    AppendJsonString(o, s.commit);
+    o += ",\"files\":" + std::to_string(s.file_count) + ",\"bytes_total\":" + std::to_string(s.bytes_total) +
+         ",\"bytes_cached\":" + std::to_string(s.bytes_cached) + ",\"last_used\":";
+    AppendJsonString(o, Utc(s.last_used_ms));
+    o += ",\"pins\":[";
+    for (std::size_t p = 0; p < s.pins.size(); ++p) {
+      if (p > 0) o += ',';
+      AppendJsonString(o, s.pins[p]);
+    }
+    o += "],\"latest_pull\":";
+    if (!latest[i]) {
+      o += "null";
+    } else {
+      const PullInfo& p = *latest[i];
+      o += "{\"id\":" + std::to_string(p.id) + ",\"manifest\":";
+      AppendJsonString(o, p.spec.manifest);
+      o += ",\"tp\":" + std::to_string(p.spec.tp) + ",\"rank\":" + std::to_string(p.spec.rank) + ",\"state\":";
+      AppendJsonString(o, PullStateName(p.state));
+      o += ",\"bytes_planned\":" + std::to_string(p.counters.bytes_planned) +
+           ",\"bytes_fetched\":" + std::to_string(p.counters.bytes_fetched) + ",\"error\":";
+      AppendJsonString(o, p.error);
+      o += "}";
+    }
+    o += "}";
+  }
+  o += "]}\n";
+  std::fputs(o.c_str(), stdout);
+}
+
+void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
+                const std::vector<std::optional<PullInfo>>& latest) {
+  if (sets.empty()) {
+    std::printf("%s: no filesets\n", cache.dir().c_str());
+    return;
+  }
+  std::printf("%-28s %-10s %-8s %10s %10s %6s  %-20s  %-12s %s\n", "REPO", "REVISION", "COMMIT", "CACHED",
+              "OF", "FILES", "LAST USED", "PINS", "LATEST PULL");
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const FilesetInfo& s = sets[i];
+    std::string pull = "-";
+    if (latest[i]) {
+      const PullInfo& p = *latest[i];
+      pull = p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " + std::to_string(p.spec.rank) + ": " +
+             std::string(PullStateName(p.state));
+    }
+    std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %s\n", s.repo.c_str(), s.revision.c_str(),
+                s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
+                static_cast<unsigned long long>(s.file_count), Utc(s.last_used_ms).c_str(), JoinPins(s.pins).c_str(),
+                pull.c_str());
+  }
+}
+
+int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
+  const char* prog = pin ? "exlr8d pin" : "exlr8d unpin";
+  Args args;
+  if (auto exit = ParseCommandLine(prog, kPinUsage, argv, {"cache", "repo", "revision", "commit", "holder"}, {}, 0,
+                                   &args))
+    return *exit;
+  const std::string holder = args.GetOr("holder", "user");
+  if (Status s = ValidateHolder(holder); !s.ok()) return ReportError(prog, s);
+  if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
+  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  if (!cache.ok()) return ReportError(prog, cache.status());
+  auto set = FindFileset(**cache, args);
+  if (!set.ok()) return ReportError(prog, set.status());
+  Status s = pin ? (*cache)->Pin(set->id, holder) : (*cache)->Unpin(set->id, holder);
+  if (!s.ok()) return ReportError(prog, s);
+  std::printf("%s %s@%s (commit %s) for '%s'\n", pin ? "pinned" : "unpinned", set->repo.c_str(),
+              set->revision.c_str(), set->commit.c_str(), holder.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunListCommand(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto exit = ParseCommandLine("exlr8d list", kListUsage, argv, {"cache"}, {"json"}, 0, &args)) return *exit;
+  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  if (!cache.ok()) return ReportError("exlr8d list", cache.status());
+  auto sets = (*cache)->ListFilesets();
+  if (!sets.ok()) return ReportError("exlr8d list", sets.status());
+  std::vector<std::optional<PullInfo>> latest;
+  for (const FilesetInfo& s : *sets) {
+    auto pulls = (*cache)->ListPulls(s.id);  // newest first
+    if (!pulls.ok()) return ReportError("exlr8d list", pulls.status());
+    latest.push_back(pulls->empty() ? std::nullopt : std::optional<PullInfo>(pulls->front()));
+  }
+  if (args.Flag("json")) {
+    PrintJson(*sets, latest);
+  } else {
+    PrintTable(**cache, *sets, latest);
+  }
+  return 0;
+}
+
+int RunPinCommand(const std::vector<std::string>& argv) { return RunPinOrUnpin(argv, true); }
+int RunUnpinCommand(const std::vector<std::string>& argv) { return RunPinOrUnpin(argv, false); }
+
+}  // namespace exlr8

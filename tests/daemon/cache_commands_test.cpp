@@ -1,0 +1,303 @@
+// `exlr8d list`, `pin`, `unpin` and `gc` as an operator runs them, and the
+// systemd units' command lines run as systemd would expand them, against a
+// real hub simulator and a real cache.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/cache/cache.h"
+#include "format/json.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+struct ShellRun {
+  int status = -1;  // exit status
+  std::string out;  // stdout and stderr
+};
+
+// Runs `command` through the shell, capturing its output and exit status.
+ShellRun Shell(const std::string& command) {
+  ShellRun r;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int w = ::pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
+  return r;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string Exlr8d() { return std::string(EXLR8_BIN_DIR) + "/exlr8d"; }
+
+JsonValue ListJson(const fs::path& cache) {
+  const ShellRun r = Shell(Exlr8d() + " list --json --cache " + Quote(cache.string()));
+  EXPECT_EQ(r.status, 0) << r.out;
+  auto v = ParseJson(r.out);
+  EXPECT_TRUE(v.ok()) << r.out;
+  return v.ok() ? *v : JsonValue();
+}
+
+std::vector<std::string> Pins(const JsonValue& list, std::size_t i = 0) {
+  std::vector<std::string> out;
+  const JsonValue* sets = list.Find("filesets");
+  if (sets == nullptr || sets->as_array().size() <= i) return out;
+  for (const JsonValue& p : sets->as_array()[i].Find("pins")->as_array()) out.push_back(p.as_string());
+  return out;
+}
+
+TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 3, 2));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string c = " --cache " + Quote(cache.path().string());
+
+  JsonValue list = ListJson(cache.path());
+  ASSERT_EQ(list.Find("filesets")->as_array().size(), 1u);
+  const JsonValue& set = list.Find("filesets")->as_array()[0];
+  EXPECT_EQ(set.Find("repo")->as_string(), "exlr8/test");
+  EXPECT_EQ(set.Find("revision")->as_string(), "main");
+  EXPECT_EQ(set.Find("commit")->as_string(), s->commit);
+  EXPECT_EQ(*set.Find("bytes_cached")->as_uint64(), s->bytes_planned);
+  EXPECT_GT(*set.Find("bytes_total")->as_uint64(), s->bytes_planned);
+  EXPECT_TRUE(Pins(list).empty());
+  const JsonValue* latest = set.Find("latest_pull");
+  ASSERT_TRUE(latest != nullptr && latest->is_object());
+  EXPECT_EQ(latest->Find("state")->as_string(), "done");
+  EXPECT_EQ(*latest->Find("tp")->as_uint64(), 3u);
+  EXPECT_EQ(*latest->Find("rank")->as_uint64(), 2u);
+  const ShellRun table = Shell(Exlr8d() + " list" + c);
+  EXPECT_EQ(table.status, 0);
+  EXPECT_THAT(table.out, HasSubstr("exlr8/test"));
+  EXPECT_THAT(table.out, HasSubstr("TP 3 rank 2: done"));
+
+  // Two holders, by revision and by a commit prefix.
+  ShellRun pin = Shell(Exlr8d() + " pin --repo exlr8/test --holder node-a" + c);
+  ASSERT_EQ(pin.status, 0) << pin.out;
+  EXPECT_THAT(pin.out, HasSubstr("pinned exlr8/test@main"));
+  ASSERT_EQ(Shell(Exlr8d() + " pin --repo exlr8/test --commit " + s->commit.substr(0, 7) + c).status, 0);
+  ASSERT_EQ(Shell(Exlr8d() + " pin --repo exlr8/test --holder node-a" + c).status, 0);  // idempotent
+  EXPECT_EQ(Pins(ListJson(cache.path())), (std::vector<std::string>{"node-a", "user"}));
+
+  // gc keeps a pinned fileset whatever the budget.
+  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_TRUE(fs::exists(s->root));
+  ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test --holder node-a" + c).status, 0);
+  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_TRUE(fs::exists(s->root));  // still pinned by "user"
+  ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);
+  ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);  // idempotent
+  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_FALSE(fs::exists(s->root));
+  EXPECT_TRUE(ListJson(cache.path()).Find("filesets")->as_array().empty());
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));
+}
+
+TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "down1", 2, 0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const std::string pin = Exlr8d() + " pin" + c;
+
+  ShellRun r = Shell(pin + " --repo exlr8/other");
+  EXPECT_EQ(r.status, 3) << r.out;  // NotFound
+  EXPECT_THAT(r.out, HasSubstr("exlr8/other@main was never pulled"));
+  r = Shell(pin + " --repo exlr8/test --revision v2");
+  EXPECT_EQ(r.status, 3) << r.out;
+  r = Shell(pin + " --repo exlr8/test --commit 0000000");
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("not in"));
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test --commit xyz1234").status, 2);
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test --commit abc").status, 2);  // too short
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test --revision main --commit " + s->commit).status, 2);
+  r = Shell(pin + " --repo exlr8/test --holder 'a b'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--holder"));
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test --holder " + std::string(65, 'x')).status, 2);
+  EXPECT_EQ(Shell(pin).status, 2);  // no --repo
+  EXPECT_TRUE(Pins(ListJson(cache.path())).empty());  // nothing pinned by the failures
+
+  // One process owns a cache at a time: the commands fail at once, saying why.
+  {
+    auto held = Cache::Open(cache.path());
+    ASSERT_TRUE(held.ok());
+    r = Shell(Exlr8d() + " list" + c);
+    EXPECT_EQ(r.status, 7) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("lock"));
+    EXPECT_EQ(Shell(pin + " --repo exlr8/test").status, 7);
+  }
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test").status, 0);
+}
+
+// ---- systemd units ----
+
+// A unit file's [Service] settings, continuation lines joined; repeated keys
+// keep every value in order.
+std::multimap<std::string, std::string> ReadUnit(const fs::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::multimap<std::string, std::string> out;
+  std::string line, pending, section;
+  while (std::getline(in, line)) {
+    if (!pending.empty()) {
+      line = pending + " " + line;
+      pending.clear();
+    }
+    if (!line.empty() && line.back() == '\\') {
+      pending = line.substr(0, line.size() - 1);
+      continue;
+    }
+    const auto start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#' || line[start] == ';') continue;
+    if (line[start] == '[') {
+      section = line.substr(start);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (section == "[Service]" && eq != std::string::npos) out.emplace(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return out;
+}
+
+// KEY=VALUE lines of an environment file.
+void ReadEnvFile(const fs::path& path, std::map<std::string, std::string>* env) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) (*env)[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+}
+
+// A command line as systemd expands it: %i is the instance, ${VAR} one word,
+// $VAR split at whitespace into words (none when empty). An unset variable
+// fails the test: the unit would run with an empty argument.
+std::vector<std::string> Expand(const std::string& command, const std::map<std::string, std::string>& env,
+                                const std::string& instance) {
+  std::vector<std::string> words;
+  std::istringstream in(command);
+  std::string w;
+  while (in >> w) {
+    for (std::size_t p; (p = w.find("%i")) != std::string::npos;) w.replace(p, 2, instance);
+    if (w.size() > 1 && w[0] == '$' && w[1] != '{') {
+      auto it = env.find(w.substr(1));
+      EXPECT_NE(it, env.end()) << "unset variable in: " << command;
+      if (it == env.end()) continue;
+      std::istringstream split(it->second);
+      for (std::string part; split >> part;) words.push_back(part);
+      continue;
+    }
+    for (std::size_t p; (p = w.find("${")) != std::string::npos;) {
+      const auto end = w.find('}', p);
+      const std::string name = w.substr(p + 2, end - p - 2);
+      auto it = env.find(name);
+      EXPECT_NE(it, env.end()) << "unset variable ${" << name << "} in: " << command;
+      w.replace(p, end - p + 1, it == env.end() ? "" : it->second);
+    }
+    words.push_back(w);
+  }
+  return words;
+}
+
+// Runs the expanded words with `env` exported, the installed binary path
+// replaced by the one just built.
+ShellRun RunUnitCommand(std::vector<std::string> words, const std::map<std::string, std::string>& env) {
+  std::string cmd = "env -u HF_TOKEN -u HF_HUB_OFFLINE -u HF_ENDPOINT";
+  for (const auto& [k, v] : env) cmd += " " + k + "=" + Quote(v);
+  EXPECT_FALSE(words.empty());
+  if (!words.empty() && words[0] == "/usr/local/bin/exlr8d") words[0] = Exlr8d();
+  for (const auto& w : words) cmd += " " + Quote(w);
+  return Shell(cmd);
+}
+
+std::map<std::string, std::string> UnitEnvironment(const std::multimap<std::string, std::string>& unit,
+                                                   const std::string& instance) {
+  std::map<std::string, std::string> env;
+  auto [b, e] = unit.equal_range("Environment");
+  for (auto it = b; it != e; ++it) {
+    std::string kv = it->second;
+    for (std::size_t p; (p = kv.find("%i")) != std::string::npos;) kv.replace(p, 2, instance);
+    const auto eq = kv.find('=');
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+TEST(SystemdUnitsTest, PullUnitStagesPinsAndGcUnitKeepsIt) {
+  const fs::path dir = fs::path(EXLR8_SOURCE_DIR) / "systemd";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+
+  const auto pull_unit = ReadUnit(dir / "exlr8d-pull@.service");
+  ASSERT_EQ(pull_unit.count("ExecStart"), 1u);
+  ASSERT_EQ(pull_unit.count("ExecStartPost"), 1u);
+  std::map<std::string, std::string> env = UnitEnvironment(pull_unit, "tiny");
+  EXPECT_EQ(env["EXLR8_HOLDER"], "systemd-tiny");
+  ReadEnvFile(dir / "exlr8d-pull.env.example", &env);  // as EnvironmentFile=/etc/exlr8d/tiny.env
+  // This test's hub and cache instead of the example's.
+  env["EXLR8_REPO"] = "exlr8/test";
+  env["EXLR8_PULL_OPTIONS"] = "--endpoint " + sim->hub_url() + " --json";
+  env["EXLR8_CACHE"] = cache.path().string();
+
+  const ShellRun pulled = RunUnitCommand(Expand(pull_unit.find("ExecStart")->second, env, "tiny"), env);
+  ASSERT_EQ(pulled.status, 0) << pulled.out;
+  auto summary = ParseJson(pulled.out);
+  ASSERT_TRUE(summary.ok()) << pulled.out;
+  EXPECT_TRUE(summary->Find("complete")->as_bool());
+  const ShellRun pinned = RunUnitCommand(Expand(pull_unit.find("ExecStartPost")->second, env, "tiny"), env);
+  ASSERT_EQ(pinned.status, 0) << pinned.out;
+  EXPECT_EQ(Pins(ListJson(cache.path())), (std::vector<std::string>{"systemd-tiny"}));
+  // The rank is the example's: TP 4 rank 1 under home.
+  const JsonValue list = ListJson(cache.path());
+  const JsonValue* latest = list.Find("filesets")->as_array()[0].Find("latest_pull");
+  EXPECT_EQ(latest->Find("manifest")->as_string(), "manifests/exlr8-manifest-home.json");
+  EXPECT_EQ(*latest->Find("tp")->as_uint64(), 4u);
+  EXPECT_EQ(*latest->Find("rank")->as_uint64(), 1u);
+
+  // Restart policy: the statuses a person must fix are not retried, the
+  // ones a retry can fix (1 incomplete, 4 network, 7 cache busy) are.
+  std::istringstream prevent(pull_unit.find("RestartPreventExitStatus")->second);
+  std::vector<int> no_retry;
+  for (int x; prevent >> x;) no_retry.push_back(x);
+  EXPECT_THAT(no_retry, ::testing::IsSupersetOf({2, 3, 5, 6}));
+  for (int retried : {1, 4, 7}) EXPECT_THAT(no_retry, ::testing::Not(::testing::Contains(retried)));
+
+  // The gc unit at budget 0 keeps the pinned fileset.
+  const auto gc_unit = ReadUnit(dir / "exlr8d-gc.service");
+  ASSERT_EQ(gc_unit.count("ExecStart"), 1u);
+  std::map<std::string, std::string> gc_env = UnitEnvironment(gc_unit, "");
+  EXPECT_TRUE(gc_env.contains("EXLR8_GC_BUDGET"));
+  gc_env["EXLR8_GC_BUDGET"] = "0";
+  gc_env["EXLR8_CACHE"] = cache.path().string();
+  const ShellRun gc = RunUnitCommand(Expand(gc_unit.find("ExecStart")->second, gc_env, ""), gc_env);
+  ASSERT_EQ(gc.status, 0) << gc.out;
+  EXPECT_THAT(gc.out, HasSubstr("evicted 0 filesets"));
+  EXPECT_EQ(ListJson(cache.path()).Find("filesets")->as_array().size(), 1u);
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -35,7 +35,7 @@
 #   bench/pull_bench.sh [BUILD_DIR]        (default build/; Release build)
 # Environment: PARTS="A B" (or C), RUNS=3, WARM_RUNS=2, VARIANTS, MODES="warm cold",
 #   ROUNDS=3, TMPFS (part C), B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
-#   files alone are 5.9 GB), B_MAX_GB=4,
+#   files alone are 5.9 GB), B_MAX_GB=4, B_WRAP (part B: e.g. heaptrack),
 #   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
 #   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (not NGINX: nginx
 #   itself reads that variable, as inherited sockets).
@@ -181,6 +181,9 @@ stop_hubsim() {
 pull_args=(--repo bench/pull --manifest home --tp 4 --rank 1 --jobs 16)
 # PULL_EXTRA: more exlr8d pull options to compare (e.g. "--background-jobs 8").
 read -r -a pull_extra <<< "${PULL_EXTRA:-}"
+# B_WRAP: a command part B's pulls run under, e.g. "heaptrack -o DIR/pull"
+# (peak RSS then includes the wrapper's own).
+read -r -a b_wrap <<< "${B_WRAP:-}"
 pull_args+=("${pull_extra[@]}")
 echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 / 1024)) GB free)"
 echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $( ((have_aria2)) && aria2c --version | head -1)"
@@ -438,6 +441,17 @@ PY
   start_hubsim "$glm" --unhashed 'experts/*.k?.safetensors'
   echo "  hub $hub up in $(echo "$(now) - $t0" | bc | cut -c1-5) s (width files listed unhashed); nginx logs \$msec"
 
+  # find_pull PID: the exlr8d process among PID's descendants (breadth first).
+  find_pull() {
+    local pids=$1 p
+    while [[ -n $pids ]]; do
+      for p in ${pids//,/ }; do
+        if [[ $(ps -o comm= -p "$p") == exlr8d ]]; then echo "$p"; return; fi
+      done
+      pids=$(pgrep -d, -P "$pids" || true)
+    done
+  }
+
   # pull_b LABEL: one bounded exlr8d pull under /usr/bin/time -v.
   pull_b() {
     local label=$1 max_gb=$2 grown t0 t1 rc=0 start_kb child
@@ -447,7 +461,7 @@ PY
     local l
     l=$(load)
     t0=$(now)
-    /usr/bin/time -v -o "$w/timev.txt" "$bin/exlr8d" pull "${b_args[@]}" --endpoint "$hub" --cache "$w/cache" \
+    /usr/bin/time -v -o "$w/timev.txt" "${b_wrap[@]}" "$bin/exlr8d" pull "${b_args[@]}" --endpoint "$hub" --cache "$w/cache" \
       > "$w/pull-b.out" 2> "$w/pull-b.err" &
     local tp=$!
     local why="time limit ${b_seconds}s"
@@ -460,8 +474,9 @@ PY
       if (( avail < 5 * 1024 * 1024 )); then why="disk nearly full"; break; fi
     done
     t1=$(now)
-    # SIGINT to the pull itself (the child of /usr/bin/time), which cancels.
-    child=$(pgrep -P "$tp" || true)
+    # SIGINT to the pull itself (the child of /usr/bin/time, or further down
+    # under B_WRAP), which cancels.
+    child=$(find_pull "$tp")
     if [[ -n $child ]]; then kill -INT "$child" 2> /dev/null || true; fi
     wait "$tp" || rc=$?
     sleep 1.5  # nginx flushes its log buffer every second

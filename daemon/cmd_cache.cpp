@@ -1,9 +1,10 @@
 // exlr8d list | pin | unpin: what the cache holds, and which filesets gc
 // must keep.
 //
-// These open the cache like any other command, so they wait for nobody: while
-// a pull owns the cache they fail at once with exit status 7 (the REST API of
-// `exlr8d serve` will answer the same questions while pulls run).
+// pin and unpin open the cache like any other command: while a pull owns it
+// they fail at once with exit status 7. list then reads a read-only view of
+// the index instead (Cache::OpenReadOnly), so it shows a running pull's
+// progress as of its last commit.
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -23,15 +24,17 @@ constexpr const char* kListUsage = R"(usage: exlr8d list [--cache DIR] [--json]
 
 Lists the filesets in the cache, most recently used first: repo, the revision
 last resolved to the commit, how many of the release's bytes are verified in
-the cache, pins, and the fileset's latest pull (manifest, TP rank, state).
+the cache, pins, and the fileset's latest pull (manifest, TP rank, state;
+while it runs, its bytes done as of its last commit). Works while a pull owns
+the cache (a read-only view of its index).
 )";
 
 constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin --repo ORG/NAME [--revision REV | --commit SHA]
                          [--holder NAME] [--cache DIR]
 
 A pinned fileset is never evicted by 'exlr8d gc'. Pins are named by holder
-(default "user"; letters, digits and . _ - : @, at most 64), so several
-owners can pin one fileset and each removes only its own. The fileset is the
+(default "user"; any text without control characters, at most 255 bytes), so
+several owners can pin one fileset and each removes only its own. The fileset is the
 commit REV (default main) resolved to when it was last pulled, or the commit
 SHA (40 hex digits, or a unique prefix of at least 7). Pin and unpin are
 idempotent. Exit status 3 when the cache has no such fileset.
@@ -50,18 +53,6 @@ std::string JoinPins(const std::vector<std::string>& pins) {
   std::string out;
   for (const auto& p : pins) out += (out.empty() ? "" : ",") + p;
   return out.empty() ? "-" : out;
-}
-
-Status ValidateHolder(std::string_view holder) {
-  if (holder.empty() || holder.size() > 64)
-    return InvalidArgumentError("--holder: must be 1 to 64 characters, got " + std::to_string(holder.size()));
-  for (char c : holder) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-' || c == ':' || c == '@';
-    if (!ok) return InvalidArgumentError("--holder: '" + EscapeForMessage(holder) + "' has a character other than "
-                                         "letters, digits and . _ - : @");
-  }
-  return Status::Ok();
 }
 
 // The fileset named by --repo and --revision/--commit.
@@ -96,8 +87,10 @@ Result<FilesetInfo> FindFileset(Cache& cache, const Args& args) {
   return std::move(found.front());
 }
 
-void PrintJson(const std::vector<FilesetInfo>& sets, const std::vector<std::optional<PullInfo>>& latest) {
-  std::string o = "{\"filesets\":[";
+void PrintJson(const Cache& cache, const std::vector<FilesetInfo>& sets,
+               const std::vector<std::optional<PullInfo>>& latest) {
+  std::string o = std::string("{\"owned_by_another_process\":") + (cache.read_only() ? "true" : "false") +
+                  ",\"filesets\":[";
   for (std::size_t i = 0; i < sets.size(); ++i) {
     const FilesetInfo& s = sets[i];
     if (i > 0) o += ',';
@@ -125,7 +118,8 @@ void PrintJson(const std::vector<FilesetInfo>& sets, const std::vector<std::opti
       o += ",\"tp\":" + std::to_string(p.spec.tp) + ",\"rank\":" + std::to_string(p.spec.rank) + ",\"state\":";
       AppendJsonString(o, PullStateName(p.state));
       o += ",\"bytes_planned\":" + std::to_string(p.counters.bytes_planned) +
-           ",\"bytes_fetched\":" + std::to_string(p.counters.bytes_fetched) + ",\"error\":";
+           ",\"bytes_fetched\":" + std::to_string(p.counters.bytes_fetched) +
+           ",\"bytes_reused\":" + std::to_string(p.counters.bytes_reused) + ",\"error\":";
       AppendJsonString(o, p.error);
       o += "}";
     }
@@ -137,6 +131,8 @@ void PrintJson(const std::vector<FilesetInfo>& sets, const std::vector<std::opti
 
 void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
                 const std::vector<std::optional<PullInfo>>& latest) {
+  if (cache.read_only())
+    std::printf("(another exlr8d owns %s: a read-only view as of its last commit)\n", cache.dir().c_str());
   if (sets.empty()) {
     std::printf("%s: no filesets\n", cache.dir().c_str());
     return;
@@ -150,6 +146,9 @@ void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
       const PullInfo& p = *latest[i];
       pull = p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " + std::to_string(p.spec.rank) + ": " +
              std::string(PullStateName(p.state));
+      if (p.state == PullState::kRunning)
+        pull += ", " + HumanBytes(p.counters.bytes_fetched + p.counters.bytes_reused) + " of " +
+                HumanBytes(p.counters.bytes_planned);
     }
     std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %s\n", s.repo.c_str(), s.revision.c_str(),
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
@@ -165,7 +164,6 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
                                    &args))
     return *exit;
   const std::string holder = args.GetOr("holder", "user");
-  if (Status s = ValidateHolder(holder); !s.ok()) return ReportError(prog, s);
   if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
   auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
   if (!cache.ok()) return ReportError(prog, cache.status());
@@ -183,7 +181,14 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
 int RunListCommand(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine("exlr8d list", kListUsage, argv, {"cache"}, {"json"}, 0, &args)) return *exit;
-  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  auto cache = Cache::Open(dir);
+  if (!cache.ok() && cache.status().code() == StatusCode::kFailedPrecondition) {
+    // Locked by a running pull (or an index this binary cannot migrate,
+    // which the read-only view reports in its own words).
+    auto view = Cache::OpenReadOnly(dir);
+    cache = view.ok() ? std::move(view) : Result<std::unique_ptr<Cache>>(cache.status());
+  }
   if (!cache.ok()) return ReportError("exlr8d list", cache.status());
   auto sets = (*cache)->ListFilesets();
   if (!sets.ok()) return ReportError("exlr8d list", sets.status());
@@ -194,7 +199,7 @@ int RunListCommand(const std::vector<std::string>& argv) {
     latest.push_back(pulls->empty() ? std::nullopt : std::optional<PullInfo>(pulls->front()));
   }
   if (args.Flag("json")) {
-    PrintJson(*sets, latest);
+    PrintJson(**cache, *sets, latest);
   } else {
     PrintTable(**cache, *sets, latest);
   }

@@ -104,6 +104,13 @@ struct Cache::Rep {
   CacheOptions options;
   UniqueFd root_fd;
   std::unique_ptr<FileLock> lock;  // released last (declared before db)
+  bool read_only = false;          // OpenReadOnly: no lock, the index read-only
+
+  // FailedPrecondition for a change through a read-only view.
+  Status Writable() const {
+    if (!read_only) return Status::Ok();
+    return FailedPreconditionError(shown + ": opened read-only (another exlr8d owns this cache); nothing changed");
+  }
 
   Mutex mu;
   std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
@@ -325,9 +332,32 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   return std::unique_ptr<Cache>(new Cache(std::move(rep)));
 }
 
+Result<std::unique_ptr<Cache>> Cache::OpenReadOnly(std::filesystem::path dir) {
+  auto rep = std::make_unique<Rep>();
+  rep->dir = std::move(dir);
+  rep->shown = rep->dir.string();
+  rep->read_only = true;
+  rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
+  MutexLock l(&rep->mu);
+  EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::OpenReadOnly((rep->dir / kCacheDbName).string()));
+  // The owner migrates when it opens; an index at another version than this
+  // binary's would be read with the wrong queries.
+  EXLR8_ASSIGN_OR_RETURN(const std::int64_t version, rep->db->QueryInt("PRAGMA user_version"));
+  const auto latest = static_cast<std::int64_t>(BuiltinMigrations().size());
+  if (version != latest)
+    return FailedPreconditionError(rep->db->path() + ": index at schema version " + std::to_string(version) +
+                                   ", this exlr8d reads version " + std::to_string(latest) +
+                                   "; wait for the exlr8d that owns the cache, or use the same version");
+  return std::unique_ptr<Cache>(new Cache(std::move(rep)));
+}
+
+bool Cache::read_only() const { return rep_->read_only; }
+
 // ---- filesets ----
 
 Result<FilesetId> Cache::PutFileset(std::string_view repo, std::string_view revision, std::string_view commit) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   EXLR8_RETURN_IF_ERROR(ValidateRepoId(repo));
   EXLR8_RETURN_IF_ERROR(ValidateRevision(revision));
   EXLR8_RETURN_IF_ERROR(ValidateCommit(commit));
@@ -370,6 +400,7 @@ Result<std::string> Cache::LookupCommit(std::string_view repo, std::string_view 
 }
 
 Status Cache::Touch(FilesetId fileset) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
@@ -380,6 +411,7 @@ Status Cache::Touch(FilesetId fileset) {
 }
 
 Status Cache::Pin(FilesetId fileset, std::string_view holder) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   EXLR8_RETURN_IF_ERROR(ValidateHolder(holder));
   Rep& r = *rep_;
   MutexLock l(&r.mu);
@@ -390,6 +422,7 @@ Status Cache::Pin(FilesetId fileset, std::string_view holder) {
 }
 
 Status Cache::Unpin(FilesetId fileset, std::string_view holder) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   EXLR8_RETURN_IF_ERROR(ValidateHolder(holder));
   Rep& r = *rep_;
   MutexLock l(&r.mu);
@@ -514,6 +547,7 @@ Result<FileId> Cache::PutFile(FilesetId fileset, std::string_view path, std::uin
 }
 
 Result<std::vector<FileId>> Cache::PutFiles(FilesetId fileset, std::span<const NewFile> files) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   for (const NewFile& f : files) EXLR8_RETURN_IF_ERROR(ValidateNewFile(f));
   Rep& r = *rep_;
   MutexLock l(&r.mu);
@@ -595,6 +629,7 @@ Result<std::filesystem::path> Cache::DataPath(FileId file) {
 // ---- writing ----
 
 Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   std::shared_ptr<DataFile> f = rep_->FindOpen(file);  // without mu: see open_mu
   if (!f) {
     MutexLock l(&rep_->mu);
@@ -613,6 +648,7 @@ Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::by
 }
 
 Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
   std::map<FileId, std::vector<Extent>> by_file;
   for (const VerifiedExtent& e : extents)
@@ -689,6 +725,7 @@ Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std
 }
 
 Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   if (ids.empty()) return Status::Ok();
   Rep& r = *rep_;
   std::vector<std::shared_ptr<DataFile>> files;
@@ -849,6 +886,7 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed) {
 }
 
 Result<GcResult> Cache::Gc(std::uint64_t budget) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
   MutexLock l(&r.mu);
   GcResult result;
@@ -950,6 +988,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
 // ---- pulls ----
 
 Result<PullId> Cache::StartPull(const PullSpec& spec) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   if (spec.tp < 1 || spec.rank < 0 || spec.rank >= spec.tp)
     return InvalidArgumentError("pull of '" + EscapeForMessage(spec.manifest) + "': rank " +
                                 std::to_string(spec.rank) + " is not in [0, tp = " + std::to_string(spec.tp) + ")");
@@ -977,6 +1016,7 @@ Result<PullId> Cache::StartPull(const PullSpec& spec) {
 }
 
 Status Cache::UpdatePull(PullId pull, const PullCounters& c) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   for (std::uint64_t v : {c.bytes_planned, c.bytes_fetched, c.bytes_reused, c.requests, c.retries,
                           c.checksum_failures})
     if (v > kMaxSqlInt) return InvalidArgumentError("pull " + std::to_string(pull) + ": counter out of range");
@@ -1001,6 +1041,7 @@ Status Cache::UpdatePull(PullId pull, const PullCounters& c) {
 }
 
 Status Cache::FinishPull(PullId pull, PullState state, std::string_view error) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
   if (state == PullState::kRunning)
     return InvalidArgumentError("pull " + std::to_string(pull) + ": FinishPull needs a final state");
   Rep& r = *rep_;

@@ -166,6 +166,18 @@ class Cache {
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
 
+  // A read-only view of the cache in `dir` for reporting while another
+  // process owns it (a pull): no lock is taken, the index is opened
+  // read-only (SQLite WAL readers see each committed transaction whole),
+  // and every call that would change something fails with
+  // FailedPrecondition and changes nothing; the Get/List/Covers/
+  // VerifiedExtents/OpenVerified readers work. Pulls of a process that died
+  // stay 'running' here until the next Open marks them failed. NotFound
+  // when `dir` holds no cache; FailedPrecondition when its index is at
+  // another schema version than this binary's.
+  static Result<std::unique_ptr<Cache>> OpenReadOnly(std::filesystem::path dir);
+  bool read_only() const;
+
   const std::filesystem::path& dir() const;
 
   // ---- filesets ----

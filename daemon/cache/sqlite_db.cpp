@@ -1,6 +1,7 @@
 #include "daemon/cache/sqlite_db.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <utility>
 
@@ -74,15 +75,24 @@ bool SqliteStmt::IsNull(int column) const { return sqlite3_column_type(stmt_, co
 
 // ---- SqliteDb ----
 
-Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
+Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenWithFlags(const std::string& path, int flags) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOFOLLOW, nullptr);
   std::unique_ptr<SqliteDb> db(new SqliteDb(raw, path));  // closes `raw` even on failure
   if (rc != SQLITE_OK) return db->Error(rc, "open");
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, 5000);
   return db;
+}
+
+Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path) {
+  return OpenWithFlags(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+}
+
+Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenReadOnly(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return NotFoundError(path + ": no cache index here");
+  return OpenWithFlags(path, SQLITE_OPEN_READONLY);
 }
 
 SqliteDb::~SqliteDb() {

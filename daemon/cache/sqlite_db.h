@@ -63,6 +63,9 @@ class SqliteDb {
   // Opens (creating) the database at `path`, read-write, with extended
   // result codes and a busy timeout for outside readers (sqlite3 CLI).
   static Result<std::unique_ptr<SqliteDb>> Open(const std::string& path);
+  // Opens an existing database read-only (any write fails with
+  // SQLITE_READONLY); NotFound if there is none at `path`.
+  static Result<std::unique_ptr<SqliteDb>> OpenReadOnly(const std::string& path);
   ~SqliteDb();
 
   // Runs one or more ';'-separated statements without results.
@@ -80,6 +83,7 @@ class SqliteDb {
 
  private:
   SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  static Result<std::unique_ptr<SqliteDb>> OpenWithFlags(const std::string& path, int flags);
   friend class SqliteStmt;
 
   sqlite3* db_;

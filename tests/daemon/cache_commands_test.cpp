@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/cache/cache.h"
@@ -132,23 +133,105 @@ TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
   EXPECT_EQ(Shell(pin + " --repo exlr8/test --commit xyz1234").status, 2);
   EXPECT_EQ(Shell(pin + " --repo exlr8/test --commit abc").status, 2);  // too short
   EXPECT_EQ(Shell(pin + " --repo exlr8/test --revision main --commit " + s->commit).status, 2);
-  r = Shell(pin + " --repo exlr8/test --holder 'a b'");
+  r = Shell(pin + " --repo exlr8/test --holder " + Quote("a\tb"));
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("--holder"));
-  EXPECT_EQ(Shell(pin + " --repo exlr8/test --holder " + std::string(65, 'x')).status, 2);
+  EXPECT_THAT(r.out, HasSubstr("pin holder"));
+  EXPECT_EQ(Shell(pin + " --repo exlr8/test --holder " + std::string(256, 'x')).status, 2);
   EXPECT_EQ(Shell(pin).status, 2);  // no --repo
   EXPECT_TRUE(Pins(ListJson(cache.path())).empty());  // nothing pinned by the failures
 
-  // One process owns a cache at a time: the commands fail at once, saying why.
+  // One process owns a cache at a time: changes fail at once, saying why;
+  // list reads a read-only view meanwhile.
   {
     auto held = Cache::Open(cache.path());
     ASSERT_TRUE(held.ok());
-    r = Shell(Exlr8d() + " list" + c);
+    r = Shell(pin + " --repo exlr8/test");
     EXPECT_EQ(r.status, 7) << r.out;
     EXPECT_THAT(r.out, HasSubstr("lock"));
-    EXPECT_EQ(Shell(pin + " --repo exlr8/test").status, 7);
+    EXPECT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 7);
+    r = Shell(Exlr8d() + " list" + c);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("read-only view"));
+    EXPECT_THAT(r.out, HasSubstr("exlr8/test"));
+    EXPECT_TRUE(ListJson(cache.path()).Find("owned_by_another_process")->as_bool());
   }
+  EXPECT_FALSE(ListJson(cache.path()).Find("owned_by_another_process")->as_bool());
   EXPECT_EQ(Shell(pin + " --repo exlr8/test").status, 0);
+  // A cache that never pulled anything: NotFound (exit 3).
+  TempDir empty;
+  const fs::path none = empty.path() / "none";
+  r = Shell(Exlr8d() + " pin --repo exlr8/test --cache " + Quote(none.string()));
+  EXPECT_EQ(r.status, 3) << r.out;
+}
+
+// A read-only view changes nothing and refuses to, whatever is asked.
+TEST(CacheCommandsTest, ReadOnlyViewRefusesEveryChange) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "down1", 2, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto owner = Cache::Open(cache.path());
+  ASSERT_TRUE(owner.ok());
+  auto view = Cache::OpenReadOnly(cache.path());
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  Cache& v = **view;
+  EXPECT_TRUE(v.read_only());
+  auto sets = v.ListFilesets();
+  ASSERT_TRUE(sets.ok());
+  ASSERT_EQ(sets->size(), 1u);
+  const FilesetId id = (*sets)[0].id;
+  auto files = v.ListFiles(id);
+  ASSERT_TRUE(files.ok());
+  const FileInfo& f = files->front();
+  const std::uint64_t before = *v.RecordedBytes();
+  const std::byte b{1};
+  for (const Status& st : {v.Pin(id, "x"), v.Unpin(id, "x"), v.Touch(id), v.WriteAt(f.id, 0, {&b, 1}),
+                           v.CommitVerified({{VerifiedExtent{f.id, 0, 1}}}), v.MarkWholeFileVerified(f.id),
+                           v.PutFileset("exlr8/test", "main", s->commit).status(),
+                           v.PutFile(id, "new.bin", 1).status(), v.Gc(0).status(),
+                           v.StartPull(PullSpec{id, "m", 1, 0, "{}"}).status(), v.UpdatePull(1, {}),
+                           v.FinishPull(1, PullState::kFailed)}) {
+    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr("read-only"));
+  }
+  EXPECT_EQ(*v.RecordedBytes(), before);
+  EXPECT_TRUE(fs::exists(s->root));
+  EXPECT_TRUE((*owner)->Pin(id, "owner").ok());  // the owner still can
+  EXPECT_EQ(Cache::OpenReadOnly(cache.path() / "nothing").status().code(), StatusCode::kNotFound);
+}
+
+// While a pull runs in this process (holding the lock), `exlr8d list` in
+// another shows it running, with its progress as of its last commit.
+TEST(CacheCommandsTest, ListShowsAPullWhileItRuns) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;  // per body: the pull takes seconds
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  auto owner = Cache::Open(cache.path());
+  ASSERT_TRUE(owner.ok());
+  PullJob job(**owner, Options(*sim, "home", 4, 1));
+  Result<PullSummary> result = InternalError("not run");
+  std::thread t([&] { result = job.Run(); });
+  bool seen = false;
+  std::string last;
+  for (int i = 0; i < 300 && !seen; ++i) {
+    const ShellRun r = Shell(Exlr8d() + " list --json --cache " + Quote(cache.path().string()));
+    last = r.out;
+    auto v = ParseJson(r.out);
+    if (r.status == 0 && v.ok() && !v->Find("filesets")->as_array().empty()) {
+      const JsonValue* p = v->Find("filesets")->as_array()[0].Find("latest_pull");
+      EXPECT_TRUE(v->Find("owned_by_another_process")->as_bool());
+      seen = p->is_object() && p->Find("state")->as_string() == "running" && *p->Find("bytes_fetched")->as_uint64() > 0;
+    }
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  job.Cancel();
+  t.join();
+  EXPECT_TRUE(seen) << "never saw the pull running with bytes fetched; last list: " << last;
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+  owner->reset();  // releases the lock
+  const JsonValue after = ListJson(cache.path());
+  EXPECT_EQ(after.Find("filesets")->as_array()[0].Find("latest_pull")->Find("state")->as_string(), "cancelled");
 }
 
 // ---- systemd units ----

@@ -19,7 +19,8 @@
 #         aria2c/exlr8d against the byte ratio release/rank, /resolve/ per pull
 #   C  A/B of exlr8d settings on part A's release and servers (instead of
 #      part A's rounds): VARIANTS, ';'-separated sets of pull options ("" =
-#      the defaults), each run ROUNDS times per mode in MODES (cold and/or
+#      the defaults; a set may start with BIN=PATH to run another exlr8d
+#      build, e.g. the last commit's), each run ROUNDS times per mode in MODES (cold and/or
 #      warm, as in A) beside curl, order rotating; prints every run and the
 #      median and best per variant. TMPFS=DIR also runs exlr8d (defaults)
 #      and curl writing into DIR (a tmpfs: no disk writes of their own),
@@ -231,7 +232,7 @@ if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
     curl -s -X POST "$hub/_sim/reset" > /dev/null
     l=$(load)
     t0=$(now)
-    /usr/bin/time -f '%M' -o "$w/time.txt" "$bin/exlr8d" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
+    /usr/bin/time -f '%M' -o "$w/time.txt" "${exe:-$bin/exlr8d}" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
       --no-progress --json > "$w/pull.json"
     t1=$(now)
     curl -s "$hub/_sim/stats" > "$w/stats.json"
@@ -325,10 +326,12 @@ PY
             v*)
               label="exlr8d ${variants[${t#v}]:-(defaults)}"
               read -r -a extra <<< "${variants[${t#v}]}"
+              exe=
+              if [[ ${extra[0]:-} == BIN=* ]]; then exe=${extra[0]#BIN=}; extra=("${extra[@]:1}"); fi
               pull_args+=("${extra[@]}")
               ;;
             curl) label="curl" ;;
-            tmpfs) label="exlr8d into $TMPFS"; out_root=$TMPFS/exlr8-pull-bench.$$ ;;
+            tmpfs) label="exlr8d into $TMPFS"; exe=; out_root=$TMPFS/exlr8-pull-bench.$$ ;;
             tmpfs-curl) label="curl into $TMPFS"; out_root=$TMPFS/exlr8-pull-bench.$$ ;;
           esac
           mkdir -p "$out_root"

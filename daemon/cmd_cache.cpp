@@ -49,6 +49,13 @@ std::string Utc(std::int64_t ms) {
   return buf;
 }
 
+// Bytes fetched per second between the pull's start and its last update
+// (its last commit), or 0 before there is one.
+std::uint64_t FetchRate(const PullInfo& p) {
+  const std::int64_t ms = p.updated_ms - p.started_ms;
+  return ms > 0 ? p.counters.bytes_fetched * 1000 / static_cast<std::uint64_t>(ms) : 0;
+}
+
 std::string JoinPins(const std::vector<std::string>& pins) {
   std::string out;
   for (const auto& p : pins) out += (out.empty() ? "" : ",") + p;
@@ -119,7 +126,12 @@ void PrintJson(const Cache& cache, const std::vector<FilesetInfo>& sets,
       AppendJsonString(o, PullStateName(p.state));
       o += ",\"bytes_planned\":" + std::to_string(p.counters.bytes_planned) +
            ",\"bytes_fetched\":" + std::to_string(p.counters.bytes_fetched) +
-           ",\"bytes_reused\":" + std::to_string(p.counters.bytes_reused) + ",\"error\":";
+           ",\"bytes_reused\":" + std::to_string(p.counters.bytes_reused) +
+           ",\"bytes_per_second\":" + std::to_string(FetchRate(p)) + ",\"started\":";
+      AppendJsonString(o, Utc(p.started_ms));
+      o += ",\"updated\":";
+      AppendJsonString(o, Utc(p.updated_ms));
+      o += ",\"error\":";
       AppendJsonString(o, p.error);
       o += "}";
     }
@@ -146,9 +158,11 @@ void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
       const PullInfo& p = *latest[i];
       pull = p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " + std::to_string(p.spec.rank) + ": " +
              std::string(PullStateName(p.state));
-      if (p.state == PullState::kRunning)
+      if (p.state == PullState::kRunning) {
         pull += ", " + HumanBytes(p.counters.bytes_fetched + p.counters.bytes_reused) + " of " +
                 HumanBytes(p.counters.bytes_planned);
+        if (const std::uint64_t rate = FetchRate(p)) pull += " at " + HumanBytes(rate) + "/s";
+      }
     }
     std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %s\n", s.repo.c_str(), s.revision.c_str(),
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),

@@ -221,7 +221,8 @@ TEST(CacheCommandsTest, ListShowsAPullWhileItRuns) {
     if (r.status == 0 && v.ok() && !v->Find("filesets")->as_array().empty()) {
       const JsonValue* p = v->Find("filesets")->as_array()[0].Find("latest_pull");
       EXPECT_TRUE(v->Find("owned_by_another_process")->as_bool());
-      seen = p->is_object() && p->Find("state")->as_string() == "running" && *p->Find("bytes_fetched")->as_uint64() > 0;
+      seen = p->is_object() && p->Find("state")->as_string() == "running" &&
+             *p->Find("bytes_fetched")->as_uint64() > 0 && *p->Find("bytes_per_second")->as_uint64() > 0;
     }
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

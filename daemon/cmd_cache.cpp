@@ -34,10 +34,11 @@ constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin --repo ORG/NAME [--
 
 A pinned fileset is never evicted by 'exlr8d gc'. Pins are named by holder
 (default "user"; any text without control characters, at most 255 bytes), so
-several owners can pin one fileset and each removes only its own. The fileset is the
-commit REV (default main) resolved to when it was last pulled, or the commit
-SHA (40 hex digits, or a unique prefix of at least 7). Pin and unpin are
-idempotent. Exit status 3 when the cache has no such fileset.
+several owners can pin one fileset and each removes only its own. The
+fileset is the commit REV (default main) resolved to when it was last
+pulled, or the commit SHA (40 hex digits, or a unique prefix of at least 7).
+Pin and unpin are idempotent. Exit status 3 when the cache has no such
+fileset.
 )";
 
 std::string Utc(std::int64_t ms) {
@@ -80,7 +81,9 @@ Result<FilesetInfo> FindFileset(Cache& cache, const Args& args) {
     const std::string revision = args.GetOr("revision", "main");
     what = repo + "@" + revision;
     auto resolved = cache.LookupCommit(repo, revision);
-    if (!resolved.ok()) return NotFoundError(what + " was never pulled into " + cache.dir().string());
+    if (!resolved.ok() && resolved.status().code() == StatusCode::kNotFound)
+      return NotFoundError(what + " was never pulled into " + cache.dir().string());
+    if (!resolved.ok()) return resolved.status();
     commit = *resolved;
   }
   EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());

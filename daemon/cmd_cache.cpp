@@ -6,12 +6,12 @@
 // the index instead (Cache::OpenReadOnly), so it shows a running pull's
 // progress as of its last commit.
 #include <cstdio>
-#include <ctime>
 #include <string>
 #include <vector>
 
 #include "client/args.h"
 #include "client/cli.h"
+#include "daemon/api/cache_report.h"
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"
 #include "format/json.h"
@@ -40,22 +40,6 @@ pulled, or the commit SHA (40 hex digits, or a unique prefix of at least 7).
 Pin and unpin are idempotent. Exit status 3 when the cache has no such
 fileset.
 )";
-
-std::string Utc(std::int64_t ms) {
-  const std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// Bytes fetched per second between the pull's start and its last update
-// (its last commit), or 0 before there is one.
-std::uint64_t FetchRate(const PullInfo& p) {
-  const std::int64_t ms = p.updated_ms - p.started_ms;
-  return ms > 0 ? p.counters.bytes_fetched * 1000 / static_cast<std::uint64_t>(ms) : 0;
-}
 
 std::string JoinPins(const std::vector<std::string>& pins) {
   std::string out;
@@ -97,68 +81,20 @@ Result<FilesetInfo> FindFileset(Cache& cache, const Args& args) {
   return std::move(found.front());
 }
 
-void PrintJson(const Cache& cache, const std::vector<FilesetInfo>& sets,
-               const std::vector<std::optional<PullInfo>>& latest) {
-  std::string o = std::string("{\"owned_by_another_process\":") + (cache.read_only() ? "true" : "false") +
-                  ",\"filesets\":[";
-  for (std::size_t i = 0; i < sets.size(); ++i) {
-    const FilesetInfo& s = sets[i];
-    if (i > 0) o += ',';
-    o += "{\"repo\":";
-    AppendJsonString(o, s.repo);
-    o += ",\"revision\":";
-    AppendJsonString(o, s.revision);
-    o += ",\"commit\":";
-    AppendJsonString(o, s.commit);
-    o += ",\"files\":" + std::to_string(s.file_count) + ",\"bytes_total\":" + std::to_string(s.bytes_total) +
-         ",\"bytes_cached\":" + std::to_string(s.bytes_cached) + ",\"last_used\":";
-    AppendJsonString(o, Utc(s.last_used_ms));
-    o += ",\"pins\":[";
-    for (std::size_t p = 0; p < s.pins.size(); ++p) {
-      if (p > 0) o += ',';
-      AppendJsonString(o, s.pins[p]);
-    }
-    o += "],\"latest_pull\":";
-    if (!latest[i]) {
-      o += "null";
-    } else {
-      const PullInfo& p = *latest[i];
-      o += "{\"id\":" + std::to_string(p.id) + ",\"manifest\":";
-      AppendJsonString(o, p.spec.manifest);
-      o += ",\"tp\":" + std::to_string(p.spec.tp) + ",\"rank\":" + std::to_string(p.spec.rank) + ",\"state\":";
-      AppendJsonString(o, PullStateName(p.state));
-      o += ",\"bytes_planned\":" + std::to_string(p.counters.bytes_planned) +
-           ",\"bytes_fetched\":" + std::to_string(p.counters.bytes_fetched) +
-           ",\"bytes_reused\":" + std::to_string(p.counters.bytes_reused) +
-           ",\"bytes_per_second\":" + std::to_string(FetchRate(p)) + ",\"started\":";
-      AppendJsonString(o, Utc(p.started_ms));
-      o += ",\"updated\":";
-      AppendJsonString(o, Utc(p.updated_ms));
-      o += ",\"error\":";
-      AppendJsonString(o, p.error);
-      o += "}";
-    }
-    o += "}";
-  }
-  o += "]}\n";
-  std::fputs(o.c_str(), stdout);
-}
-
-void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
-                const std::vector<std::optional<PullInfo>>& latest) {
-  if (cache.read_only())
+void PrintTable(const Cache& cache, const CacheReport& report) {
+  if (report.owned_by_another_process.value_or(false))
     std::printf("(another exlr8d owns %s: a read-only view as of its last commit)\n", cache.dir().c_str());
-  if (sets.empty()) {
+  if (report.filesets.empty()) {
     std::printf("%s: no filesets\n", cache.dir().c_str());
     return;
   }
   std::printf("%-28s %-10s %-8s %10s %10s %6s  %-20s  %-12s %s\n", "REPO", "REVISION", "COMMIT", "CACHED",
               "OF", "FILES", "LAST USED", "PINS", "LATEST PULL");
-  for (std::size_t i = 0; i < sets.size(); ++i) {
-    const FilesetInfo& s = sets[i];
+  for (std::size_t i = 0; i < report.filesets.size(); ++i) {
+    const FilesetInfo& s = report.filesets[i];
     std::string pull = "-";
-    if (latest[i]) {
-      const PullInfo& p = *latest[i];
+    if (const auto& latest = report.latest_pull[i]) {
+      const PullInfo& p = *latest;
       pull = p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " + std::to_string(p.spec.rank) + ": " +
              std::string(PullStateName(p.state));
       if (p.state == PullState::kRunning) {
@@ -169,8 +105,8 @@ void PrintTable(const Cache& cache, const std::vector<FilesetInfo>& sets,
     }
     std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %s\n", s.repo.c_str(), s.revision.c_str(),
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
-                static_cast<unsigned long long>(s.file_count), Utc(s.last_used_ms).c_str(), JoinPins(s.pins).c_str(),
-                pull.c_str());
+                static_cast<unsigned long long>(s.file_count), UtcTime(s.last_used_ms).c_str(),
+                JoinPins(s.pins).c_str(), pull.c_str());
   }
 }
 
@@ -207,18 +143,13 @@ int RunListCommand(const std::vector<std::string>& argv) {
     cache = view.ok() ? std::move(view) : Result<std::unique_ptr<Cache>>(cache.status());
   }
   if (!cache.ok()) return ReportError("exlr8d list", cache.status());
-  auto sets = (*cache)->ListFilesets();
-  if (!sets.ok()) return ReportError("exlr8d list", sets.status());
-  std::vector<std::optional<PullInfo>> latest;
-  for (const FilesetInfo& s : *sets) {
-    auto pulls = (*cache)->ListPulls(s.id);  // newest first
-    if (!pulls.ok()) return ReportError("exlr8d list", pulls.status());
-    latest.push_back(pulls->empty() ? std::nullopt : std::optional<PullInfo>(pulls->front()));
-  }
+  auto report = ReadCacheReport(**cache);
+  if (!report.ok()) return ReportError("exlr8d list", report.status());
+  report->owned_by_another_process = (*cache)->read_only();
   if (args.Flag("json")) {
-    PrintJson(**cache, *sets, latest);
+    std::printf("%s\n", CacheReportJson(*report).c_str());
   } else {
-    PrintTable(**cache, *sets, latest);
+    PrintTable(**cache, *report);
   }
   return 0;
 }

@@ -12,6 +12,7 @@ int RunGcCommand(const std::vector<std::string>& args);
 int RunListCommand(const std::vector<std::string>& args);
 int RunPinCommand(const std::vector<std::string>& args);
 int RunUnpinCommand(const std::vector<std::string>& args);
+int RunServeCommand(const std::vector<std::string>& args);
 
 // The cache directory: --cache, else $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
 // else ~/.cache/exlr8.

@@ -17,18 +17,12 @@ Commands:
   gc       evict least recently used, unpinned filesets down to a byte budget
   list     the filesets in the cache: bytes verified, pins, latest pull
   pin      keep a fileset from gc (unpin: let it go again)
-  serve    the long-lived daemon with its REST API (not implemented yet)
+  serve    the local REST API: what the cache holds, what is being pulled, how fast
 
 Run 'exlr8d COMMAND --help' for a command's options. Environment: HF_ENDPOINT,
 HF_TOKEN, HF_HOME, HF_HUB_OFFLINE, EXLR8_CACHE, XDG_CACHE_HOME, HTTPS_PROXY,
 HTTP_PROXY, NO_PROXY. docs/OPERATIONS.md explains errors and exit statuses.
 )";
-
-int RunServe(const std::vector<std::string>&) {
-  return exlr8::ReportError("exlr8d serve",
-                            exlr8::UnimplementedError("the daemon and its REST API are not built yet; use "
-                                                      "'exlr8d pull' (it resumes where it stopped)"));
-}
 
 // glibc's defaults let each write worker keep its own arena and raise the
 // mmap threshold after the first large free, so freed header buffers (~1.3
@@ -54,7 +48,7 @@ int main(int argc, char** argv) {
       {"list", exlr8::RunListCommand},
       {"pin", exlr8::RunPinCommand},
       {"unpin", exlr8::RunUnpinCommand},
-      {"serve", RunServe},
+      {"serve", exlr8::RunServeCommand},
   };
   return exlr8::DispatchSubcommand("exlr8d", "0.1.0", kUsage, argc, argv, kCommands);
 }

@@ -98,6 +98,13 @@ struct PullJob::Rep {
   std::map<std::string, FileInfo> files;  // by repo path
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
   std::optional<PullId> pull_id;
+  // The same id once the row exists (0 before), for the commit threads:
+  // every commit of the files or the halves writes the counters there, so
+  // `exlr8d list` and the REST API see progress about every second.
+  std::atomic<PullId> progress_pull{0};
+  void ReportProgress() const {
+    if (const PullId id = progress_pull.load()) (void)cache.UpdatePull(id, CacheCounters());
+  }
   FetchSession* session = nullptr;  // the run's fetch; null offline
   Streams* streams = nullptr;       // set while Run's body runs
   std::set<FileId> checked_here;    // whole files this run checked by hash (maybe not yet recorded)
@@ -509,7 +516,8 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
     (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
   }
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(st.file_bytes));
-  st.files_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes);
+  st.files_batch =
+      std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   const int cap = BackgroundCap();
   st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(fresh));
   if (opt.background_jobs != 0) session->Submit(*st.files, FetchSession::kBackground, cap);
@@ -555,9 +563,8 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
     if (c) written += c->bytes_written();
   const std::uint64_t files_pending = st.file_bytes - std::min(st.file_bytes, written);
   EXLR8_RETURN_IF_ERROR(cache.CheckSpace(half_bytes + files_pending));
-  st.halves_batch = std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] {
-    if (pull_id) (void)cache.UpdatePull(*pull_id, CacheCounters());
-  });
+  st.halves_batch =
+      std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   st.halves = std::make_unique<HalfConsumer>(*fetcher, cache, *st.halves_batch, counters, st.work);
   session->Submit(*st.halves, FetchSession::kForeground);
   return Status::Ok();
@@ -756,6 +763,8 @@ Result<PullSummary> PullJob::Run() {
                              ",\"routed_halves\":" + std::to_string(plan.totals.routed_halves) +
                              ",\"shared_halves\":" + std::to_string(plan.totals.shared_halves) + "}";
     EXLR8_ASSIGN_OR_RETURN(r.pull_id, r.cache.StartPull(spec));
+    r.progress_pull.store(*r.pull_id);
+    r.ReportProgress();  // the plan's size, before the first commit
 
     if (r.opt.offline) {
       EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing, r.MissingWholeFiles(whole, &reused));

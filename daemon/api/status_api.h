@@ -1,0 +1,38 @@
+// The REST routes of `exlr8d serve` (version 1): what the cache holds and
+// what its pulls are doing. Each request reads a fresh read-only snapshot of
+// the cache index (Cache::OpenReadOnly), so the API runs beside the pulls
+// that own the cache (`exlr8d pull`, the systemd units) and never blocks or
+// changes them.
+//
+//   GET /v1/health       {"status":"ok","cache":DIR,"version":V}
+//   GET /v1/filesets     CacheReportJson: filesets, bytes cached, pins,
+//                        each one's latest pull
+//   GET /v1/pulls        {"pulls":[...]} newest first (at most 100)
+//   GET /v1/pulls/{id}   one pull, with its fileset's repo and commit
+//   POST/DELETE /v1/pulls[/{id}]   501: starting and cancelling pulls
+//                        through the API is not built yet
+//
+// Errors are {"error":{"code":"NotFound","message":"..."}} with the HTTP
+// status of the code (400, 404, 405, 409, 500, 501, 503).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "daemon/api/api_server.h"
+
+namespace exlr8 {
+
+class StatusApi {
+ public:
+  StatusApi(std::filesystem::path cache_dir, std::string version)
+      : cache_dir_(std::move(cache_dir)), version_(std::move(version)) {}
+
+  ApiResponse Handle(const ApiRequest& request) const;
+
+ private:
+  std::filesystem::path cache_dir_;
+  std::string version_;
+};
+
+}  // namespace exlr8

@@ -1,0 +1,276 @@
+// `exlr8d serve` as a separate process, spoken to over its real Unix socket
+// and loopback port with libcurl, while pulls run against a real cache.
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "daemon/api/api_server.h"
+#include "daemon/cache/cache.h"
+#include "format/json.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+// A running `exlr8d serve`; SIGTERM and reaped on destruction.
+class ServeProcess {
+ public:
+  ServeProcess(const fs::path& cache, std::vector<std::string> extra = {"--listen", "127.0.0.1:0"}) {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d";
+    std::vector<std::string> args = {bin, "serve", "--cache", cache.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(bin.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // The ready line, or EOF if it exited.
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') line_ += c;
+    ::close(out[0]);
+    const auto at = line_.find("http://127.0.0.1:");
+    if (at != std::string::npos) port_ = std::stoi(line_.substr(at + 17));
+  }
+  ~ServeProcess() { Stop(); }
+
+  // Exit status after SIGTERM (or after it exited on its own).
+  int Stop() {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGTERM);
+    int w = 0;
+    ::waitpid(pid_, &w, 0);
+    pid_ = -1;
+    status_ = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
+    return status_;
+  }
+  const std::string& ready_line() const { return line_; }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string line_;
+  int port_ = 0;
+  int status_ = -1;
+};
+
+struct HttpAnswer {
+  long status = 0;
+  std::string body;
+};
+
+std::size_t Collect(char* p, std::size_t size, std::size_t n, void* ud) {
+  static_cast<std::string*>(ud)->append(p, size * n);
+  return size * n;
+}
+
+// One request; `unix_socket` non-empty: over that socket instead of TCP.
+HttpAnswer Http(const std::string& url, const std::string& method = "GET", const std::string& unix_socket = "") {
+  HttpAnswer a;
+  CURL* c = curl_easy_init();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &a.body);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+  if (!unix_socket.empty()) curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_socket.c_str());
+  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.status);
+  curl_easy_cleanup(c);
+  return a;
+}
+
+JsonValue Parse(const HttpAnswer& a) {
+  auto v = ParseJson(a.body);
+  EXPECT_TRUE(v.ok()) << a.status << " " << a.body;
+  return v.ok() ? *v : JsonValue();
+}
+
+TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ServeProcess serve(cache.path());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+  EXPECT_THAT(serve.ready_line(), HasSubstr("unix:" + socket));
+  const std::string base = "http://127.0.0.1:" + std::to_string(serve.port());
+
+  // Before any pull: healthy, nothing cached, over TCP and the socket alike.
+  HttpAnswer h = Http(base + "/v1/health");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(Parse(h).Find("status")->as_string(), "ok");
+  EXPECT_EQ(Parse(Http("http://exlr8d/v1/health", "GET", socket)).Find("cache")->as_string(),
+            cache.path().string());
+  HttpAnswer empty = Http("http://exlr8d/v1/filesets", "GET", socket);
+  ASSERT_EQ(empty.status, 200);
+  EXPECT_TRUE(Parse(empty).Find("filesets")->as_array().empty());
+  EXPECT_TRUE(Parse(Http(base + "/v1/pulls")).Find("pulls")->as_array().empty());
+  EXPECT_EQ(Http(base + "/v1/pulls/1").status, 404);
+
+  // A pull in this process (it owns the cache; the server never locks it).
+  auto s = Pull(cache.path(), Options(*sim, "home", 3, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const JsonValue sets = Parse(Http(base + "/v1/filesets"));
+  ASSERT_EQ(sets.Find("filesets")->as_array().size(), 1u);
+  const JsonValue& set = sets.Find("filesets")->as_array()[0];
+  EXPECT_EQ(set.Find("repo")->as_string(), "exlr8/test");
+  EXPECT_EQ(set.Find("commit")->as_string(), s->commit);
+  EXPECT_EQ(*set.Find("bytes_cached")->as_uint64(), s->bytes_planned);
+  EXPECT_EQ(set.Find("latest_pull")->Find("state")->as_string(), "done");
+  const JsonValue pulls = Parse(Http(base + "/v1/pulls"));
+  ASSERT_EQ(pulls.Find("pulls")->as_array().size(), 1u);
+  const std::uint64_t id = *pulls.Find("pulls")->as_array()[0].Find("id")->as_uint64();
+  const JsonValue one = Parse(Http(base + "/v1/pulls/" + std::to_string(id)));
+  EXPECT_EQ(one.Find("repo")->as_string(), "exlr8/test");
+  EXPECT_EQ(*one.Find("pull")->Find("bytes_planned")->as_uint64(), s->bytes_planned);
+  EXPECT_EQ(*one.Find("pull")->Find("tp")->as_uint64(), 3u);
+  EXPECT_FALSE(one.Find("pull")->Find("finished")->is_null());
+
+  // Errors: JSON with a code, and the right HTTP status.
+  HttpAnswer missing = Http(base + "/v1/pulls/999");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Parse(missing).Find("error")->Find("code")->as_string(), "NotFound");
+  EXPECT_EQ(Http(base + "/v1/pulls/-1").status, 404);
+  EXPECT_EQ(Http(base + "/v1/pulls/1x").status, 404);
+  EXPECT_EQ(Http(base + "/v2/anything").status, 404);
+  HttpAnswer post = Http(base + "/v1/pulls", "POST");
+  EXPECT_EQ(post.status, 501);
+  EXPECT_THAT(post.body, HasSubstr("not built yet"));
+  EXPECT_EQ(Http(base + "/v1/pulls/1", "DELETE").status, 501);
+  EXPECT_EQ(Http(base + "/v1/filesets", "PUT").status, 405);
+
+  // SIGTERM: exit 0, socket removed.
+  EXPECT_EQ(serve.Stop(), 0);
+  EXPECT_FALSE(fs::exists(socket));
+}
+
+// While a slow pull runs (owning the cache), the API shows it running, with
+// its progress and rate, and then its end.
+TEST(ServeTest, ShowsAPullWhileItRuns) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::string base = "http://127.0.0.1:" + std::to_string(serve.port());
+  auto owner = Cache::Open(cache.path());
+  ASSERT_TRUE(owner.ok());
+  PullJob job(**owner, Options(*sim, "home", 4, 1));
+  Result<PullSummary> result = InternalError("not run");
+  std::thread t([&] { result = job.Run(); });
+  bool seen = false;
+  std::string last;
+  for (int i = 0; i < 300 && !seen; ++i) {
+    const HttpAnswer a = Http(base + "/v1/pulls");
+    last = a.body;
+    auto v = ParseJson(a.body);
+    if (a.status == 200 && v.ok() && !v->Find("pulls")->as_array().empty()) {
+      const JsonValue& p = v->Find("pulls")->as_array()[0];
+      seen = p.Find("state")->as_string() == "running" && *p.Find("bytes_planned")->as_uint64() > 0 &&
+             *p.Find("bytes_fetched")->as_uint64() > 0 &&
+             *p.Find("bytes_per_second")->as_uint64() > 0 && p.Find("finished")->is_null();
+    }
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  job.Cancel();
+  t.join();
+  EXPECT_TRUE(seen) << "never saw the pull running; last answer: " << last;
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled);
+  const JsonValue after = Parse(Http(base + "/v1/pulls"));
+  EXPECT_EQ(after.Find("pulls")->as_array()[0].Find("state")->as_string(), "cancelled");
+}
+
+TEST(ServeTest, RefusesToListenBeyondThisMachineOrTwiceOnOneSocket) {
+  TempDir cache;
+  const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d serve --cache " + cache.path().string();
+  EXPECT_EQ(std::system((bin + " --listen 0.0.0.0:0 2> /dev/null").c_str()) >> 8, 2);
+  EXPECT_EQ(std::system((bin + " --listen 10.1.2.3:80 2> /dev/null").c_str()) >> 8, 2);
+  EXPECT_EQ(std::system((bin + " --listen 127.0.0.1:99999 2> /dev/null").c_str()) >> 8, 2);
+  EXPECT_EQ(std::system((bin + " --listen nonsense 2> /dev/null").c_str()) >> 8, 2);
+  EXPECT_EQ(std::system((bin + " --no-socket 2> /dev/null").c_str()) >> 8, 2);  // no listener at all
+  ServeProcess first(cache.path(), {});
+  ASSERT_THAT(first.ready_line(), HasSubstr("listening on unix:"));
+  ServeProcess second(cache.path(), {});  // the socket is live: exit 7 (FailedPrecondition)
+  EXPECT_THAT(second.ready_line(), ::testing::Not(HasSubstr("listening")));
+  EXPECT_EQ(second.Stop(), 7);
+  EXPECT_EQ(Http("http://x/v1/health", "GET", (cache.path() / "exlr8d.sock").string()).status, 200);
+  // A stale socket file (its server killed -9) is replaced.
+  TempDir other;
+  const fs::path stale = other.path() / "exlr8d.sock";
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", stale.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);  // the file stays, nobody listens
+  }
+  ServeProcess third(other.path(), {});
+  EXPECT_THAT(third.ready_line(), HasSubstr("listening on unix:" + stale.string()));
+  EXPECT_EQ(Http("http://x/v1/health", "GET", stale.string()).status, 200);
+}
+
+// The server itself, in process: bounded requests, garbage, keep-alive, and
+// a handler that throws, each answered without stopping the server.
+TEST(ApiServerTest, BoundsGarbageAndFailingHandlers) {
+  int calls = 0;
+  auto server = ApiServer::Start({"", "127.0.0.1", 0, std::chrono::seconds(2)}, [&](const ApiRequest& r) {
+    ++calls;
+    if (r.target == "/throw") throw std::runtime_error("boom");
+    return ApiResponse{200, "{\"target\":\"" + r.target + "\"}"};
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string base = "http://127.0.0.1:" + std::to_string((*server)->tcp_port());
+  EXPECT_EQ(Http(base + "/a").body, "{\"target\":\"/a\"}");
+  EXPECT_EQ(Http(base + "/throw").status, 500);
+  EXPECT_EQ(Http(base + "/" + std::string(9000, 'x')).status, 431);  // header over 8 KiB
+  // Not HTTP at all: a 400, then the connection closes; the server goes on.
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((*server)->tcp_port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const char junk[] = "\x16\x03\x01 not http at all\r\n\r\n";
+    ASSERT_GT(::write(fd, junk, sizeof junk - 1), 0);
+    char buf[512];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    EXPECT_THAT(std::string(buf, static_cast<std::size_t>(n)), HasSubstr("400"));
+    ::close(fd);
+  }
+  EXPECT_EQ(Http(base + "/b").status, 200);
+  EXPECT_EQ(calls, 3);  // /a, /throw, /b
+  EXPECT_EQ(ApiServer::Start({"", "192.168.1.1", 0}, nullptr).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApiServer::Start({}, nullptr).status().code(), StatusCode::kInvalidArgument);
+  (*server)->Stop();
+  EXPECT_NE(Http(base + "/c").status, 200);
+}
+
+}  // namespace
+}  // namespace exlr8

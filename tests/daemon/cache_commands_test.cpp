@@ -383,5 +383,48 @@ TEST(SystemdUnitsTest, PullUnitStagesPinsAndGcUnitKeepsIt) {
   EXPECT_EQ(ListJson(cache.path()).Find("filesets")->as_array().size(), 1u);
 }
 
+// The API unit's command line, as systemd expands it, serves the cache the
+// pull unit staged.
+TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
+  const fs::path dir = fs::path(EXLR8_SOURCE_DIR) / "systemd";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "down1", 2, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto unit = ReadUnit(dir / "exlr8d-serve.service");
+  ASSERT_EQ(unit.count("ExecStart"), 1u);
+  std::map<std::string, std::string> env = UnitEnvironment(unit, "");
+  env["EXLR8_CACHE"] = cache.path().string();
+  env["EXLR8_SERVE_OPTIONS"] = "--listen 127.0.0.1:0";
+  std::vector<std::string> words = Expand(unit.find("ExecStart")->second, env, "");
+  ASSERT_EQ(words.size(), 4u);  // exlr8d serve --listen 127.0.0.1:0
+  words[0] = Exlr8d();
+  // Started in the background with the unit's environment; its first line
+  // says where it listens.
+  const fs::path out = cache.path() / "serve.out";
+  std::string cmd = "env";
+  for (const auto& [k, v] : env) cmd += " " + k + "=" + Quote(v);
+  for (const auto& w : words) cmd += " " + Quote(w);
+  ASSERT_EQ(std::system((cmd + " > " + Quote(out.string()) + " 2>&1 & echo $! > " +
+                         Quote((cache.path() / "serve.pid").string()))
+                            .c_str()),
+            0);
+  const fs::path socket = cache.path() / "exlr8d.sock";
+  auto ready = [&] {
+    const auto text = ReadAll(out);
+    return std::string(text.begin(), text.end()).find("listening on unix:" + socket.string()) != std::string::npos;
+  };
+  for (int i = 0; i < 200 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(ready());
+  const ShellRun sets = Shell("curl -s --unix-socket " + Quote(socket.string()) + " http://exlr8d/v1/filesets");
+  const ShellRun kill = Shell("kill $(cat " + Quote((cache.path() / "serve.pid").string()) + ")");
+  ASSERT_EQ(sets.status, 0) << sets.out;
+  auto v = ParseJson(sets.out);
+  ASSERT_TRUE(v.ok()) << sets.out;
+  ASSERT_EQ(v->Find("filesets")->as_array().size(), 1u);
+  EXPECT_EQ(*v->Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), s->bytes_planned);
+  EXPECT_EQ(kill.status, 0);
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -207,30 +207,20 @@ TEST(CacheCommandsTest, ListShowsAPullWhileItRuns) {
   slow.throttle_bps = 100'000;  // per body: the pull takes seconds
   auto sim = StartSim(TinyRelease(), "", slow);
   TempDir cache;
-  auto owner = Cache::Open(cache.path());
-  ASSERT_TRUE(owner.ok());
-  PullJob job(**owner, Options(*sim, "home", 4, 1));
   Result<PullSummary> result = InternalError("not run");
-  std::thread t([&] { result = job.Run(); });
-  bool seen = false;
   std::string last;
-  for (int i = 0; i < 300 && !seen; ++i) {
+  const bool seen = WhilePullRuns(cache.path(), Options(*sim, "home", 4, 1), [&] {
     const ShellRun r = Shell(Exlr8d() + " list --json --cache " + Quote(cache.path().string()));
     last = r.out;
     auto v = ParseJson(r.out);
-    if (r.status == 0 && v.ok() && !v->Find("filesets")->as_array().empty()) {
-      const JsonValue* p = v->Find("filesets")->as_array()[0].Find("latest_pull");
-      EXPECT_TRUE(v->Find("owned_by_another_process")->as_bool());
-      seen = p->is_object() && p->Find("state")->as_string() == "running" &&
-             *p->Find("bytes_fetched")->as_uint64() > 0 && *p->Find("bytes_per_second")->as_uint64() > 0;
-    }
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  job.Cancel();
-  t.join();
+    if (r.status != 0 || !v.ok() || v->Find("filesets")->as_array().empty()) return false;
+    const JsonValue* p = v->Find("filesets")->as_array()[0].Find("latest_pull");
+    EXPECT_TRUE(v->Find("owned_by_another_process")->as_bool());
+    return p->is_object() && p->Find("state")->as_string() == "running" &&
+           *p->Find("bytes_fetched")->as_uint64() > 0 && *p->Find("bytes_per_second")->as_uint64() > 0;
+  }, &result);
   EXPECT_TRUE(seen) << "never saw the pull running with bytes fetched; last list: " << last;
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
-  owner->reset();  // releases the lock
   const JsonValue after = ListJson(cache.path());
   EXPECT_EQ(after.Find("filesets")->as_array()[0].Find("latest_pull")->Find("state")->as_string(), "cancelled");
 }

@@ -4,12 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/cache/cache.h"
@@ -63,6 +66,27 @@ inline Result<PullSummary> Pull(const fs::path& cache_dir, const PullOptions& o,
   EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::Open(cache_dir, co));
   PullJob job(*cache, o);
   return job.Run();
+}
+
+// Runs the pull `o` into `cache_dir` on a thread of its own (this process
+// owning the cache), calls `seen` every 100 ms until it returns true or 30 s
+// pass, then cancels the pull and releases the cache. Returns whether `seen`
+// returned true; `*result` gets the pull's result.
+inline bool WhilePullRuns(const fs::path& cache_dir, const PullOptions& o, const std::function<bool()>& seen,
+                          Result<PullSummary>* result) {
+  auto owner = Cache::Open(cache_dir);
+  EXPECT_TRUE(owner.ok()) << owner.status().ToString();
+  if (!owner.ok()) return false;
+  PullJob job(**owner, o);
+  std::thread t([&] { *result = job.Run(); });
+  bool ok = false;
+  for (int i = 0; i < 300 && !ok; ++i) {
+    ok = seen();
+    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  job.Cancel();
+  t.join();
+  return ok;
 }
 
 // The cache holds exactly the plan's bytes: each recorded extent set equals

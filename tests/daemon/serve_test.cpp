@@ -177,27 +177,18 @@ TEST(ServeTest, ShowsAPullWhileItRuns) {
   ServeProcess serve(cache.path(), {"--no-socket", "--listen", "127.0.0.1:0"});
   ASSERT_GT(serve.port(), 0) << serve.ready_line();
   const std::string base = "http://127.0.0.1:" + std::to_string(serve.port());
-  auto owner = Cache::Open(cache.path());
-  ASSERT_TRUE(owner.ok());
-  PullJob job(**owner, Options(*sim, "home", 4, 1));
   Result<PullSummary> result = InternalError("not run");
-  std::thread t([&] { result = job.Run(); });
-  bool seen = false;
   std::string last;
-  for (int i = 0; i < 300 && !seen; ++i) {
+  const bool seen = WhilePullRuns(cache.path(), Options(*sim, "home", 4, 1), [&] {
     const HttpAnswer a = Http(base + "/v1/pulls");
     last = a.body;
     auto v = ParseJson(a.body);
-    if (a.status == 200 && v.ok() && !v->Find("pulls")->as_array().empty()) {
-      const JsonValue& p = v->Find("pulls")->as_array()[0];
-      seen = p.Find("state")->as_string() == "running" && *p.Find("bytes_planned")->as_uint64() > 0 &&
-             *p.Find("bytes_fetched")->as_uint64() > 0 &&
-             *p.Find("bytes_per_second")->as_uint64() > 0 && p.Find("finished")->is_null();
-    }
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  job.Cancel();
-  t.join();
+    if (a.status != 200 || !v.ok() || v->Find("pulls")->as_array().empty()) return false;
+    const JsonValue& p = v->Find("pulls")->as_array()[0];
+    return p.Find("state")->as_string() == "running" && *p.Find("bytes_planned")->as_uint64() > 0 &&
+           *p.Find("bytes_fetched")->as_uint64() > 0 && *p.Find("bytes_per_second")->as_uint64() > 0 &&
+           p.Find("finished")->is_null();
+  }, &result);
   EXPECT_TRUE(seen) << "never saw the pull running; last answer: " << last;
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled);
   const JsonValue after = Parse(Http(base + "/v1/pulls"));

@@ -1000,13 +1000,14 @@ Result<PullId> Cache::StartPull(const PullSpec& spec) {
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO pulls (fileset_id, manifest, tp, rank, "
                                                        "plan_summary, state, started, updated) "
-                                                       "VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?6)"));
+                                                       "VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7)"));
   EXLR8_RETURN_IF_ERROR(ins.Bind(1, spec.fileset)
                             .Bind(2, spec.manifest)
                             .Bind(3, std::int64_t{spec.tp})
                             .Bind(4, std::int64_t{spec.rank})
                             .Bind(5, spec.plan_summary_json)
-                            .Bind(6, now)
+                            .Bind(6, spec.started_ms > 0 && spec.started_ms <= now ? spec.started_ms : now)
+                            .Bind(7, now)
                             .Run());
   const PullId id = r.db->LastInsertRowId();
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));

@@ -134,6 +134,10 @@ struct PullSpec {
   int tp = 1;
   int rank = 0;
   std::string plan_summary_json = "{}";
+  // When the pull's work began (it plans before it records itself), Unix
+  // ms; 0, or a time after StartPull's, means StartPull's time. Rates shown
+  // for the pull are its bytes over the time since then.
+  std::int64_t started_ms = 0;
 };
 
 struct PullInfo {

@@ -758,6 +758,9 @@ Result<PullSummary> PullJob::Run() {
     spec.manifest = local_manifest ? "local:" + r.opt.manifest : manifest_path;
     spec.tp = r.opt.tp;
     spec.rank = r.opt.rank;
+    spec.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count() -
+                      static_cast<std::int64_t>(r.Elapsed() * 1000);
     // (The plan's total bytes, headers included, are the pull's bytes_planned counter.)
     spec.plan_summary_json = "{\"half_bytes\":" + std::to_string(plan.totals.half_bytes) +
                              ",\"routed_halves\":" + std::to_string(plan.totals.routed_halves) +

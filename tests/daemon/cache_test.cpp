@@ -485,6 +485,26 @@ TEST(CacheTest, PullLifecycle) {
   EXPECT_TRUE(cache->ListPulls(fs + 1)->empty());
 }
 
+// A pull that began before it recorded itself (it plans first) keeps its own
+// start, so rates over started..updated count all its bytes; a start in the
+// future is not believed.
+TEST(CacheTest, PullStartTimeFromTheSpec) {
+  TempDir tmp;
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  const FilesetId fs = *cache->PutFileset("org/model", "main", kCommitA);
+  PullSpec spec{fs, "manifests/home.json", 4, 1, "{}"};
+  const PullInfo now = *cache->GetPull(*cache->StartPull(spec));
+  EXPECT_EQ(now.started_ms, now.updated_ms);
+  spec.started_ms = now.started_ms - 5000;
+  const PullInfo early = *cache->GetPull(*cache->StartPull(spec));
+  EXPECT_EQ(early.started_ms, now.started_ms - 5000);
+  EXPECT_GE(early.updated_ms, now.updated_ms);
+  spec.started_ms = now.started_ms + 3'600'000;
+  const PullInfo future = *cache->GetPull(*cache->StartPull(spec));
+  EXPECT_LT(future.started_ms, spec.started_ms);
+  EXPECT_EQ(future.started_ms, future.updated_ms);
+}
+
 TEST(CacheTest, CheckSpaceAgainstBudgetAndDisk) {
   CacheOptions options;
   options.byte_budget = 1000;

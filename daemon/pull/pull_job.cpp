@@ -99,11 +99,21 @@ struct PullJob::Rep {
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
   std::optional<PullId> pull_id;
   // The same id once the row exists (0 before), for the commit threads:
-  // every commit of the files or the halves writes the counters there, so
-  // `exlr8d list` and the REST API see progress about every second.
+  // commits of the files or the halves write the counters there, so
+  // `exlr8d list` and the REST API see progress about every second. At most
+  // one such write per half second: each is a SQLite transaction with its
+  // own WAL fsync, and commits come as often as every 16 MiB.
   std::atomic<PullId> progress_pull{0};
-  void ReportProgress() const {
-    if (const PullId id = progress_pull.load()) (void)cache.UpdatePull(id, CacheCounters());
+  std::atomic<std::int64_t> last_report_ms{0};
+  void ReportProgress(bool always = false) {
+    const PullId id = progress_pull.load();
+    if (id == 0) return;
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::int64_t last = last_report_ms.load();
+    if (!always && (now - last < 500 || !last_report_ms.compare_exchange_strong(last, now))) return;
+    last_report_ms.store(now);
+    (void)cache.UpdatePull(id, CacheCounters());
   }
   FetchSession* session = nullptr;  // the run's fetch; null offline
   Streams* streams = nullptr;       // set while Run's body runs
@@ -767,7 +777,7 @@ Result<PullSummary> PullJob::Run() {
                              ",\"shared_halves\":" + std::to_string(plan.totals.shared_halves) + "}";
     EXLR8_ASSIGN_OR_RETURN(r.pull_id, r.cache.StartPull(spec));
     r.progress_pull.store(*r.pull_id);
-    r.ReportProgress();  // the plan's size, before the first commit
+    r.ReportProgress(/*always=*/true);  // the plan's size, before the first commit
 
     if (r.opt.offline) {
       EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing, r.MissingWholeFiles(whole, &reused));

@@ -70,4 +70,6 @@ PY
 say "pull again: everything is reused, nothing is fetched"
 "$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
   --no-progress | grep -E "fetched|reused|verified"
+say "what the cache holds (exlr8d list; the same report is GET /v1/filesets of exlr8d serve)"
+"$bin/exlr8d" list --cache "$work/cache"
 say "done"

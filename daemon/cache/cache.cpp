@@ -109,7 +109,7 @@ struct Cache::Rep {
   // FailedPrecondition for a change through a read-only view.
   Status Writable() const {
     if (!read_only) return Status::Ok();
-    return FailedPreconditionError(shown + ": opened read-only (another exlr8d owns this cache); nothing changed");
+    return FailedPreconditionError(shown + ": opened read-only (Cache::OpenReadOnly); nothing changed");
   }
 
   Mutex mu;

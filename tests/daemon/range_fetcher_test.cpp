@@ -772,7 +772,15 @@ TEST(RangeFetcherTest, ConsumerNotReadyHoldsBackOnlyThatTransfer) {
   hub.lfs_files["a.bin"] = MakeBlob(400'000, 23);
   auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
+  // The other ranges are answered only after request 0 was held back once,
+  // so they always complete while it is held (on a busy machine its answer
+  // could otherwise come last, and nothing would be held at all).
   HoldingConsumer c;
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.Header("range").rfind("bytes=0-", 0) != 0)
+      for (int i = 0; i < 5000 && c.refused.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::nullopt;
+  };
   c.Add("a.bin", 0, 200'000);
   for (int i = 0; i < 10; ++i) c.Add("a.bin", 200'000 + i * 20'000, 20'000);
   RangeFetcher f(*client, FastOptions());

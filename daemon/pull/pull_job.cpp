@@ -33,16 +33,6 @@ constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
 constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
 constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 
-bool IsValidRepoId(std::string_view repo) {
-  const auto slash = repo.find('/');
-  if (slash == std::string_view::npos || slash == 0 || slash + 1 == repo.size() ||
-      repo.find('/', slash + 1) != std::string_view::npos)
-    return false;
-  return std::all_of(repo.begin(), repo.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-           c == '.' || c == '/';
-  });
-}
 
 // Reads a small local file (a manifest given by path).
 Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_bytes) {
@@ -56,6 +46,17 @@ Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_byt
 }
 
 }  // namespace
+
+bool IsValidRepoId(std::string_view repo) {
+  const auto slash = repo.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == repo.size() ||
+      repo.find('/', slash + 1) != std::string_view::npos)
+    return false;
+  return std::all_of(repo.begin(), repo.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == '.' || c == '/';
+  });
+}
 
 std::string_view PullPhaseName(PullPhase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
 
@@ -190,6 +191,7 @@ PullProgress PullJob::Progress() const {
   }
   p.bytes_received = p.fetch.bytes_received;
   p.elapsed_s = rep_->Elapsed();
+  p.pull_id = rep_->progress_pull.load();
   return p;
 }
 
@@ -684,6 +686,9 @@ Result<PullSummary> PullJob::Run() {
     std::optional<std::string> local_manifest;
     if (!r.files.contains(manifest_path)) {
       std::error_code ec;
+      if (!r.opt.allow_local_manifest)
+        return NotFoundError("manifest '" + r.opt.manifest + "' is not in " + r.opt.repo + "@" + r.commit + " (no " +
+                             manifest_path + ")");
       if (IsManifestName(r.opt.manifest) || !std::filesystem::is_regular_file(r.opt.manifest, ec))
         return NotFoundError("manifest '" + r.opt.manifest + "' is neither in " + r.opt.repo + "@" + r.commit +
                              " (no " + manifest_path + ") nor a local file");

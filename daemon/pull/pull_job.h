@@ -57,6 +57,10 @@ struct PullOptions {
   std::string repo;               // "org/name"
   std::string revision = "main";  // branch, tag or commit
   std::string manifest;           // name ("home") or a repo path ("manifests/x.json")
+  // Whether `manifest` may also name a local JSON file (a custom width mix).
+  // `exlr8d serve` turns it off: an API client must not make the daemon
+  // read files of its choosing.
+  bool allow_local_manifest = true;
   int tp = 1;
   int rank = 0;
   std::uint64_t coalesce_gap = 0;
@@ -87,6 +91,9 @@ enum class PullPhase : int {
 inline constexpr int kPullPhaseCount = static_cast<int>(PullPhase::kFailed) + 1;
 std::string_view PullPhaseName(PullPhase phase);
 
+// "org/name": two non-empty parts of letters, digits, '-', '_' and '.'.
+bool IsValidRepoId(std::string_view repo);
+
 // A consistent-enough snapshot for progress displays and the REST API.
 struct PullProgress {
   PullPhase phase = PullPhase::kStarting;
@@ -99,6 +106,7 @@ struct PullProgress {
   std::uint64_t checksum_failures = 0;
   FetchCounters fetch;               // the fetcher's counters
   double elapsed_s = 0;
+  PullId pull_id = 0;                // the cache's pull row; 0 until recorded
 };
 
 struct PullSummary {

@@ -1,0 +1,31 @@
+// Helpers every route of the REST API shares: errors as JSON with the HTTP
+// status of their code, and ids in paths.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/api/api_server.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+// 400 InvalidArgument, 404 NotFound, 409 FailedPrecondition, 501
+// Unimplemented, 503 Unavailable, 500 otherwise.
+int HttpStatusFor(StatusCode code);
+
+// {"error":{"code":"NotFound","message":"..."}} with HttpStatusFor(code).
+ApiResponse ErrorResponse(const Status& s);
+
+// 405 naming the method, the path and what it allows.
+ApiResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string_view allowed);
+
+// "12" -> 12; nullopt for anything but a positive decimal id.
+std::optional<std::int64_t> ParsePositiveId(std::string_view text);
+
+// The path of a target, without its query string.
+std::string_view PathOf(std::string_view target);
+
+}  // namespace exlr8

@@ -1,33 +1,43 @@
-// exlr8d serve: the local REST API (daemon/api/status_api.h) on a Unix socket
-// and, if asked, a loopback TCP port, until SIGINT/SIGTERM.
+// exlr8d serve: the local REST API on a Unix socket and, if asked, a loopback
+// TCP port, until SIGINT/SIGTERM.
 //
-// What it serves today is the cache's state and its pulls' progress, read
-// from the index without taking the cache's lock, so it runs beside the
-// pulls (`exlr8d pull`, the systemd units) that own the cache. Starting and
-// cancelling pulls through it answer 501 until the daemon runs the pull
-// engine itself.
+// It reports the cache's state and its pulls' progress (daemon/api/
+// status_api.h), read from the index without taking the cache's lock, so it
+// runs beside the pulls (`exlr8d pull`, the systemd units) that own the
+// cache. And it runs pulls itself (daemon/serve/): POST /v1/pulls queues a
+// job in <cache>/exlr8d.jobs.db, which the runner pulls with the same engine
+// as `exlr8d pull`, taking the cache's lock only while it has work.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "client/args.h"
 #include "client/cli.h"
 #include "daemon/api/api_server.h"
 #include "daemon/api/status_api.h"
+#include "daemon/cache/file_lock.h"
 #include "daemon/commands.h"
+#include "daemon/serve/job_runner.h"
+#include "daemon/serve/jobs_api.h"
 
 namespace exlr8 {
 
 namespace {
 
 constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PATH | --no-socket] [--listen ADDR:PORT]
+                    [pull options]
 
-Serves the local REST API: what the cache holds and what its pulls are doing
-(GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}; JSON). It reads the
-cache index without locking the cache, so pulls run beside it and it shows
-their progress as of their last commit (about every second). Starting and
-cancelling pulls through the API is not built yet (501).
+Serves the local REST API (JSON): what the cache holds and what is being pulled
+(GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}), and runs pulls asked
+of it (POST /v1/pulls queues a job; GET /v1/jobs, /v1/jobs/{id}; DELETE
+/v1/jobs/{id} cancels). Jobs run one after another with the engine of
+'exlr8d pull'; they are kept in DIR/exlr8d.jobs.db, so a job interrupted by a
+stop or a crash resumes at the next start. The server takes the cache's lock
+only while it runs a job: between jobs, 'exlr8d pull', gc and the systemd units
+use the cache as before, and a job waits while one of them owns it.
 
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8)
@@ -37,10 +47,20 @@ cancelling pulls through the API is not built yet (501).
                       (port 0: any free one); never beyond this machine, as the
                       API has no authentication
 
-Prints one line "exlr8d serve: listening on ..." when ready. Stops on SIGINT or
-SIGTERM (exit 0) and removes its socket. Exit status 2 for a bad option or a
-non-loopback address, 4 when it cannot bind, 7 when another server answers on
-the socket.
+Pull options (for every job; as for 'exlr8d pull'):
+  --endpoint URL      hub or mirror (default $HF_ENDPOINT, else https://huggingface.co).
+                      A job may name another endpoint; it then runs without a token
+  --token-file FILE   token file (default: $HF_TOKEN, else $HF_HOME/token)
+  --proxy URL         proxy for every request (default: HTTPS_PROXY etc.)
+  --jobs J            parallel transfers per pull (default 16)
+  --limit-rate BYTES  total download rate limit, e.g. 200M (bytes/s)
+  --budget BYTES      refuse to grow the cache past this size
+
+Prints one line "exlr8d serve: listening on ..." when ready, and a line per job
+start and end on stderr. Stops on SIGINT or SIGTERM (exit 0): a running pull is
+cancelled and its job resumes at the next start. Exit status 2 for a bad option
+or a non-loopback address, 4 when it cannot bind, 7 when another server answers
+on the socket or holds DIR/exlr8d.jobs.db.
 )";
 
 // "127.0.0.1:8478" / "[::1]:8478" -> address, port.
@@ -57,12 +77,36 @@ Result<std::pair<std::string, std::uint16_t>> SplitHostPort(const std::string& t
   return std::make_pair(host, static_cast<std::uint16_t>(std::stoul(port_text)));
 }
 
+// The defaults every job runs with, from the pull options and environment.
+Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
+  PullOptions& p = jobs->pull;
+  p.hub.endpoint = args.GetOr("endpoint", "");
+  p.hub.token_file = args.GetOr("token-file", "");
+  p.hub.proxy = args.GetOr("proxy", "");
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t parallel, args.GetInt("jobs", 16, 1, 1024));
+  p.fetch.max_parallel = static_cast<int>(parallel);
+  p.fetch.max_queued = std::max(64, 4 * static_cast<int>(parallel));
+  if (auto r = args.Get("limit-rate")) {
+    EXLR8_ASSIGN_OR_RETURN(p.fetch.max_bytes_per_second, ParseByteCount(*r));
+  }
+  if (auto b = args.Get("budget")) {
+    EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
+    jobs->cache.byte_budget = budget;
+  }
+  const char* off = std::getenv("HF_HUB_OFFLINE");
+  p.offline = off && (std::string(off) == "1" || std::string(off) == "true");
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunServeCommand(const std::vector<std::string>& argv) {
   constexpr const char* kProg = "exlr8d serve";
   Args args;
-  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "socket", "listen"}, {"no-socket"}, 0, &args))
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv,
+                                   {"cache", "socket", "listen", "endpoint", "token-file", "proxy", "jobs",
+                                    "limit-rate", "budget"},
+                                   {"no-socket"}, 0, &args))
     return *exit;
   const std::filesystem::path cache_dir = args.GetOr("cache", DefaultCacheDir());
   ApiServerOptions o;
@@ -75,9 +119,17 @@ int RunServeCommand(const std::vector<std::string>& argv) {
     o.tcp_address = hp->first;
     o.tcp_port = hp->second;
   }
+  JobRunnerOptions jobs;
+  jobs.cache_dir = cache_dir;
+  if (Status s = ParsePullDefaults(args, &jobs); !s.ok()) return ReportError(kProg, s);
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);  // where the default socket goes
   if (ec) return ReportError(kProg, IOError("create " + cache_dir.string() + ": " + ec.message()));
+  // The queue's own lock: two servers on one cache would run its jobs twice.
+  auto serve_lock = FileLock::Acquire(cache_dir / "exlr8d.serve.lock");
+  if (!serve_lock.ok())
+    return ReportError(kProg, Status(serve_lock.status().code(),
+                                     "another exlr8d serve runs on this cache: " + serve_lock.status().message()));
 
   // Signals are blocked before the server's thread starts, so only sigwait
   // below takes them.
@@ -87,7 +139,10 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  const StatusApi api(cache_dir, "0.1.0");
+  auto runner = JobRunner::Start(std::move(jobs));
+  if (!runner.ok()) return ReportError(kProg, runner.status());
+  const StatusApi status(cache_dir, "0.1.0");
+  const JobsApi api(**runner, status);
   auto server = ApiServer::Start(o, [&api](const ApiRequest& r) { return api.Handle(r); });
   if (!server.ok()) return ReportError(kProg, server.status());
   std::string where;
@@ -102,7 +157,8 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
-  (*server)->Stop();
+  (*server)->Stop();  // no new requests, then the running pull (queued again)
+  (*runner)->Stop();
   std::fprintf(stderr, "exlr8d serve: stopped (signal %d)\n", sig);
   return 0;
 }

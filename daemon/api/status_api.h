@@ -9,8 +9,9 @@
 //                        each one's latest pull
 //   GET /v1/pulls        {"pulls":[...]} newest first (at most 100)
 //   GET /v1/pulls/{id}   one pull, with its fileset's repo and commit
-//   POST/DELETE /v1/pulls[/{id}]   501: starting and cancelling pulls
-//                        through the API is not built yet
+// Other methods on these routes: 405. Starting and cancelling pulls
+// (POST /v1/pulls, DELETE /v1/pulls/{id}, /v1/jobs) is daemon/serve/
+// jobs_api.h, which hands every other request to this one.
 //
 // Errors are {"error":{"code":"NotFound","message":"..."}} with the HTTP
 // status of the code (400, 404, 405, 409, 500, 501, 503).

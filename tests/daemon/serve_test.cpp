@@ -21,93 +21,13 @@
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/serve_test_util.h"
 
 namespace exlr8 {
 namespace {
 
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
-
-// A running `exlr8d serve`; SIGTERM and reaped on destruction.
-class ServeProcess {
- public:
-  ServeProcess(const fs::path& cache, std::vector<std::string> extra = {"--listen", "127.0.0.1:0"}) {
-    int out[2];
-    EXPECT_EQ(::pipe(out), 0);
-    const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d";
-    std::vector<std::string> args = {bin, "serve", "--cache", cache.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    // The ready line, or EOF if it exited.
-    char c;
-    while (::read(out[0], &c, 1) == 1 && c != '\n') line_ += c;
-    ::close(out[0]);
-    const auto at = line_.find("http://127.0.0.1:");
-    if (at != std::string::npos) port_ = std::stoi(line_.substr(at + 17));
-  }
-  ~ServeProcess() { Stop(); }
-
-  // Exit status after SIGTERM (or after it exited on its own).
-  int Stop() {
-    if (pid_ <= 0) return status_;
-    ::kill(pid_, SIGTERM);
-    int w = 0;
-    ::waitpid(pid_, &w, 0);
-    pid_ = -1;
-    status_ = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
-    return status_;
-  }
-  const std::string& ready_line() const { return line_; }
-  int port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  std::string line_;
-  int port_ = 0;
-  int status_ = -1;
-};
-
-struct HttpAnswer {
-  long status = 0;
-  std::string body;
-};
-
-std::size_t Collect(char* p, std::size_t size, std::size_t n, void* ud) {
-  static_cast<std::string*>(ud)->append(p, size * n);
-  return size * n;
-}
-
-// One request; `unix_socket` non-empty: over that socket instead of TCP.
-HttpAnswer Http(const std::string& url, const std::string& method = "GET", const std::string& unix_socket = "") {
-  HttpAnswer a;
-  CURL* c = curl_easy_init();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &a.body);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-  curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-  if (!unix_socket.empty()) curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_socket.c_str());
-  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.status);
-  curl_easy_cleanup(c);
-  return a;
-}
-
-JsonValue Parse(const HttpAnswer& a) {
-  auto v = ParseJson(a.body);
-  EXPECT_TRUE(v.ok()) << a.status << " " << a.body;
-  return v.ok() ? *v : JsonValue();
-}
 
 TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   auto sim = StartSim(TinyRelease());
@@ -156,11 +76,12 @@ TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   EXPECT_EQ(Http(base + "/v1/pulls/-1").status, 404);
   EXPECT_EQ(Http(base + "/v1/pulls/1x").status, 404);
   EXPECT_EQ(Http(base + "/v2/anything").status, 404);
-  HttpAnswer post = Http(base + "/v1/pulls", "POST");
-  EXPECT_EQ(post.status, 501);
-  EXPECT_THAT(post.body, HasSubstr("not built yet"));
-  EXPECT_EQ(Http(base + "/v1/pulls/1", "DELETE").status, 501);
+  EXPECT_EQ(Http(base + "/v1/pulls/1", "PUT").status, 405);
   EXPECT_EQ(Http(base + "/v1/filesets", "PUT").status, 405);
+  // A pull another process ran cannot be cancelled here.
+  HttpAnswer del = Http(base + "/v1/pulls/" + std::to_string(id), "DELETE");
+  EXPECT_EQ(del.status, 409);
+  EXPECT_THAT(del.body, HasSubstr("not running in this server"));
 
   // SIGTERM: exit 0, socket removed.
   EXPECT_EQ(serve.Stop(), 0);

@@ -1,0 +1,93 @@
+// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h) with the
+// pull engine (PullJob), one after another, on a thread of its own.
+//
+// One at a time, on purpose: pulls of one node share its network link, so
+// two at once finish no sooner in total and the first one later; in order,
+// the first rank asked for is ready first.
+//
+// The cache. The runner opens it (taking its lock) only while it has work,
+// and closes it when the queue is empty, so `exlr8d pull`, `gc`, `pin` and
+// the systemd units still run between jobs. While another process owns the
+// cache, the next job waits (Snapshot says why) and the runner tries again
+// every `lock_retry`.
+//
+// Restarts. Stop() cancels a running pull and queues its job again; a
+// server that dies leaves the job 'running', and the next Start() queues it
+// again. Either way the job resumes at the next start, fetching only what
+// the cache does not hold yet.
+//
+// Thread-safe: Submit, Cancel and Snapshot may be called from any thread
+// (the REST handler's) while the runner works.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/cache/cache.h"
+#include "daemon/pull/pull_job.h"
+#include "daemon/serve/job_store.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+struct JobRunnerOptions {
+  std::filesystem::path cache_dir;
+  CacheOptions cache;
+  // The server's defaults for every job: hub (endpoint, token, proxy),
+  // fetch settings. A job naming another endpoint gets no token (see
+  // OptionsFor) and the same fetch settings.
+  PullOptions pull;
+  std::chrono::milliseconds lock_retry{2000};
+};
+
+// A job as the API shows it: the stored row, plus what only the running
+// server knows.
+struct JobSnapshot {
+  JobInfo info;
+  std::optional<PullProgress> progress;  // while it runs here
+  std::string waiting;                   // why a queued job has not started
+  bool cancel_requested = false;
+};
+
+class JobRunner {
+ public:
+  // Opens <cache_dir>/exlr8d.jobs.db, queues again any job a dead server
+  // left running, and starts the runner thread.
+  static Result<std::unique_ptr<JobRunner>> Start(JobRunnerOptions options);
+  ~JobRunner();  // Stop()
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Records a queued job (validated: InvalidArgument naming the field).
+  Result<JobSnapshot> Submit(const JobRequest& request);
+  // Queued: cancelled at once. Running: its pull is cancelled, and the job
+  // ends 'cancelled' shortly after (the snapshot says cancel_requested).
+  // FailedPrecondition for a finished job, NotFound for an unknown one.
+  Result<JobSnapshot> Cancel(JobId id);
+  // The job whose latest attempt is pull row `pull`, if this server runs
+  // it now (for DELETE /v1/pulls/{id}); nullopt otherwise.
+  std::optional<JobId> RunningJobOfPull(std::int64_t pull) const;
+  Result<JobSnapshot> Snapshot(JobId id) const;
+  Result<std::vector<JobSnapshot>> List(std::size_t limit = 100) const;
+
+  // Idempotent: cancels the running pull (its job is queued again, to
+  // resume at the next start), joins the thread and releases the cache.
+  void Stop();
+
+  // The options a job runs with: the server's, with the job's repo,
+  // revision, manifest, TP degree and rank; local manifest files refused.
+  // A job naming an endpoint other than the server's gets no token at all,
+  // so a client cannot send the server's token to a host of its choosing.
+  static PullOptions OptionsFor(const PullOptions& defaults, const JobRequest& request);
+
+  struct Rep;
+
+ private:
+  explicit JobRunner(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace exlr8

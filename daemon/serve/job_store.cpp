@@ -1,0 +1,207 @@
+#include "daemon/serve/job_store.h"
+
+#include <array>
+#include <chrono>
+#include <functional>
+
+#include "daemon/cache/migrations.h"
+#include "daemon/cache/mutex.h"
+#include "daemon/cache/sqlite_db.h"
+#include "daemon/pull/pull_job.h"
+#include "serve_schema_sql.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::array<std::string_view, 5> kStateNames = {"queued", "running", "done", "failed", "cancelled"};
+constexpr std::size_t kMaxFieldBytes = 1000;
+
+std::int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<JobState> ParseState(const std::string& name) {
+  for (std::size_t i = 0; i < kStateNames.size(); ++i)
+    if (kStateNames[i] == name) return static_cast<JobState>(i);
+  return CorruptionError("job state '" + name + "' is unknown");
+}
+
+Status CheckRequest(const JobRequest& r) {
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"repo", &r.repo},
+                                     {"revision", &r.revision}, {"manifest", &r.manifest},
+                                     {"endpoint", &r.endpoint}, {"pin", &r.pin}})
+    if (value->size() > kMaxFieldBytes)
+      return InvalidArgumentError(std::string(field) + ": longer than " + std::to_string(kMaxFieldBytes) + " bytes");
+  if (!IsValidRepoId(r.repo)) return InvalidArgumentError("repo must be ORG/NAME, got '" + r.repo + "'");
+  if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
+  if (r.manifest.empty()) return InvalidArgumentError("manifest must not be empty");
+  // Names and repo paths only: the server never reads a local file for a
+  // client (PullOptions::allow_local_manifest).
+  if (r.manifest.front() == '/' || r.manifest.find("..") != std::string::npos)
+    return InvalidArgumentError("manifest must be a name (home, down1, ...) or a path inside the repository, got '" +
+                                r.manifest + "'");
+  if (r.tp < 1) return InvalidArgumentError("tp must be >= 1, got " + std::to_string(r.tp));
+  if (r.rank < 0 || r.rank >= r.tp)
+    return InvalidArgumentError("rank must be in [0, " + std::to_string(r.tp - 1) + "], got " +
+                                std::to_string(r.rank));
+  return Status::Ok();
+}
+
+constexpr const char* kColumns =
+    "id, repo, revision, manifest, tp, rank, endpoint, pin, state, error, pull_id, attempts, created, updated, "
+    "finished";
+
+Result<JobInfo> ReadRow(const SqliteStmt& q) {
+  JobInfo j;
+  j.id = q.Int(0);
+  j.request.repo = q.Text(1);
+  j.request.revision = q.Text(2);
+  j.request.manifest = q.Text(3);
+  j.request.tp = static_cast<int>(q.Int(4));
+  j.request.rank = static_cast<int>(q.Int(5));
+  j.request.endpoint = q.Text(6);
+  j.request.pin = q.Text(7);
+  EXLR8_ASSIGN_OR_RETURN(j.state, ParseState(q.Text(8)));
+  j.error = q.Text(9);
+  if (!q.IsNull(10)) j.pull = q.Int(10);
+  j.attempts = static_cast<int>(q.Int(11));
+  j.created_ms = q.Int(12);
+  j.updated_ms = q.Int(13);
+  if (!q.IsNull(14)) j.finished_ms = q.Int(14);
+  return j;
+}
+
+}  // namespace
+
+std::string_view JobStateName(JobState state) { return kStateNames[static_cast<std::size_t>(state)]; }
+
+bool IsFinished(JobState state) {
+  return state == JobState::kDone || state == JobState::kFailed || state == JobState::kCancelled;
+}
+
+struct JobStore::Rep {
+  Mutex mu;
+  std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
+
+  // Runs `sql` (binding ?1 = now, ?2 = id, then `bind` for the rest) and
+  // fails with `wrong_state` unless it changed exactly one row.
+  Status UpdateOne(JobId id, const char* sql, const std::function<void(SqliteStmt&)>& bind,
+                   const std::string& wrong_state) EXLR8_EXCLUDES(mu) {
+    MutexLock l(&mu);
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare(sql));
+    q.Bind(1, NowMs()).Bind(2, id);
+    if (bind) bind(q);
+    EXLR8_RETURN_IF_ERROR(q.Run());
+    if (db->Changes() == 1) return Status::Ok();
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt e, db->Prepare("SELECT state FROM jobs WHERE id = ?1"));
+    e.Bind(1, id);
+    EXLR8_ASSIGN_OR_RETURN(bool row, e.Step());
+    if (!row) return NotFoundError("no job " + std::to_string(id));
+    return FailedPreconditionError("job " + std::to_string(id) + " is " + e.Text(0) + ": " + wrong_state);
+  }
+};
+
+JobStore::JobStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+JobStore::~JobStore() = default;
+
+Result<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::path& path) {
+  static constexpr auto& kMigrations = serve_schema::kMigrations;
+  auto rep = std::make_unique<Rep>();
+  MutexLock l(&rep->mu);
+  EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open(path.string()));
+  // The queue is small and written a few times per job: the default
+  // rollback journal with FULL sync is plenty, and a job is durable once
+  // POST answers.
+  EXLR8_RETURN_IF_ERROR(rep->db->Exec("PRAGMA synchronous = FULL"));
+  EXLR8_RETURN_IF_ERROR(ApplyMigrations(rep->db.get(), kMigrations));
+  return std::unique_ptr<JobStore>(new JobStore(std::move(rep)));
+}
+
+Result<JobId> JobStore::Add(const JobRequest& r) {
+  EXLR8_RETURN_IF_ERROR(CheckRequest(r));
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(
+                                           "INSERT INTO jobs (repo, revision, manifest, tp, rank, endpoint, pin, "
+                                           "state, created, updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', "
+                                           "?8, ?8)"));
+  q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
+  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs());
+  EXLR8_RETURN_IF_ERROR(q.Run());
+  return rep_->db->LastInsertRowId();
+}
+
+Result<JobInfo> JobStore::Get(JobId id) {
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         rep_->db->Prepare(std::string("SELECT ") + kColumns + " FROM jobs WHERE id = ?1"));
+  q.Bind(1, id);
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return NotFoundError("no job " + std::to_string(id));
+  return ReadRow(q);
+}
+
+Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         rep_->db->Prepare(std::string("SELECT ") + kColumns + " FROM jobs ORDER BY id DESC LIMIT ?1"));
+  q.Bind(1, static_cast<std::int64_t>(limit));
+  std::vector<JobInfo> out;
+  for (;;) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    EXLR8_ASSIGN_OR_RETURN(JobInfo j, ReadRow(q));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<std::optional<JobInfo>> JobStore::NextQueued() {
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(std::string("SELECT ") + kColumns +
+                                                         " FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1"));
+  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<JobInfo>();
+  EXLR8_ASSIGN_OR_RETURN(JobInfo j, ReadRow(q));
+  return std::optional<JobInfo>(std::move(j));
+}
+
+Status JobStore::MarkRunning(JobId id) {
+  return rep_->UpdateOne(id,
+                         "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated = ?1 "
+                         "WHERE id = ?2 AND state = 'queued'",
+                         nullptr, "only a queued job starts");
+}
+
+Status JobStore::SetPull(JobId id, std::int64_t pull) {
+  return rep_->UpdateOne(
+      id, "UPDATE jobs SET pull_id = ?3, updated = ?1 WHERE id = ?2 AND state = 'running'",
+      [pull](SqliteStmt& q) { q.Bind(3, pull); }, "only a running job has a pull");
+}
+
+Status JobStore::Requeue(JobId id) {
+  return rep_->UpdateOne(id, "UPDATE jobs SET state = 'queued', updated = ?1 WHERE id = ?2 AND state = 'running'",
+                         nullptr, "only a running job is queued again");
+}
+
+Status JobStore::Finish(JobId id, JobState state, std::string_view error) {
+  if (!IsFinished(state))
+    return InvalidArgumentError("Finish: '" + std::string(JobStateName(state)) + "' is not a final state");
+  return rep_->UpdateOne(
+      id,
+      "UPDATE jobs SET state = ?3, error = ?4, updated = ?1, finished = ?1 "
+      "WHERE id = ?2 AND state IN ('queued', 'running')",
+      [&](SqliteStmt& q) { q.Bind(3, JobStateName(state)).Bind(4, error); }, "it has already finished");
+}
+
+Result<int> JobStore::RequeueInterrupted() {
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         rep_->db->Prepare("UPDATE jobs SET state = 'queued', updated = ?1 WHERE state = 'running'"));
+  q.Bind(1, NowMs());
+  EXLR8_RETURN_IF_ERROR(q.Run());
+  return static_cast<int>(rep_->db->Changes());
+}
+
+}  // namespace exlr8

@@ -1,0 +1,94 @@
+// JobStore: the durable queue of pulls asked of `exlr8d serve`
+// (<cache>/exlr8d.jobs.db, schema/serve/). Each job is one request: repo,
+// revision, manifest, TP degree and rank. The runner (job_runner.h) takes
+// them in order; a server that stops or dies mid-job finds it again at its
+// next start (RequeueInterrupted) and resumes it.
+//
+// Why a database of its own: the server must accept and record requests
+// while another process owns the cache (its lock covers exlr8d.db), and the
+// queue is the server's state, not the cache's.
+//
+// Thread-safe: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/status.h"
+
+namespace exlr8 {
+
+using JobId = std::int64_t;
+
+enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };
+std::string_view JobStateName(JobState state);  // "queued", "running", ...
+bool IsFinished(JobState state);                 // done, failed or cancelled
+
+// What a client asks for (POST /v1/pulls).
+struct JobRequest {
+  std::string repo;
+  std::string revision = "main";
+  std::string manifest;
+  int tp = 1;
+  int rank = 0;
+  std::string endpoint;  // "" = the server's hub
+  std::string pin;       // pin holder once done; "" = no pin
+};
+
+struct JobInfo {
+  JobId id = 0;
+  JobRequest request;
+  JobState state = JobState::kQueued;
+  std::string error;                // why it failed or was cancelled
+  std::optional<std::int64_t> pull;  // the cache's pull row of the latest attempt
+  int attempts = 0;                 // attempts started (restarts add one)
+  std::int64_t created_ms = 0;
+  std::int64_t updated_ms = 0;
+  std::optional<std::int64_t> finished_ms;
+};
+
+class JobStore {
+ public:
+  // Opens (creating, migrating) the queue at `path`. FailedPrecondition if
+  // it was written by a newer exlr8d; Corruption if it is not a database.
+  static Result<std::unique_ptr<JobStore>> Open(const std::filesystem::path& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // Records a new queued job. InvalidArgument naming the field for a bad
+  // repo id, an empty revision, a manifest that is neither a name nor a
+  // repo path (absolute, or with ".."), tp < 1, rank outside [0, tp), or a
+  // field longer than 1,000 bytes.
+  Result<JobId> Add(const JobRequest& request);
+  Result<JobInfo> Get(JobId id);
+  // Newest first, at most `limit`.
+  Result<std::vector<JobInfo>> List(std::size_t limit = 100);
+  // The oldest queued job, if any.
+  Result<std::optional<JobInfo>> NextQueued();
+
+  // queued -> running, one more attempt. FailedPrecondition if not queued.
+  Status MarkRunning(JobId id);
+  // Links the running attempt to its pull row.
+  Status SetPull(JobId id, std::int64_t pull);
+  // running -> queued: the server stopped mid-job; it resumes next start.
+  Status Requeue(JobId id);
+  // -> done/failed/cancelled with `error`. FailedPrecondition if the job
+  // has already finished (a finished job never changes again).
+  Status Finish(JobId id, JobState state, std::string_view error = {});
+  // Jobs left 'running' by a server that died: queued again. Returns their
+  // number. Call once at start, before running anything.
+  Result<int> RequeueInterrupted();
+
+ private:
+  struct Rep;
+  explicit JobStore(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace exlr8

@@ -1,0 +1,179 @@
+#include "daemon/serve/jobs_api.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "daemon/api/api_util.h"
+#include "daemon/api/cache_report.h"
+#include "format/json.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::string_view kJobsPrefix = "/v1/jobs/";
+constexpr std::string_view kPullsPrefix = "/v1/pulls/";
+
+ApiResponse JobResponse(int status, const JobSnapshot& job) { return {status, "{\"job\":" + JobJson(job) + "}"}; }
+
+std::string ProgressJson(const PullProgress& p) {
+  // Rate: bytes off the network over the time the attempt has run; ETA: what
+  // is left to verify at that rate.
+  const double rate = p.elapsed_s > 0 ? static_cast<double>(p.bytes_received) / p.elapsed_s : 0;
+  const std::uint64_t have = p.bytes_reused + p.bytes_verified;
+  const std::uint64_t left = p.bytes_planned > have ? p.bytes_planned - have : 0;
+  std::string o = "{\"phase\":";
+  AppendJsonString(o, PullPhaseName(p.phase));
+  o += ",\"bytes_planned\":" + std::to_string(p.bytes_planned) + ",\"bytes_reused\":" +
+       std::to_string(p.bytes_reused) + ",\"bytes_verified\":" + std::to_string(p.bytes_verified) +
+       ",\"bytes_received\":" + std::to_string(p.bytes_received) + ",\"ranges_total\":" +
+       std::to_string(p.ranges_total) + ",\"ranges_done\":" + std::to_string(p.ranges_done) +
+       ",\"requests\":" + std::to_string(p.fetch.transfers) + ",\"retries\":" + std::to_string(p.fetch.retries) +
+       ",\"checksum_failures\":" + std::to_string(p.checksum_failures) +
+       ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
+  if (rate > 0 && p.bytes_planned > 0) {
+    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
+  } else {
+    o += "null";
+  }
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.3f", p.elapsed_s);
+  return o + ",\"elapsed_s\":" + elapsed + "}";
+}
+
+void AppendOptionalTime(std::string& o, const std::optional<std::int64_t>& ms) {
+  if (ms) {
+    AppendJsonString(o, UtcTime(*ms));
+  } else {
+    o += "null";
+  }
+}
+
+// A string field: absent -> `fallback`; present and not a string -> error.
+Result<std::string> StringField(const JsonValue& body, const char* name, std::string fallback) {
+  const JsonValue* v = body.Find(name);
+  if (v == nullptr) return fallback;
+  if (!v->is_string()) return InvalidArgumentError(std::string(name) + " must be a string");
+  return v->as_string();
+}
+
+Result<int> IntField(const JsonValue& body, const char* name) {
+  const JsonValue* v = body.Find(name);
+  if (v == nullptr) return InvalidArgumentError("missing " + std::string(name));
+  const auto n = v->is_number() ? v->as_int64() : std::nullopt;
+  if (!n || *n < 0 || *n > (1 << 20))
+    return InvalidArgumentError(std::string(name) + " must be an integer in [0, 1048576]");
+  return static_cast<int>(*n);
+}
+
+}  // namespace
+
+std::string JobJson(const JobSnapshot& s) {
+  const JobInfo& j = s.info;
+  const JobRequest& r = j.request;
+  std::string o = "{\"id\":" + std::to_string(j.id) + ",\"href\":\"/v1/jobs/" + std::to_string(j.id) + "\",\"state\":";
+  AppendJsonString(o, JobStateName(j.state));
+  o += ",\"repo\":";
+  AppendJsonString(o, r.repo);
+  o += ",\"revision\":";
+  AppendJsonString(o, r.revision);
+  o += ",\"manifest\":";
+  AppendJsonString(o, r.manifest);
+  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank) + ",\"endpoint\":";
+  AppendJsonString(o, r.endpoint);
+  o += ",\"pin\":";
+  AppendJsonString(o, r.pin);
+  o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
+  o += ",\"attempts\":" + std::to_string(j.attempts) + ",\"error\":";
+  AppendJsonString(o, j.error);
+  o += ",\"created\":";
+  AppendJsonString(o, UtcTime(j.created_ms));
+  o += ",\"updated\":";
+  AppendJsonString(o, UtcTime(j.updated_ms));
+  o += ",\"finished\":";
+  AppendOptionalTime(o, j.finished_ms);
+  if (!s.waiting.empty()) {
+    o += ",\"waiting\":";
+    AppendJsonString(o, s.waiting);
+  }
+  if (s.cancel_requested) o += ",\"cancel_requested\":true";
+  if (s.progress) o += ",\"progress\":" + ProgressJson(*s.progress);
+  return o + "}";
+}
+
+Result<JobRequest> ParseJobRequest(std::string_view text) {
+  JsonLimits limits;
+  limits.max_depth = 4;
+  auto parsed = ParseJson(text, limits);
+  if (!parsed.ok()) return InvalidArgumentError("the body is not a JSON object: " + parsed.status().message());
+  const JsonValue& body = *parsed;
+  if (!body.is_object()) return InvalidArgumentError("the body must be a JSON object");
+  for (const auto& member : body.as_object()) {
+    static constexpr std::string_view kKnown[] = {"repo", "revision", "manifest", "tp", "rank", "endpoint", "pin"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), member.first) == std::end(kKnown))
+      return InvalidArgumentError("unknown field '" + EscapeForMessage(member.first) +
+                                  "' (fields: repo, revision, manifest, tp, rank, endpoint, pin)");
+  }
+  JobRequest r;
+  EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
+  if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
+  EXLR8_ASSIGN_OR_RETURN(r.revision, StringField(body, "revision", "main"));
+  EXLR8_ASSIGN_OR_RETURN(r.manifest, StringField(body, "manifest", ""));
+  if (r.manifest.empty()) return InvalidArgumentError("missing manifest (a name such as \"home\", or a repo path)");
+  EXLR8_ASSIGN_OR_RETURN(r.tp, IntField(body, "tp"));
+  EXLR8_ASSIGN_OR_RETURN(r.rank, IntField(body, "rank"));
+  EXLR8_ASSIGN_OR_RETURN(r.endpoint, StringField(body, "endpoint", ""));
+  EXLR8_ASSIGN_OR_RETURN(r.pin, StringField(body, "pin", ""));
+  return r;
+}
+
+ApiResponse JobsApi::Handle(const ApiRequest& req) const {
+  const std::string_view path = PathOf(req.target);
+  if (path == "/v1/pulls" && req.method == "POST") {
+    auto request = ParseJobRequest(req.body);
+    if (!request.ok()) return ErrorResponse(request.status());
+    auto job = runner_.Submit(*request);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JobResponse(202, *job);
+  }
+  if (path.rfind(kPullsPrefix, 0) == 0 && req.method == "DELETE") {
+    const std::string_view tail = path.substr(kPullsPrefix.size());
+    const auto pull = ParsePositiveId(tail);
+    if (!pull) return ErrorResponse(NotFoundError("no pull '" + EscapeForMessage(tail) + "'"));
+    const auto job = runner_.RunningJobOfPull(*pull);
+    if (!job)
+      return ErrorResponse(FailedPreconditionError(
+          "pull " + std::to_string(*pull) + " is not running in this server (finished, or run by another process: "
+          "stop that one, e.g. its exlr8d-pull@ unit)"));
+    auto cancelled = runner_.Cancel(*job);
+    if (!cancelled.ok()) return ErrorResponse(cancelled.status());
+    return JobResponse(202, *cancelled);
+  }
+  if (path == "/v1/jobs") {
+    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls starts a job");
+    auto jobs = runner_.List();
+    if (!jobs.ok()) return ErrorResponse(jobs.status());
+    std::string body = "{\"jobs\":[";
+    for (std::size_t i = 0; i < jobs->size(); ++i) body += (i ? "," : "") + JobJson((*jobs)[i]);
+    return {200, body + "]}"};
+  }
+  if (path.rfind(kJobsPrefix, 0) == 0) {
+    const std::string_view tail = path.substr(kJobsPrefix.size());
+    const auto id = ParsePositiveId(tail);
+    if (!id) return ErrorResponse(NotFoundError("no job '" + EscapeForMessage(tail) + "' (ids are positive integers)"));
+    if (req.method == "GET") {
+      auto job = runner_.Snapshot(*id);
+      if (!job.ok()) return ErrorResponse(job.status());
+      return JobResponse(200, *job);
+    }
+    if (req.method == "DELETE") {
+      auto job = runner_.Cancel(*id);
+      if (!job.ok()) return ErrorResponse(job.status());
+      return JobResponse(202, *job);
+    }
+    return MethodNotAllowed(req.method, path, "GET, DELETE");
+  }
+  return status_.Handle(req);
+}
+
+}  // namespace exlr8

@@ -1,0 +1,43 @@
+// The REST routes that make `exlr8d serve` run pulls (version 1), in front
+// of the status routes (daemon/api/status_api.h), which get every other
+// request.
+//
+//   POST   /v1/pulls        {"repo":"org/name","manifest":"home","tp":4,"rank":1,
+//                            "revision":"main","endpoint":URL,"pin":"holder"}
+//                            (revision, endpoint and pin optional) -> 202
+//                            {"job":{...}}: queued, runs when its turn comes
+//   GET    /v1/jobs         {"jobs":[...]} newest first (at most 100)
+//   GET    /v1/jobs/{id}    {"job":{...}}; a running job carries "progress"
+//                            (phase, bytes, ranges, rate, ETA), a queued one
+//                            "waiting" when the cache is owned elsewhere
+//   DELETE /v1/jobs/{id}    cancels it (202; 409 once finished)
+//   DELETE /v1/pulls/{id}   cancels the job running pull {id} (409 for a
+//                            pull another process runs: stop that process)
+//
+// Bodies are JSON objects of at most 64 KiB (the server's bound); unknown
+// fields are refused (400 naming them), so a typo never goes unnoticed.
+#pragma once
+
+#include "daemon/api/api_server.h"
+#include "daemon/api/status_api.h"
+#include "daemon/serve/job_runner.h"
+
+namespace exlr8 {
+
+// The job as JSON (no trailing newline).
+std::string JobJson(const JobSnapshot& job);
+
+// Parses a POST /v1/pulls body. InvalidArgument naming the field.
+Result<JobRequest> ParseJobRequest(std::string_view body);
+
+class JobsApi {
+ public:
+  JobsApi(JobRunner& runner, const StatusApi& status) : runner_(runner), status_(status) {}
+  ApiResponse Handle(const ApiRequest& request) const;
+
+ private:
+  JobRunner& runner_;
+  const StatusApi& status_;
+};
+
+}  // namespace exlr8

@@ -1,0 +1,213 @@
+// The job queue of `exlr8d serve` on a real SQLite file, and the parser of
+// POST /v1/pulls bodies.
+#include "daemon/serve/job_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "daemon/serve/job_runner.h"
+#include "daemon/serve/jobs_api.h"
+#include "tests/daemon/cache_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+JobRequest Request(int rank = 1) {
+  JobRequest r;
+  r.repo = "org/model";
+  r.manifest = "home";
+  r.tp = 4;
+  r.rank = rank;
+  return r;
+}
+
+TEST(JobStoreTest, KeepsJobsInOrderAcrossReopen) {
+  TempDir dir;
+  const auto path = dir.path() / "exlr8d.jobs.db";
+  JobId first = 0, second = 0;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto a = (*store)->Add(Request(1));
+    auto b = (*store)->Add(Request(2));
+    ASSERT_TRUE(a.ok() && b.ok());
+    first = *a;
+    second = *b;
+    EXPECT_LT(first, second);
+  }
+  auto store = JobStore::Open(path);  // what a restarted server finds
+  ASSERT_TRUE(store.ok());
+  auto next = (*store)->NextQueued();
+  ASSERT_TRUE(next.ok() && next->has_value());
+  EXPECT_EQ((*next)->id, first);  // oldest first
+  EXPECT_EQ((*next)->request.rank, 1);
+  EXPECT_EQ((*next)->request.revision, "main");
+  auto list = (*store)->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, second);  // newest first
+  EXPECT_EQ((*list)[0].state, JobState::kQueued);
+  EXPECT_EQ((*list)[0].attempts, 0);
+  EXPECT_FALSE((*list)[0].pull.has_value());
+  EXPECT_FALSE((*list)[0].finished_ms.has_value());
+}
+
+TEST(JobStoreTest, StatesMoveOnlyForward) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "q.db");
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  const JobId id = *s.Add(Request());
+  EXPECT_EQ(s.SetPull(id, 5).code(), StatusCode::kFailedPrecondition);  // not running
+  EXPECT_EQ(s.Requeue(id).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s.MarkRunning(id).ok());
+  EXPECT_EQ(s.MarkRunning(id).code(), StatusCode::kFailedPrecondition);  // already running
+  ASSERT_TRUE(s.SetPull(id, 5).ok());
+  ASSERT_TRUE(s.Requeue(id).ok());  // a stop: queued again, the attempt counted
+  ASSERT_TRUE(s.MarkRunning(id).ok());
+  ASSERT_TRUE(s.Finish(id, JobState::kDone).ok());
+  auto done = s.Get(id);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state, JobState::kDone);
+  EXPECT_EQ(done->attempts, 2);
+  EXPECT_EQ(done->pull, 5);
+  EXPECT_TRUE(done->finished_ms.has_value());
+  // Finished is final.
+  Status again = s.Finish(id, JobState::kCancelled, "late");
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.message(), HasSubstr("is done"));
+  EXPECT_EQ(s.MarkRunning(id).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Finish(id, JobState::kRunning).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Get(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.MarkRunning(999).code(), StatusCode::kNotFound);
+  // A queued job may be cancelled before it starts.
+  const JobId other = *s.Add(Request());
+  ASSERT_TRUE(s.Finish(other, JobState::kCancelled, "by a client").ok());
+  EXPECT_EQ(s.Get(other)->error, "by a client");
+  auto next = s.NextQueued();
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->has_value());
+}
+
+TEST(JobStoreTest, RunningJobsOfADeadServerAreQueuedAgain) {
+  TempDir dir;
+  const auto path = dir.path() / "q.db";
+  JobId running = 0, done = 0;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    running = *(*store)->Add(Request(1));
+    done = *(*store)->Add(Request(2));
+    ASSERT_TRUE((*store)->MarkRunning(running).ok());
+    ASSERT_TRUE((*store)->MarkRunning(done).ok());
+    ASSERT_TRUE((*store)->Finish(done, JobState::kDone).ok());
+  }  // the server dies here, with `running` running
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto n = (*store)->RequeueInterrupted();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+  EXPECT_EQ((*store)->Get(running)->state, JobState::kQueued);
+  EXPECT_EQ((*store)->Get(running)->attempts, 1);
+  EXPECT_EQ((*store)->Get(done)->state, JobState::kDone);
+}
+
+TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "q.db");
+  ASSERT_TRUE(store.ok());
+  auto refused = [&](JobRequest r, const std::string& what) {
+    auto id = (*store)->Add(r);
+    EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(id.status().message(), HasSubstr(what));
+  };
+  JobRequest r = Request();
+  r.repo = "no-slash";
+  refused(r, "repo");
+  r = Request();
+  r.rank = 4;
+  refused(r, "rank must be in [0, 3]");
+  r = Request();
+  r.tp = 0;
+  refused(r, "tp");
+  r = Request();
+  r.manifest = "/etc/passwd";  // the server never reads local files for a client
+  refused(r, "manifest");
+  r.manifest = "manifests/../../x.json";
+  refused(r, "manifest");
+  r = Request();
+  r.revision = "";
+  refused(r, "revision");
+  r = Request();
+  r.pin = std::string(1001, 'p');
+  refused(r, "pin");
+  EXPECT_TRUE((*store)->List()->empty());
+}
+
+TEST(JobStoreTest, NotADatabaseIsCorruption) {
+  TempDir dir;
+  const auto path = dir.path() / "q.db";
+  std::ofstream(path) << std::string(4096, 'x');
+  auto store = JobStore::Open(path);
+  EXPECT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorruption) << store.status().ToString();
+  EXPECT_THAT(store.status().message(), HasSubstr(path.string()));
+}
+
+TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
+  auto r = ParseJobRequest(R"({"repo":"org/m","manifest":"home","tp":4,"rank":3,"pin":"svc"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->repo, "org/m");
+  EXPECT_EQ(r->revision, "main");
+  EXPECT_EQ(r->tp, 4);
+  EXPECT_EQ(r->rank, 3);
+  EXPECT_EQ(r->pin, "svc");
+  EXPECT_EQ(r->endpoint, "");
+  auto bad = [](std::string_view body, const std::string& what) {
+    auto p = ParseJobRequest(body);
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(p.status().message(), HasSubstr(what)) << body;
+  };
+  bad("", "not a JSON object");
+  bad("[1]", "must be a JSON object");
+  bad(R"({"repo":"org/m","manifest":"home","tp":4})", "missing rank");
+  bad(R"({"manifest":"home","tp":4,"rank":0})", "missing repo");
+  bad(R"({"repo":"org/m","tp":4,"rank":0})", "missing manifest");
+  bad(R"({"repo":"org/m","manifest":"home","tp":"4","rank":0})", "tp must be an integer");
+  bad(R"({"repo":"org/m","manifest":"home","tp":4.5,"rank":0})", "tp must be an integer");
+  bad(R"({"repo":"org/m","manifest":"home","tp":-1,"rank":0})", "tp must be an integer");
+  bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"ranks":1})", "unknown field 'ranks'");
+  bad(R"({"repo":7,"manifest":"home","tp":4,"rank":0})", "repo must be a string");
+  bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"repo":"x/y"})", "not a JSON object");  // duplicate
+  bad(std::string(100, '['), "not a JSON object");  // deeper than the limit
+}
+
+TEST(JobRunnerTest, AnotherEndpointNeverGetsTheServersToken) {
+  PullOptions defaults;
+  defaults.hub.endpoint = "https://hub.example/";
+  defaults.hub.token = "secret";
+  defaults.fetch.max_parallel = 7;
+  JobRequest r = Request();
+  PullOptions same = JobRunner::OptionsFor(defaults, r);
+  EXPECT_EQ(same.hub.token, "secret");
+  EXPECT_EQ(same.repo, "org/model");
+  EXPECT_EQ(same.rank, 1);
+  EXPECT_FALSE(same.allow_local_manifest);
+  EXPECT_EQ(same.fetch.max_parallel, 7);
+  r.endpoint = "https://hub.example";  // the same hub, spelled without '/'
+  EXPECT_EQ(JobRunner::OptionsFor(defaults, r).hub.token, "secret");
+  r.endpoint = "http://elsewhere.example";
+  PullOptions other = JobRunner::OptionsFor(defaults, r);
+  EXPECT_EQ(other.hub.endpoint, "http://elsewhere.example");
+  EXPECT_EQ(other.hub.token, "");
+  EXPECT_FALSE(other.hub.token_from_environment);
+  EXPECT_TRUE(other.hub.token_file.empty());
+}
+
+}  // namespace
+}  // namespace exlr8

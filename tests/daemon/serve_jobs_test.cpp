@@ -1,0 +1,281 @@
+// `exlr8d serve` running pulls: a real server process, spoken to over its
+// Unix socket and loopback port, pulling from the hub simulator into a real
+// cache, cancelled, stopped, killed and restarted.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "daemon/cache/cache.h"
+#include "daemon/serve/job_store.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/serve_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+std::string Body(int tp, int rank, const std::string& extra = "") {
+  return R"({"repo":"exlr8/test","manifest":"home","tp":)" + std::to_string(tp) + R"(,"rank":)" +
+         std::to_string(rank) + extra + "}";
+}
+
+// GET /v1/jobs/{id} -> the job object ({} when the request failed).
+JsonValue Job(const ServeProcess& serve, std::uint64_t id) {
+  auto v = ParseJson(Http(serve.base() + "/v1/jobs/" + std::to_string(id)).body);
+  if (!v.ok() || v->Find("job") == nullptr) return JsonValue();
+  return *v->Find("job");
+}
+
+std::string State(const JsonValue& job) {
+  const JsonValue* s = job.is_object() ? job.Find("state") : nullptr;
+  return s != nullptr && s->is_string() ? s->as_string() : "";
+}
+
+bool IsFinishedState(const std::string& state) {
+  return state == "done" || state == "failed" || state == "cancelled";
+}
+
+std::uint64_t Progress(const JsonValue& job, const char* field) {
+  const JsonValue* p = job.is_object() ? job.Find("progress") : nullptr;
+  const JsonValue* f = p != nullptr ? p->Find(field) : nullptr;
+  return f != nullptr && f->as_uint64() ? *f->as_uint64() : 0;
+}
+
+std::uint64_t Submit(const ServeProcess& serve, const std::string& body) {
+  const HttpAnswer a = Http(serve.base() + "/v1/pulls", "POST", "", body);
+  EXPECT_EQ(a.status, 202) << a.body;
+  const JsonValue v = Parse(a);
+  const JsonValue* id = v.is_object() && v.Find("job") ? v.Find("job")->Find("id") : nullptr;
+  return id != nullptr && id->as_uint64() ? *id->as_uint64() : 0;
+}
+
+// The plan of a pull, made by a dry run into a scratch cache.
+PullSummary PlanOf(const hubsim::HubSim& sim, int tp, int rank) {
+  TempDir scratch;
+  PullOptions o = Options(sim, "home", tp, rank);
+  o.dry_run = true;
+  auto s = Pull(scratch.path(), o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : PullSummary();
+}
+
+// The server releases the cache's lock once its queue is empty.
+bool CacheReleased(const fs::path& dir) {
+  return WaitFor([&] { return Cache::Open(dir).ok(); }, 10);
+}
+
+TEST(ServeJobsTest, RunsAPullAskedOverTheSocketAndPinsIt) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+
+  const HttpAnswer posted = Http("http://exlr8d/v1/pulls", "POST", socket, Body(3, 2, R"(,"pin":"svc")"));
+  ASSERT_EQ(posted.status, 202) << posted.body;
+  const JsonValue job = *Parse(posted).Find("job");
+  const std::uint64_t id = *job.Find("id")->as_uint64();
+  EXPECT_EQ(job.Find("href")->as_string(), "/v1/jobs/" + std::to_string(id));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, id)) == "done"; })) << State(last);
+  EXPECT_EQ(*last.Find("attempts")->as_uint64(), 1u);
+  EXPECT_EQ(last.Find("error")->as_string(), "");
+  EXPECT_EQ(last.Find("progress"), nullptr);  // only while it runs
+  ASSERT_TRUE(last.Find("pull")->as_uint64().has_value()) << "the job never linked its pull";
+  const std::uint64_t pull = *last.Find("pull")->as_uint64();
+  const JsonValue p = Parse(Http(serve.base() + "/v1/pulls/" + std::to_string(pull)));
+  EXPECT_EQ(p.Find("pull")->Find("state")->as_string(), "done");
+  EXPECT_EQ(*p.Find("pull")->Find("rank")->as_uint64(), 2u);
+  const JsonValue jobs = Parse(Http("http://exlr8d/v1/jobs", "GET", socket));
+  ASSERT_EQ(jobs.Find("jobs")->as_array().size(), 1u);
+
+  // The cache holds exactly that rank's plan, pinned, and the server let go
+  // of the cache once its queue was empty.
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 3, 2));
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    auto sets = (*c)->ListFilesets();
+    ASSERT_TRUE(sets.ok() && sets->size() == 1);
+    EXPECT_EQ((*sets)[0].pins, std::vector<std::string>{"svc"});
+  }
+  // Refused at the door, naming the field; nothing queued.
+  const HttpAnswer bad = Http(serve.base() + "/v1/pulls", "POST", "", Body(3, 3));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("rank must be in [0, 2]"));
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls", "POST", "", "{\"repo\":").status, 400);
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/77").status, 404);
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs", "POST").status, 405);
+  EXPECT_EQ(Parse(Http(serve.base() + "/v1/jobs")).Find("jobs")->as_array().size(), 1u);
+  // A finished job cannot be cancelled.
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(id), "DELETE").status, 409);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// While another process owns the cache, a job waits and says why; it runs
+// once the cache is free.
+TEST(ServeJobsTest, WaitsWhileAnotherProcessOwnsTheCache) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto owner = Cache::Open(cache.path());
+  ASSERT_TRUE(owner.ok());
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = Submit(serve, Body(4, 3));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] {
+    last = Job(serve, id);
+    const JsonValue* w = last.is_object() ? last.Find("waiting") : nullptr;
+    return w != nullptr && w->as_string().find("locked by pid") != std::string::npos;
+  })) << State(last);
+  EXPECT_EQ(State(last), "queued");
+  EXPECT_EQ(Http(serve.base() + "/v1/filesets").status, 200);  // the status routes still answer
+  owner->reset();
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, id)) == "done"; })) << State(last);
+  EXPECT_EQ(last.Find("waiting"), nullptr);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+TEST(ServeJobsTest, CancelsQueuedAndRunningJobs) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--jobs", "4", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t a = Submit(serve, Body(4, 1));
+  const std::uint64_t b = Submit(serve, Body(4, 2));
+  const std::uint64_t c = Submit(serve, Body(4, 3));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] {
+    last = Job(serve, a);
+    return State(last) == "running" && Progress(last, "bytes_received") > 0;
+  })) << State(last);
+  EXPECT_EQ(State(Job(serve, b)), "queued");  // one job at a time
+
+  // Queued: cancelled at once, never run.
+  HttpAnswer cancel_b = Http(serve.base() + "/v1/jobs/" + std::to_string(b), "DELETE");
+  EXPECT_EQ(cancel_b.status, 202) << cancel_b.body;
+  EXPECT_EQ(State(*Parse(cancel_b).Find("job")), "cancelled");
+  // Running: its pull is cancelled, the job ends cancelled.
+  HttpAnswer cancel_a = Http(serve.base() + "/v1/jobs/" + std::to_string(a), "DELETE");
+  EXPECT_EQ(cancel_a.status, 202) << cancel_a.body;
+  EXPECT_THAT(cancel_a.body, HasSubstr("\"cancel_requested\":true"));
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, a)) == "cancelled"; })) << State(last);
+  EXPECT_THAT(last.Find("error")->as_string(), HasSubstr("cancelled by a client"));
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(a), "DELETE").status, 409);
+  EXPECT_EQ(*Job(serve, b).Find("attempts")->as_uint64(), 0u);
+
+  // By its pull's id, as GET /v1/pulls shows it.
+  ASSERT_TRUE(WaitFor([&] {
+    last = Job(serve, c);
+    return State(last) == "running" && last.Find("pull")->as_uint64().has_value();
+  })) << State(last);
+  const std::string pull = std::to_string(*last.Find("pull")->as_uint64());
+  HttpAnswer cancel_c = Http(serve.base() + "/v1/pulls/" + pull, "DELETE");
+  EXPECT_EQ(cancel_c.status, 202) << cancel_c.body;
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, c)) == "cancelled"; })) << State(last);
+  ASSERT_TRUE(WaitFor([&] {
+    return Parse(Http(serve.base() + "/v1/pulls/" + pull)).Find("pull")->Find("state")->as_string() == "cancelled";
+  }));
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "DELETE").status, 409);
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// A job survives a stop (SIGTERM) and a crash (kill -9) of the server: each
+// restart resumes it, and the cache ends holding exactly its plan.
+TEST(ServeJobsTest, ResumesAfterAStopAndAKill) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 200'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  const std::vector<std::string> args = {"--endpoint", sim->hub_url(), "--jobs", "4", "--listen", "127.0.0.1:0"};
+  const std::string log = (cache.path() / "serve.log").string();
+  std::uint64_t id = 0, first_pull = 0;
+  JsonValue last;
+  {
+    ServeProcess serve(cache.path(), args, log);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    id = Submit(serve, Body(2, 0));
+    ASSERT_TRUE(WaitFor([&] {
+      last = Job(serve, id);
+      return Progress(last, "bytes_verified") > 0 && last.Find("pull")->as_uint64().has_value();
+    })) << State(last);
+    first_pull = *last.Find("pull")->as_uint64();
+    EXPECT_EQ(serve.Stop(), 0);
+  }
+  {
+    auto store = JobStore::Open(cache.path() / "exlr8d.jobs.db");
+    ASSERT_TRUE(store.ok());
+    auto job = (*store)->Get(static_cast<JobId>(id));
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->state, JobState::kQueued) << "a stopped server queues its running job again";
+    EXPECT_EQ(job->attempts, 1);
+  }
+  std::uint64_t second_pull = 0;
+  {
+    ServeProcess serve(cache.path(), args, log);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    ASSERT_TRUE(WaitFor([&] {
+      last = Job(serve, id);
+      return State(last) == "running" && *last.Find("attempts")->as_uint64() == 2 &&
+             Progress(last, "bytes_verified") > 0 && last.Find("pull")->as_uint64().has_value() &&
+             *last.Find("pull")->as_uint64() != first_pull;
+    })) << State(last);
+    second_pull = *last.Find("pull")->as_uint64();
+    EXPECT_EQ(serve.Kill(), 128 + SIGKILL);
+  }
+  sim->SetFaults({});  // full speed for the rest
+  {
+    ServeProcess serve(cache.path(), args, log);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, id)) == "done"; })) << State(last);
+    EXPECT_EQ(*last.Find("attempts")->as_uint64(), 3u);
+    EXPECT_NE(*last.Find("pull")->as_uint64(), second_pull);
+    // Each attempt is a pull of the cache: cancelled by the stop, failed by
+    // the kill (marked so when the cache was next opened), done.
+    const JsonValue pulls = Parse(Http(serve.base() + "/v1/pulls"));
+    std::vector<std::string> states;
+    for (const auto& p : pulls.Find("pulls")->as_array()) states.push_back(p.Find("state")->as_string());
+    EXPECT_EQ(states, (std::vector<std::string>{"done", "failed", "cancelled"}));
+    EXPECT_EQ(serve.Stop(), 0);
+  }
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 2, 0));
+  const auto text = ReadAll(log);
+  EXPECT_THAT(std::string(text.begin(), text.end()), HasSubstr("queued again; resuming"));
+}
+
+// The server's token goes to the server's hub only: a job naming another
+// endpoint runs anonymously there.
+TEST(ServeJobsTest, ATokenNeverFollowsAJobToAnotherEndpoint) {
+  auto own = StartSim(TinyRelease(), "hf_servers_secret");
+  auto other = StartSim(TinyRelease());
+  TempDir cache;
+  ::setenv("HF_TOKEN", "hf_servers_secret", 1);
+  ServeProcess serve(cache.path(), {"--endpoint", own->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ::unsetenv("HF_TOKEN");
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t mine = Submit(serve, Body(4, 1));  // the token is required there
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, mine))); })) << State(last);
+  EXPECT_EQ(State(last), "done") << last.Find("error")->as_string();
+  const std::uint64_t theirs = Submit(serve, Body(4, 2, R"(,"endpoint":")" + other->hub_url() + R"(")"));
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, theirs))); })) << State(last);
+  EXPECT_EQ(State(last), "done") << last.Find("error")->as_string();
+  EXPECT_THAT(own->StatsJson(), ::testing::ContainsRegex("\"hub\":\\{[^}]*\"with_authorization\":[1-9]"));
+  const std::string stats = other->StatsJson();
+  EXPECT_THAT(stats, ::testing::ContainsRegex("\"hub\":\\{[^}]*\"requests\":[1-9]"));
+  EXPECT_THAT(stats, ::testing::ContainsRegex("\"hub\":\\{[^}]*\"with_authorization\":0"));
+  EXPECT_THAT(stats, ::testing::ContainsRegex("\"cdn\":\\{[^}]*\"with_authorization\":0"));
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -22,6 +22,15 @@ std::string NormalizedEndpoint(std::string e) {
   return e;
 }
 
+// The queue could not record a step (a full disk, a damaged file): the job
+// keeps its last recorded state, which the next start sorts out
+// (RequeueInterrupted); say so in the log rather than nowhere.
+void LogIfFailed(const Status& s, JobId job, const char* step) {
+  if (!s.ok())
+    std::fprintf(stderr, "exlr8d serve: job %lld: could not record %s: %s\n", static_cast<long long>(job), step,
+                 s.ToString().c_str());
+}
+
 }  // namespace
 
 struct JobRunner::Rep {
@@ -42,8 +51,8 @@ struct JobRunner::Rep {
   std::thread thread;
 
   void Loop();
-  // Runs one job to its end (the cache is open). Returns false when the
-  // server is stopping.
+  // Runs one job to its end on the open cache and records how it ended
+  // (done, failed, cancelled, or queued again when the server is stopping).
   void RunJob(Cache& cache, const JobInfo& job);
   JobSnapshot SnapshotOf(JobInfo info) const;  // REQUIRES: mu held
 };
@@ -124,7 +133,8 @@ void JobRunner::Rep::Loop() {
         // naming the pid): the job waits for it. Anything else fails the
         // job, which a client can see, rather than spinning.
         if (opened.status().code() != StatusCode::kFailedPrecondition) {
-          (void)store->Finish(job.id, JobState::kFailed, "cannot open the cache: " + opened.status().ToString());
+          LogIfFailed(store->Finish(job.id, JobState::kFailed, "cannot open the cache: " + opened.status().ToString()),
+                      job.id, "its failure");
           continue;
         }
         std::unique_lock<std::mutex> l(mu);
@@ -176,7 +186,7 @@ void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
       const PullId id = pull->Progress().pull_id;
       if (id != 0) {
         l.unlock();
-        (void)store->SetPull(job.id, id);
+        LogIfFailed(store->SetPull(job.id, id), job.id, "its pull");
         return;
       }
       wake.wait_for(l, std::chrono::milliseconds(100));
@@ -187,7 +197,7 @@ void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
   wake.notify_all();
   linker.join();
   const PullId pull_id = pull->Progress().pull_id;
-  if (pull_id != 0) (void)store->SetPull(job.id, pull_id);
+  if (pull_id != 0) LogIfFailed(store->SetPull(job.id, pull_id), job.id, "its pull");
 
   if (result.ok()) {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s; fetched %llu bytes, reused %llu, %.2f s\n",
@@ -211,15 +221,16 @@ void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
       Status pinned = set.ok() ? cache.Pin(*set, job.request.pin) : set.status();
       if (!pinned.ok()) error = "pulled, but pinning failed: " + pinned.ToString();
     }
-    (void)store->Finish(job.id, error.empty() ? JobState::kDone : JobState::kFailed, error);
+    LogIfFailed(store->Finish(job.id, error.empty() ? JobState::kDone : JobState::kFailed, error), job.id, "its end");
   } else if (!result.ok() && result.status().code() == StatusCode::kCancelled && by_stop) {
-    (void)store->Requeue(job.id);  // the server is stopping: resume next start
+    LogIfFailed(store->Requeue(job.id), job.id, "its stop");  // resumes at the next start
   } else if (!result.ok() && result.status().code() == StatusCode::kCancelled) {
-    (void)store->Finish(job.id, JobState::kCancelled, "cancelled by a client");
+    LogIfFailed(store->Finish(job.id, JobState::kCancelled, "cancelled by a client"), job.id, "its end");
   } else {
-    (void)store->Finish(job.id, JobState::kFailed,
-                        result.ok() ? "the pull ended without every byte of its plan verified"
-                                    : result.status().ToString());
+    LogIfFailed(store->Finish(job.id, JobState::kFailed,
+                              result.ok() ? "the pull ended without every byte of its plan verified"
+                                          : result.status().ToString()),
+                job.id, "its end");
   }
   clear_current();
 }

@@ -71,31 +71,26 @@ Result<int> IntField(const JsonValue& body, const char* name) {
 std::string JobJson(const JobSnapshot& s) {
   const JobInfo& j = s.info;
   const JobRequest& r = j.request;
-  std::string o = "{\"id\":" + std::to_string(j.id) + ",\"href\":\"/v1/jobs/" + std::to_string(j.id) + "\",\"state\":";
-  AppendJsonString(o, JobStateName(j.state));
-  o += ",\"repo\":";
-  AppendJsonString(o, r.repo);
-  o += ",\"revision\":";
-  AppendJsonString(o, r.revision);
-  o += ",\"manifest\":";
-  AppendJsonString(o, r.manifest);
-  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank) + ",\"endpoint\":";
-  AppendJsonString(o, r.endpoint);
-  o += ",\"pin\":";
-  AppendJsonString(o, r.pin);
+  std::string o = "{\"id\":" + std::to_string(j.id) + ",\"href\":\"/v1/jobs/" + std::to_string(j.id) + "\"";
+  auto text = [&o](const char* key, std::string_view value) {
+    o += std::string(",\"") + key + "\":";
+    AppendJsonString(o, value);
+  };
+  text("state", JobStateName(j.state));
+  text("repo", r.repo);
+  text("revision", r.revision);
+  text("manifest", r.manifest);
+  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank);
+  text("endpoint", r.endpoint);
+  text("pin", r.pin);
   o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
-  o += ",\"attempts\":" + std::to_string(j.attempts) + ",\"error\":";
-  AppendJsonString(o, j.error);
-  o += ",\"created\":";
-  AppendJsonString(o, UtcTime(j.created_ms));
-  o += ",\"updated\":";
-  AppendJsonString(o, UtcTime(j.updated_ms));
+  o += ",\"attempts\":" + std::to_string(j.attempts);
+  text("error", j.error);
+  text("created", UtcTime(j.created_ms));
+  text("updated", UtcTime(j.updated_ms));
   o += ",\"finished\":";
   AppendOptionalTime(o, j.finished_ms);
-  if (!s.waiting.empty()) {
-    o += ",\"waiting\":";
-    AppendJsonString(o, s.waiting);
-  }
+  if (!s.waiting.empty()) text("waiting", s.waiting);
   if (s.cancel_requested) o += ",\"cancel_requested\":true";
   if (s.progress) o += ",\"progress\":" + ProgressJson(*s.progress);
   return o + "}";

@@ -2,7 +2,8 @@
 # The main job on the embedded default: synthesize a small EXLR8 release, serve
 # it from a local Hugging Face stand-in (tests/hubsim: hub on 127.0.0.1, signed
 # CDN URLs on 127.0.0.2), pull rank 1 of TP 4 under the home manifest with
-# `exlr8d pull`, then read the cache with the offline tools.
+# `exlr8d pull`, then read the cache with the offline tools; last, ask
+# `exlr8d serve` over its REST API to pull rank 2 as a job.
 #
 #   scripts/demo.sh              setup + build + demo (work files in ./out/demo)
 #   EXLR8_SKIP_SETUP=1 ...       skip apt-get
@@ -71,5 +72,38 @@ say "pull again: everything is reused, nothing is fetched"
 "$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
   --no-progress | grep -E "fetched|reused|verified"
 say "what the cache holds (exlr8d list; the same report is GET /v1/filesets of exlr8d serve)"
+"$bin/exlr8d" list --cache "$work/cache"
+
+say "exlr8d serve: ask its REST API for rank 2 as a job, and watch it run"
+"$bin/exlr8d" serve --cache "$work/cache" --endpoint "$hub" --no-socket --listen 127.0.0.1:0 \
+  > "$work/serve.out" 2> "$work/serve.log" &
+srv=$!
+trap 'kill $sim $srv 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+api=$(sed -n 's#.*\(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/serve.out")
+echo "  $(cat "$work/serve.out")"
+echo "  POST $api/v1/pulls"
+curl -sS -X POST "$api/v1/pulls" -d '{"repo":"demo/glm-mini","manifest":"home","tp":4,"rank":2,"pin":"demo"}'
+echo
+state=queued
+for _ in $(seq 600); do
+  job=$(curl -sS "$api/v1/jobs/1")
+  state=$(python3 - "$job" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])["job"]
+p = j.get("progress")
+if p:
+    have = p["bytes_reused"] + p["bytes_verified"]
+    print(f"  job 1 {j['state']}: {p['phase']}, {have:,} of {p['bytes_planned']:,} bytes", file=sys.stderr)
+print(j["state"])
+PY
+)
+  [[ $state == queued || $state == running ]] || break
+  sleep 0.2
+done
+echo "  GET $api/v1/jobs/1"
+echo "  $job"
+kill $srv; wait $srv 2>/dev/null || true
+[[ $state == done ]] || { echo "job 1 ended $state"; cat "$work/serve.log"; exit 1; }
 "$bin/exlr8d" list --cache "$work/cache"
 say "done"

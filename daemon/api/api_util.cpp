@@ -13,6 +13,7 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kFailedPrecondition: return 409;
     case StatusCode::kUnimplemented: return 501;
     case StatusCode::kUnavailable: return 503;
+    case StatusCode::kResourceExhausted: return 503;  // a full queue or disk: later
     default: return 500;
   }
 }

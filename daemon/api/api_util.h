@@ -13,7 +13,7 @@
 namespace exlr8 {
 
 // 400 InvalidArgument, 404 NotFound, 409 FailedPrecondition, 501
-// Unimplemented, 503 Unavailable, 500 otherwise.
+// Unimplemented, 503 Unavailable and ResourceExhausted, 500 otherwise.
 int HttpStatusFor(StatusCode code);
 
 // {"error":{"code":"NotFound","message":"..."}} with HttpStatusFor(code).

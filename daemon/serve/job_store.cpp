@@ -106,7 +106,7 @@ struct JobStore::Rep {
 JobStore::JobStore(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 JobStore::~JobStore() = default;
 
-Result<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::path& path) {
+Result<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::path& path, JobStoreLimits limits) {
   static constexpr auto& kMigrations = serve_schema::kMigrations;
   auto rep = std::make_unique<Rep>();
   MutexLock l(&rep->mu);
@@ -116,11 +116,15 @@ Result<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::path& pa
   // POST answers.
   EXLR8_RETURN_IF_ERROR(rep->db->Exec("PRAGMA synchronous = FULL"));
   EXLR8_RETURN_IF_ERROR(ApplyMigrations(rep->db.get(), kMigrations));
-  return std::unique_ptr<JobStore>(new JobStore(std::move(rep)));
+  auto store = std::unique_ptr<JobStore>(new JobStore(std::move(rep)));
+  store->limits_ = limits;
+  return store;
 }
 
 Result<JobId> JobStore::Add(const JobRequest& r) {
   EXLR8_RETURN_IF_ERROR(CheckRequest(r));
+  if (limits_.max_finished < 1 || limits_.max_unfinished < 1)
+    return InvalidArgumentError("JobStoreLimits must allow at least one job of each kind");
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(
                                            "INSERT INTO jobs (repo, revision, manifest, tp, rank, endpoint, pin, "
@@ -128,8 +132,24 @@ Result<JobId> JobStore::Add(const JobRequest& r) {
                                            "?8, ?8)"));
   q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
   q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs());
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(rep_->db.get()));
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t waiting,
+                         rep_->db->QueryInt("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')"));
+  if (static_cast<std::uint64_t>(waiting) >= limits_.max_unfinished)
+    return ResourceExhaustedError("the queue already holds " + std::to_string(waiting) +
+                                  " unfinished jobs (at most " + std::to_string(limits_.max_unfinished) +
+                                  "); wait for some to finish or cancel them");
   EXLR8_RETURN_IF_ERROR(q.Run());
-  return rep_->db->LastInsertRowId();
+  const JobId id = rep_->db->LastInsertRowId();
+  // Finished jobs beyond the newest max_finished go: the queue stays small
+  // however long the server runs.
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt prune, rep_->db->Prepare(
+                                               "DELETE FROM jobs WHERE finished IS NOT NULL AND id < (SELECT id FROM "
+                                               "jobs WHERE finished IS NOT NULL ORDER BY id DESC LIMIT 1 OFFSET ?1)"));
+  prune.Bind(1, static_cast<std::int64_t>(limits_.max_finished) - 1);
+  EXLR8_RETURN_IF_ERROR(prune.Run());
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return id;
 }
 
 Result<JobInfo> JobStore::Get(JobId id) {

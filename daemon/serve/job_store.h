@@ -52,11 +52,17 @@ struct JobInfo {
   std::optional<std::int64_t> finished_ms;
 };
 
+// Bounds on the queue, so that no client fills a disk with it.
+struct JobStoreLimits {
+  std::size_t max_unfinished = 1000;  // queued + running; Add refuses beyond
+  std::size_t max_finished = 1000;    // older finished jobs are deleted by Add
+};
+
 class JobStore {
  public:
   // Opens (creating, migrating) the queue at `path`. FailedPrecondition if
   // it was written by a newer exlr8d; Corruption if it is not a database.
-  static Result<std::unique_ptr<JobStore>> Open(const std::filesystem::path& path);
+  static Result<std::unique_ptr<JobStore>> Open(const std::filesystem::path& path, JobStoreLimits limits = {});
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -64,7 +70,9 @@ class JobStore {
   // Records a new queued job. InvalidArgument naming the field for a bad
   // repo id, an empty revision, a manifest that is neither a name nor a
   // repo path (absolute, or with ".."), tp < 1, rank outside [0, tp), or a
-  // field longer than 1,000 bytes.
+  // field longer than 1,000 bytes. ResourceExhausted when the queue holds
+  // max_unfinished jobs already. Forgets the oldest finished jobs beyond
+  // max_finished.
   Result<JobId> Add(const JobRequest& request);
   Result<JobInfo> Get(JobId id);
   // Newest first, at most `limit`.
@@ -89,6 +97,7 @@ class JobStore {
   struct Rep;
   explicit JobStore(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
+  JobStoreLimits limits_;
 };
 
 }  // namespace exlr8

@@ -149,6 +149,27 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   EXPECT_TRUE((*store)->List()->empty());
 }
 
+TEST(JobStoreTest, StaysBoundedHoweverManyJobsAreAskedFor) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "q.db", JobStoreLimits{3, 2});
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  std::vector<JobId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*s.Add(Request()));
+  auto full = s.Add(Request());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.status().message(), HasSubstr("3 unfinished jobs"));
+  // Finishing makes room; only the 2 newest finished jobs are kept.
+  for (JobId id : ids) ASSERT_TRUE(s.Finish(id, JobState::kCancelled).ok());
+  for (int i = 0; i < 3; ++i) ids.push_back(*s.Add(Request()));
+  auto list = s.List();
+  ASSERT_TRUE(list.ok());
+  std::vector<JobId> kept;
+  for (const auto& j : *list) kept.push_back(j.id);
+  EXPECT_EQ(kept, (std::vector<JobId>{ids[5], ids[4], ids[3], ids[2], ids[1]}));
+  EXPECT_EQ(s.Get(ids[0]).status().code(), StatusCode::kNotFound);
+}
+
 TEST(JobStoreTest, NotADatabaseIsCorruption) {
   TempDir dir;
   const auto path = dir.path() / "q.db";

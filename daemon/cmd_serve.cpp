@@ -60,7 +60,7 @@ Prints one line "exlr8d serve: listening on ..." when ready, and a line per job
 start and end on stderr. Stops on SIGINT or SIGTERM (exit 0): a running pull is
 cancelled and its job resumes at the next start. Exit status 2 for a bad option
 or a non-loopback address, 4 when it cannot bind, 7 when another server answers
-on the socket or holds DIR/exlr8d.jobs.db.
+on the socket or serves the same cache (DIR/exlr8d.serve.lock).
 )";
 
 // "127.0.0.1:8478" / "[::1]:8478" -> address, port.

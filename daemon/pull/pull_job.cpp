@@ -33,7 +33,6 @@ constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
 constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
 constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 
-
 // Reads a small local file (a manifest given by path).
 Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_bytes) {
   std::error_code ec;

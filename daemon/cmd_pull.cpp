@@ -160,13 +160,6 @@ void PrintSummary(const PullSummary& s, bool json) {
 
 }  // namespace
 
-std::string DefaultCacheDir() {
-  if (const char* c = std::getenv("EXLR8_CACHE"); c && *c) return c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exlr8";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exlr8";
-  return ".exlr8-cache";
-}
-
 int RunPullCommand(const std::vector<std::string>& argv) {
   Args parsed;
   if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,

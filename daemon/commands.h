@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cache/cache_paths.h"  // DefaultCacheDir
+
 namespace exlr8 {
 
 int RunPullCommand(const std::vector<std::string>& args);
@@ -13,9 +15,5 @@ int RunListCommand(const std::vector<std::string>& args);
 int RunPinCommand(const std::vector<std::string>& args);
 int RunUnpinCommand(const std::vector<std::string>& args);
 int RunServeCommand(const std::vector<std::string>& args);
-
-// The cache directory: --cache, else $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
-// else ~/.cache/exlr8.
-std::string DefaultCacheDir();
 
 }  // namespace exlr8

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace exlr8 {
 namespace {
@@ -190,6 +191,13 @@ Result<UniqueFd> OpenDirBeneath(int root_fd, std::string_view rel, std::string_v
     EXLR8_ASSIGN_OR_RETURN(dir, OpenSubdir(dir.get(), std::string(part), false, &created, Join(display, walked)));
   }
   return dir;
+}
+
+std::string DefaultCacheDir() {
+  if (const char* c = std::getenv("EXLR8_CACHE"); c && *c) return c;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exlr8";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exlr8";
+  return ".exlr8-cache";
 }
 
 }  // namespace exlr8

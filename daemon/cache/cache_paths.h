@@ -71,4 +71,8 @@ std::vector<std::string> ParentDirs(std::string_view rel);
 // component) for fsync. `rel` = "" opens the root itself.
 Result<UniqueFd> OpenDirBeneath(int root_fd, std::string_view rel, std::string_view display);
 
+// The default cache directory: $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
+// else ~/.cache/exlr8 (else ./.exlr8-cache without a home).
+std::string DefaultCacheDir();
+
 }  // namespace exlr8

@@ -1,0 +1,139 @@
+#include "daemon/stage/rank_reader.h"
+
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "daemon/cache/cache.h"
+#include "format/checksum.h"
+#include "format/expert_index.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+
+Result<std::string> ReadWhole(const ByteSource& src, std::uint64_t max_bytes) {
+  if (src.size() > max_bytes)
+    return ResourceExhaustedError(src.name() + ": " + std::to_string(src.size()) + " bytes, more than " +
+                                  std::to_string(max_bytes));
+  std::string text(src.size(), '\0');
+  EXLR8_RETURN_IF_ERROR(src.ReadAt(0, std::as_writable_bytes(std::span<char>(text))));
+  return text;
+}
+
+// The fileset `repo` at `revision` as pulled into `cache`.
+Result<FilesetInfo> FindFileset(Cache& cache, const RankRequest& r) {
+  auto commit = cache.LookupCommit(r.repo, r.revision);
+  if (!commit.ok())
+    return NotFoundError(r.repo + "@" + r.revision + " was never pulled into " + cache.dir().string() +
+                         " (run exlr8d pull first)");
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+  for (auto& s : sets)
+    if (s.repo == r.repo && s.commit == *commit) return s;
+  return NotFoundError(r.repo + "@" + *commit + " is not in " + cache.dir().string());
+}
+
+}  // namespace
+
+Result<RankHalves> ReadRankHalves(const RankRequest& r) {
+  if (r.tp < 1 || r.rank < 0 || r.rank >= r.tp)
+    return InvalidArgumentError("rank " + std::to_string(r.rank) + " of TP " + std::to_string(r.tp) +
+                                " is not a rank (0 <= rank < tp)");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::OpenReadOnly(r.cache_dir));
+  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(*cache, r));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache->ListFiles(set.id));
+
+  // What the planner reads, from verified bytes only.
+  ReleaseInputs inputs;
+  std::map<std::string, FileId> ids;
+  std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
+  std::map<int, LayerGeometry> geometry;
+  for (const FileInfo& f : files) {
+    inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
+    ids[f.path] = f.id;
+    const ReleasePath rp = ClassifyReleasePath(f.path);
+    if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
+    auto src = cache->OpenVerified(f.id);
+    if (!src.ok()) return src.status();
+    EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(**src, rp.layer));
+    geometry[rp.layer] = LayerGeometry::Of(ix);
+    inputs.indexes.emplace(rp.layer, std::move(ix));
+    index_sources[f.path] = std::move(*src);
+  }
+  const std::string manifest_path = IsManifestName(r.manifest) ? ManifestPath(r.manifest) : r.manifest;
+  auto manifest_id = ids.find(manifest_path);
+  if (manifest_id == ids.end())
+    return NotFoundError("manifest '" + r.manifest + "' is not in " + r.repo + "@" + set.commit + " (no " +
+                         manifest_path + ")");
+  EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache->OpenVerified(manifest_id->second));
+  EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
+  EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.manifest, geometry));
+  PlanOptions po;
+  po.tp = r.tp;
+  po.rank = r.rank;
+  po.defer_headers = true;  // halves are located by the index files alone
+  EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, po));
+
+  RankHalves out;
+  out.commit = set.commit;
+  out.root = r.cache_dir / r.repo / set.commit;
+  std::uint64_t total = 0;
+  for (const PlanFile& f : plan.files)
+    for (const PlanRange& range : f.ranges)
+      if (range.kind == PlanRange::Kind::kHalf) total += range.length;
+  if (total > r.max_bytes)
+    return ResourceExhaustedError("rank " + std::to_string(r.rank) + " of TP " + std::to_string(r.tp) + " holds " +
+                                  std::to_string(total) + " bytes of halves, more than the " +
+                                  std::to_string(r.max_bytes) + " this stage reads into memory (staging in parts "
+                                  "is not built yet)");
+  out.bytes.resize(total);
+
+  std::vector<std::byte> tail;
+  for (const PlanFile& f : plan.files) {
+    if (f.whole || f.ranges.empty()) continue;
+    EXLR8_ASSIGN_OR_RETURN(auto width, cache->OpenVerified(ids.at(f.path)));
+    const auto index = index_sources.find(f.index_path);
+    if (index == index_sources.end()) return CorruptionError(f.path + ": its index file " + f.index_path + " is gone");
+    for (const PlanRange& range : f.ranges) {
+      if (range.kind != PlanRange::Kind::kHalf) continue;
+      RankHalf h;
+      h.tag = range.tag;
+      h.layout = range.tag.proj == Proj::kDown ? HalfLayout::kDown : HalfLayout::kGateUp;
+      h.hidden = range.length / (16ull * static_cast<std::uint64_t>(range.tag.k));
+      h.file = f.path;
+      h.file_offset = range.offset;
+      h.offset = out.halves.empty() ? 0 : out.halves.back().offset + out.halves.back().length;
+      h.length = range.length;
+      const auto dst = std::span<std::byte>(out.bytes).subspan(h.offset, h.length);
+      if (Status s = width->ReadAt(range.offset, dst); !s.ok()) {
+        if (s.code() == StatusCode::kNotFound)
+          return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
+                               ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
+                               " rank " + std::to_string(r.rank) + " first (" + s.message() + ")");
+        return s;
+      }
+      Xxh64 xxh;
+      xxh.Update(dst);
+      for (const ByteRun& piece : range.checksum_tail) {
+        if (piece.length == 0) continue;
+        tail.resize(piece.length);
+        EXLR8_RETURN_IF_ERROR(index->second->ReadAt(piece.offset, tail));
+        xxh.Update(tail);
+      }
+      if (xxh.Digest() != range.xxh64)
+        return CorruptionError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
+                               "): XXH64 mismatch in the cache; the bytes changed on disk since they were "
+                               "verified");
+      out.halves.push_back(std::move(h));
+    }
+  }
+  out.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace exlr8

@@ -1,0 +1,115 @@
+// A pulled rank's halves read back from a real cache (pulled from the hub
+// simulator), verified again: what exlr8d-stage hands to the GPU.
+#include "daemon/stage/rank_reader.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+RankRequest Request(const fs::path& cache, int tp, int rank) {
+  RankRequest r;
+  r.cache_dir = cache;
+  r.repo = "exlr8/test";
+  r.manifest = "home";
+  r.tp = tp;
+  r.rank = rank;
+  return r;
+}
+
+TEST(RankReaderTest, ReadsExactlyThePulledHalvesByteForByte) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  for (int rank : {1, 2}) {
+    auto pulled = Pull(cache.path(), Options(*sim, "home", 3, rank));
+    ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+    auto read = ReadRankHalves(Request(cache.path(), 3, rank));
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    const PlanTotals& t = pulled->plan.totals;
+    EXPECT_EQ(read->halves.size(), t.routed_halves + t.shared_halves);
+    EXPECT_EQ(read->bytes.size(), t.half_bytes);
+    EXPECT_EQ(read->commit, pulled->commit);
+    std::map<std::string, std::vector<char>> sources;
+    bool saw_down = false, saw_gate = false;
+    std::set<std::pair<std::string, std::uint64_t>> got_ranges;
+    for (const RankHalf& h : read->halves) {
+      auto& src = sources[h.file];
+      if (src.empty()) src = ReadAll(TinyRelease() / h.file);
+      ASSERT_LE(h.file_offset + h.length, src.size()) << h.tag.What();
+      const auto got = read->Bytes(h);
+      ASSERT_EQ(got.size(), h.length);
+      EXPECT_EQ(std::memcmp(got.data(), src.data() + h.file_offset, h.length), 0) << h.tag.What();
+      EXPECT_EQ(h.hidden, 256u) << h.tag.What();  // the fixture's hidden size
+      EXPECT_EQ(h.length, 16u * static_cast<std::uint64_t>(h.tag.k) * h.hidden);
+      EXPECT_EQ(h.layout == HalfLayout::kDown, h.tag.proj == Proj::kDown) << h.tag.What();
+      saw_down |= h.tag.proj == Proj::kDown;
+      saw_gate |= h.tag.proj == Proj::kGate;
+      got_ranges.insert({h.file, h.file_offset});
+    }
+    EXPECT_TRUE(saw_down && saw_gate);
+    // Exactly the halves the pull planned for this rank.
+    std::set<std::pair<std::string, std::uint64_t>> planned;
+    for (const PlanFile& f : pulled->plan.files)
+      for (const PlanRange& r : f.ranges)
+        if (r.kind == PlanRange::Kind::kHalf) planned.insert({f.path, r.offset});
+    EXPECT_EQ(got_ranges, planned);
+  }
+}
+
+TEST(RankReaderTest, RefusesWhatTheCacheDoesNotHoldVerified) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  // Another rank's halves are holes in the cache: never read as zeros.
+  auto other = ReadRankHalves(Request(cache.path(), 4, 2));
+  EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(other.status().message(), HasSubstr("is not verified in the cache: run exlr8d pull for TP 4 rank 2"));
+  auto never = Request(cache.path(), 4, 1);
+  never.repo = "exlr8/never";
+  EXPECT_EQ(ReadRankHalves(never).status().code(), StatusCode::kNotFound);
+  auto missing_manifest = Request(cache.path(), 4, 1);
+  missing_manifest.manifest = "nosuch";
+  EXPECT_THAT(ReadRankHalves(missing_manifest).status().message(), HasSubstr("no manifests/"));
+  auto small = Request(cache.path(), 4, 1);
+  small.max_bytes = 1000;
+  EXPECT_EQ(ReadRankHalves(small).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(ReadRankHalves(Request(cache.path(), 4, 4)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 4, 3));
+  ASSERT_TRUE(pulled.ok());
+  auto good = ReadRankHalves(Request(cache.path(), 4, 3));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  const RankHalf& victim = good->halves[good->halves.size() / 2];
+  const fs::path file = cache.path() / "exlr8/test" / pulled->commit / victim.file;
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(victim.file_offset + victim.length / 2));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(victim.file_offset + victim.length / 2));
+    f.write(&c, 1);
+  }
+  auto bad = ReadRankHalves(Request(cache.path(), 4, 3));
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(bad.status().message(), HasSubstr(victim.tag.What()));
+  EXPECT_THAT(bad.status().message(), HasSubstr("XXH64 mismatch"));
+}
+
+}  // namespace
+}  // namespace exlr8

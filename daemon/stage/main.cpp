@@ -1,0 +1,112 @@
+// exlr8d-stage: stages a pulled rank's expert halves from the cache into GPU
+// memory and checks them there (daemon/stage/). A program of its own, built
+// only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
+// runtime on the nodes that only pull and serve the API.
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "daemon/cache/cache_paths.h"
+#include "daemon/stage/gpu_stage.h"
+#include "daemon/stage/rank_reader.h"
+
+namespace exlr8 {
+namespace {
+
+constexpr const char* kProg = "exlr8d-stage";
+constexpr const char* kUsage = R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+
+Reads TP rank R of N's expert halves from the cache (a rank 'exlr8d pull' or a
+job of 'exlr8d serve' pulled), checks each against its XXH64 again, uploads
+them into one GPU allocation with the pointer table the kernels use, and checks
+a sample on the GPU: the bytes copied back equal the cache's, and the GPU
+decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
+reports and exits, releasing the memory: leasing the buffers to a serving
+process is not built yet.
+
+  --repo ORG/NAME     the pulled repository
+  --revision REV      as pulled (default main)
+  --manifest NAME     manifest name (home, ...) or repo path
+  --tp N --rank R     tensor-parallel degree and rank
+  --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
+                      else ~/.cache/exlr8); read without taking its lock
+  --device D          CUDA device (default 0)
+  --check N|all       halves checked on the GPU, spread over the rank (default 64)
+  --max-bytes BYTES   most half bytes read into host memory (default 16G)
+
+Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
+in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
+device; 6 when the rank exceeds --max-bytes or device memory; 2 usage.
+)";
+
+int Run(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv,
+                                   {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
+                                    "max-bytes"},
+                                   {}, 0, &args))
+    return *exit;
+  RankRequest request;
+  GpuStageOptions gpu;
+  auto parse = [&]() -> Status {
+    EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
+    EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
+    request.revision = args.GetOr("revision", "main");
+    request.cache_dir = args.GetOr("cache", DefaultCacheDir());
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args.GetInt("tp", -1, 1, 1 << 20));
+    if (tp < 0) return InvalidArgumentError("missing --tp");
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args.GetInt("rank", -1, 0, tp - 1));
+    if (rank < 0) return InvalidArgumentError("missing --rank");
+    request.tp = static_cast<int>(tp);
+    request.rank = static_cast<int>(rank);
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t device, args.GetInt("device", 0, 0, 1024));
+    gpu.device = static_cast<int>(device);
+    const std::string check = args.GetOr("check", "64");
+    if (check == "all") {
+      gpu.check_halves = GpuStageOptions::kAllHalves;
+    } else {
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t n, args.GetInt("check", 64, 0, std::numeric_limits<std::int32_t>::max()));
+      gpu.check_halves = static_cast<std::size_t>(n);
+    }
+    if (auto m = args.Get("max-bytes")) {
+      EXLR8_ASSIGN_OR_RETURN(request.max_bytes, ParseByteCount(*m));
+    }
+    return Status::Ok();
+  };
+  if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
+
+  auto rank = ReadRankHalves(request);
+  if (!rank.ok()) return ReportError(kProg, rank.status());
+  std::printf("read %zu halves (%s) of %s@%s TP %d rank %d from %s, XXH64 checked, in %.2f s\n",
+              rank->halves.size(), HumanBytes(rank->bytes.size()).c_str(), request.repo.c_str(),
+              rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
+  std::fflush(stdout);
+  auto report = StageOnGpu(*rank, gpu);
+  if (!report.ok()) return ReportError(kProg, report.status());
+  const GpuStageReport& r = *report;
+  std::printf("staged on %s: %s in %llu halves (%s with alignment), %.2f GB/s\n", r.device.c_str(),
+              HumanBytes(r.upload.bytes).c_str(), static_cast<unsigned long long>(r.halves),
+              HumanBytes(r.upload.device_bytes).c_str(), r.upload.GBPerSecond());
+  std::printf("checked %llu halves (%llu weights): %llu round-trip and %llu decode mismatches; GPU decode %.4f s, "
+              "CPU reference %.3f s\n",
+              static_cast<unsigned long long>(r.checked_halves), static_cast<unsigned long long>(r.checked_weights),
+              static_cast<unsigned long long>(r.round_trip_mismatches),
+              static_cast<unsigned long long>(r.decode_mismatches), r.gpu_decode_seconds, r.cpu_decode_seconds);
+  if (!r.ok()) {
+    std::printf("MISMATCH %s\n", r.first_mismatch.c_str());
+    return kExitVerifyFailed;
+  }
+  std::printf("ok (not leased: the buffers are released now)\n");
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace exlr8
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return exlr8::Run(args);
+}

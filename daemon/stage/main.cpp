@@ -20,8 +20,9 @@ constexpr const char* kProg = "exlr8d-stage";
 constexpr const char* kUsage = R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
 
 Reads TP rank R of N's expert halves from the cache (a rank 'exlr8d pull' or a
-job of 'exlr8d serve' pulled), checks each against its XXH64 again, uploads
-them into one GPU allocation with the pointer table the kernels use, and checks
+job of 'exlr8d serve' pulled; mapped from the page cache, no host copy),
+checks each against its XXH64 again, uploads them into one GPU allocation with
+the pointer table the kernels use, and checks
 a sample on the GPU: the bytes copied back equal the cache's, and the GPU
 decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
 reports and exits, releasing the memory: leasing the buffers to a serving
@@ -35,18 +36,16 @@ process is not built yet.
                       else ~/.cache/exlr8); read without taking its lock
   --device D          CUDA device (default 0)
   --check N|all       halves checked on the GPU, spread over the rank (default 64)
-  --max-bytes BYTES   most half bytes read into host memory (default 16G)
 
 Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
 in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
-device; 6 when the rank exceeds --max-bytes or device memory; 2 usage.
+device; 6 when device memory runs out; 2 usage.
 )";
 
 int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
-                                   {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
-                                    "max-bytes"},
+                                   {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
@@ -71,9 +70,6 @@ int Run(const std::vector<std::string>& argv) {
       EXLR8_ASSIGN_OR_RETURN(std::int64_t n, args.GetInt("check", 64, 0, std::numeric_limits<std::int32_t>::max()));
       gpu.check_halves = static_cast<std::size_t>(n);
     }
-    if (auto m = args.Get("max-bytes")) {
-      EXLR8_ASSIGN_OR_RETURN(request.max_bytes, ParseByteCount(*m));
-    }
     return Status::Ok();
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
@@ -81,7 +77,7 @@ int Run(const std::vector<std::string>& argv) {
   auto rank = ReadRankHalves(request);
   if (!rank.ok()) return ReportError(kProg, rank.status());
   std::printf("read %zu halves (%s) of %s@%s TP %d rank %d from %s, XXH64 checked, in %.2f s\n",
-              rank->halves.size(), HumanBytes(rank->bytes.size()).c_str(), request.repo.c_str(),
+              rank->halves.size(), HumanBytes(rank->total_bytes).c_str(), request.repo.c_str(),
               rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
   std::fflush(stdout);
   auto report = StageOnGpu(*rank, gpu);

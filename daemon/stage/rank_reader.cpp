@@ -82,43 +82,37 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
   RankHalves out;
   out.commit = set.commit;
   out.root = r.cache_dir / r.repo / set.commit;
-  std::uint64_t total = 0;
-  for (const PlanFile& f : plan.files)
-    for (const PlanRange& range : f.ranges)
-      if (range.kind == PlanRange::Kind::kHalf) total += range.length;
-  if (total > r.max_bytes)
-    return ResourceExhaustedError("rank " + std::to_string(r.rank) + " of TP " + std::to_string(r.tp) + " holds " +
-                                  std::to_string(total) + " bytes of halves, more than the " +
-                                  std::to_string(r.max_bytes) + " this stage reads into memory (staging in parts "
-                                  "is not built yet)");
-  out.bytes.resize(total);
+  std::map<std::string, std::uint64_t> sizes;
+  for (const FileInfo& f : files) sizes[f.path] = f.size;
 
   std::vector<std::byte> tail;
   for (const PlanFile& f : plan.files) {
     if (f.whole || f.ranges.empty()) continue;
-    EXLR8_ASSIGN_OR_RETURN(auto width, cache->OpenVerified(ids.at(f.path)));
     const auto index = index_sources.find(f.index_path);
     if (index == index_sources.end()) return CorruptionError(f.path + ": its index file " + f.index_path + " is gone");
+    const FileId id = ids.at(f.path);
+    std::unique_ptr<MappedFile> map;
     for (const PlanRange& range : f.ranges) {
       if (range.kind != PlanRange::Kind::kHalf) continue;
+      EXLR8_ASSIGN_OR_RETURN(bool covered, cache->Covers(id, range.offset, range.length));
+      if (!covered)
+        return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
+                             ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
+                             " rank " + std::to_string(r.rank) + " first");
+      if (!map) {
+        EXLR8_ASSIGN_OR_RETURN(auto path, cache->DataPath(id));
+        EXLR8_ASSIGN_OR_RETURN(map, MappedFile::Open(path, sizes.at(f.path)));
+      }
       RankHalf h;
       h.tag = range.tag;
       h.layout = range.tag.proj == Proj::kDown ? HalfLayout::kDown : HalfLayout::kGateUp;
       h.hidden = range.length / (16ull * static_cast<std::uint64_t>(range.tag.k));
       h.file = f.path;
       h.file_offset = range.offset;
-      h.offset = out.halves.empty() ? 0 : out.halves.back().offset + out.halves.back().length;
       h.length = range.length;
-      const auto dst = std::span<std::byte>(out.bytes).subspan(h.offset, h.length);
-      if (Status s = width->ReadAt(range.offset, dst); !s.ok()) {
-        if (s.code() == StatusCode::kNotFound)
-          return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
-                               ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
-                               " rank " + std::to_string(r.rank) + " first (" + s.message() + ")");
-        return s;
-      }
+      h.map = out.maps.size();
       Xxh64 xxh;
-      xxh.Update(dst);
+      xxh.Update(map->bytes().subspan(range.offset, range.length));
       for (const ByteRun& piece : range.checksum_tail) {
         if (piece.length == 0) continue;
         tail.resize(piece.length);
@@ -129,8 +123,10 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
         return CorruptionError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
                                "): XXH64 mismatch in the cache; the bytes changed on disk since they were "
                                "verified");
+      out.total_bytes += h.length;
       out.halves.push_back(std::move(h));
     }
+    if (map) out.maps.push_back(std::move(map));
   }
   out.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

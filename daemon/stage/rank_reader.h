@@ -3,12 +3,13 @@
 //
 // The plan is made again from the cache alone (its expert index files and
 // manifest, which a pull verified whole), with the width files' headers
-// deferred: halves are located by the index files (spec 3.5), so nothing
-// but verified bytes is ever read. Each half is read through
-// Cache::OpenVerified (a byte the cache does not hold as verified is an
-// error, never a zero) and its XXH64 is checked again with its index-file
+// deferred: halves are located by the index files (spec 3.5). Every half
+// must be recorded as verified in the cache (Cache::Covers: a hole is an
+// error, never a zero), and its XXH64 is checked again with its index-file
 // tail (spec 5.3): a byte that rotted on disk since the pull is caught here,
-// before it reaches a GPU.
+// before it reaches a GPU. The halves stay where they are: each width file
+// is mapped read-only (mapped_file.h), so a rank of any size is read from
+// the page cache without a host copy.
 //
 // No CUDA here, so this part is tested everywhere.
 #pragma once
@@ -16,10 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "daemon/stage/mapped_file.h"
 #include "format/plan.h"
 #include "format/status.h"
 #include "format/trellis.h"
@@ -33,9 +36,6 @@ struct RankRequest {
   std::string manifest;           // name or repo path
   int tp = 1;
   int rank = 0;
-  // Most half bytes read into memory: a rank above it is refused (staging
-  // in parts is not built yet) instead of exhausting the host.
-  std::uint64_t max_bytes = 16ull << 30;
 };
 
 struct RankHalf {
@@ -44,27 +44,29 @@ struct RankHalf {
   std::uint64_t hidden = 0;
   std::string file;        // width file (repo path)
   std::uint64_t file_offset = 0;
-  std::uint64_t offset = 0;  // in RankHalves::bytes
   std::uint64_t length = 0;
+  std::size_t map = 0;     // index into RankHalves::maps
 };
 
 struct RankHalves {
   std::string commit;
   std::filesystem::path root;     // the partial mirror the bytes came from
   std::vector<RankHalf> halves;   // in plan order (by file, then offset)
-  std::vector<std::byte> bytes;   // every half, back to back
+  std::uint64_t total_bytes = 0;  // sum of the halves' lengths
   double read_seconds = 0;        // reading and checking the halves
+  std::vector<std::unique_ptr<MappedFile>> maps;  // the width files, read-only
 
+  // The half's bytes, in the mapping of its width file.
   std::span<const std::byte> Bytes(const RankHalf& h) const {
-    return std::span<const std::byte>(bytes).subspan(h.offset, h.length);
+    return maps[h.map]->bytes().subspan(h.file_offset, h.length);
   }
 };
 
 // Errors: NotFound when the repo or revision was never pulled into the
 // cache, or a half of the rank is not verified there ("... run exlr8d pull",
 // naming the half, its file and offset); Corruption when a half's XXH64 no
-// longer matches (naming it); ResourceExhausted above max_bytes;
-// InvalidArgument for a bad request.
+// longer matches (naming it) or a data file has another size than the cache
+// recorded; InvalidArgument for a bad request.
 Result<RankHalves> ReadRankHalves(const RankRequest& request);
 
 }  // namespace exlr8

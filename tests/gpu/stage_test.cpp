@@ -57,7 +57,7 @@ TEST(GpuStage, EveryPulledHalfStagedAndDecodedBitExact) {
     EXPECT_TRUE(report->ok()) << report->first_mismatch;
     EXPECT_EQ(report->halves, halves->halves.size());
     EXPECT_EQ(report->checked_halves, halves->halves.size());
-    EXPECT_EQ(report->upload.bytes, halves->bytes.size());
+    EXPECT_EQ(report->upload.bytes, halves->total_bytes);
     std::uint64_t weights = 0;
     for (const RankHalf& h : halves->halves) weights += 128 * h.hidden;
     EXPECT_EQ(report->checked_weights, weights);

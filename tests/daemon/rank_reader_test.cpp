@@ -11,6 +11,7 @@
 
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
 
 namespace exlr8 {
 namespace {
@@ -18,23 +19,13 @@ namespace {
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
 
-RankRequest Request(const fs::path& cache, int tp, int rank) {
-  RankRequest r;
-  r.cache_dir = cache;
-  r.repo = "exlr8/test";
-  r.manifest = "home";
-  r.tp = tp;
-  r.rank = rank;
-  return r;
-}
-
 TEST(RankReaderTest, ReadsExactlyThePulledHalvesByteForByte) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
   for (int rank : {1, 2}) {
     auto pulled = Pull(cache.path(), Options(*sim, "home", 3, rank));
     ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
-    auto read = ReadRankHalves(Request(cache.path(), 3, rank));
+    auto read = ReadRankHalves(TestRankRequest(cache.path(), 3, rank));
     ASSERT_TRUE(read.ok()) << read.status().ToString();
     const PlanTotals& t = pulled->plan.totals;
     EXPECT_EQ(read->halves.size(), t.routed_halves + t.shared_halves);
@@ -72,16 +63,16 @@ TEST(RankReaderTest, RefusesWhatTheCacheDoesNotHoldVerified) {
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
   // Another rank's halves are holes in the cache: never read as zeros.
-  auto other = ReadRankHalves(Request(cache.path(), 4, 2));
+  auto other = ReadRankHalves(TestRankRequest(cache.path(), 4, 2));
   EXPECT_EQ(other.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(other.status().message(), HasSubstr("is not verified in the cache: run exlr8d pull for TP 4 rank 2"));
-  auto never = Request(cache.path(), 4, 1);
+  auto never = TestRankRequest(cache.path(), 4, 1);
   never.repo = "exlr8/never";
   EXPECT_EQ(ReadRankHalves(never).status().code(), StatusCode::kNotFound);
-  auto missing_manifest = Request(cache.path(), 4, 1);
+  auto missing_manifest = TestRankRequest(cache.path(), 4, 1);
   missing_manifest.manifest = "nosuch";
   EXPECT_THAT(ReadRankHalves(missing_manifest).status().message(), HasSubstr("no manifests/"));
-  EXPECT_EQ(ReadRankHalves(Request(cache.path(), 4, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadRankHalves(TestRankRequest(cache.path(), 4, 4)).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
@@ -89,7 +80,7 @@ TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
   TempDir cache;
   auto pulled = Pull(cache.path(), Options(*sim, "home", 4, 3));
   ASSERT_TRUE(pulled.ok());
-  auto good = ReadRankHalves(Request(cache.path(), 4, 3));
+  auto good = ReadRankHalves(TestRankRequest(cache.path(), 4, 3));
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   const RankHalf& victim = good->halves[good->halves.size() / 2];
   const fs::path file = cache.path() / "exlr8/test" / pulled->commit / victim.file;
@@ -102,13 +93,13 @@ TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
     f.seekp(static_cast<std::streamoff>(victim.file_offset + victim.length / 2));
     f.write(&c, 1);
   }
-  auto bad = ReadRankHalves(Request(cache.path(), 4, 3));
+  auto bad = ReadRankHalves(TestRankRequest(cache.path(), 4, 3));
   EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
   EXPECT_THAT(bad.status().message(), HasSubstr(victim.tag.What()));
   EXPECT_THAT(bad.status().message(), HasSubstr("XXH64 mismatch"));
   // A data file of another size than the cache recorded is not read at all.
   fs::resize_file(file, fs::file_size(file) + 1);
-  auto resized = ReadRankHalves(Request(cache.path(), 4, 3));
+  auto resized = ReadRankHalves(TestRankRequest(cache.path(), 4, 3));
   EXPECT_EQ(resized.status().code(), StatusCode::kCorruption);
   EXPECT_THAT(resized.status().message(), HasSubstr("the cache recorded"));
 }

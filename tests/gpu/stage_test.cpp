@@ -10,6 +10,7 @@
 #include "gpu/device.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
 
 namespace exlr8 {
 namespace {
@@ -21,22 +22,12 @@ bool HaveGpu() {
   return n.ok() && *n > 0;
 }
 
-RankRequest Request(const fs::path& cache, int tp, int rank) {
-  RankRequest r;
-  r.cache_dir = cache;
-  r.repo = "exlr8/test";
-  r.manifest = "home";
-  r.tp = tp;
-  r.rank = rank;
-  return r;
-}
-
 TEST(GpuStage, WithoutDeviceSaysUnavailable) {
   if (HaveGpu()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   auto sim = StartSim(TinyRelease());
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
-  auto rank = ReadRankHalves(Request(cache.path(), 4, 1));
+  auto rank = ReadRankHalves(TestRankRequest(cache.path(), 4, 1));
   ASSERT_TRUE(rank.ok()) << rank.status().ToString();
   EXPECT_EQ(StageOnGpu(*rank, {}).status().code(), StatusCode::kUnavailable);
 }
@@ -48,7 +39,7 @@ TEST(GpuStage, EveryPulledHalfStagedAndDecodedBitExact) {
   for (const auto& [tp, rank] : std::vector<std::pair<int, int>>{{1, 0}, {3, 2}, {4, 1}}) {
     SCOPED_TRACE("TP " + std::to_string(tp) + " rank " + std::to_string(rank));
     ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", tp, rank)).ok());
-    auto halves = ReadRankHalves(Request(cache.path(), tp, rank));
+    auto halves = ReadRankHalves(TestRankRequest(cache.path(), tp, rank));
     ASSERT_TRUE(halves.ok()) << halves.status().ToString();
     GpuStageOptions o;
     o.check_halves = GpuStageOptions::kAllHalves;
@@ -70,7 +61,7 @@ TEST(GpuStage, ASampleIsSpreadOverTheRank) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 1, 0)).ok());
-  auto halves = ReadRankHalves(Request(cache.path(), 1, 0));
+  auto halves = ReadRankHalves(TestRankRequest(cache.path(), 1, 0));
   ASSERT_TRUE(halves.ok());
   GpuStageOptions o;
   o.check_halves = 5;

@@ -29,7 +29,7 @@ std::vector<std::size_t> Sample(std::size_t n, std::size_t want) {
 
 }  // namespace
 
-Result<GpuStageReport> StageOnGpu(const RankHalves& rank, const GpuStageOptions& o) {
+Result<GpuStageReport> StageOnGpu(const RankHalves& rank, const GpuStageOptions& o, StagedHalves* keep) {
   if (rank.halves.empty()) return InvalidArgumentError("the rank has no halves to stage");
   EXLR8_RETURN_IF_ERROR(RequireCudaDevice());
   CudaSetDeviceGuard guard;
@@ -78,6 +78,7 @@ Result<GpuStageReport> StageOnGpu(const RankHalves& rank, const GpuStageOptions&
       report.first_mismatch = rank.halves[members[check.first ? check.first->half : 0]].tag.What() + ": " +
                               check.ToString();
   }
+  if (keep != nullptr) *keep = std::move(staged);
   return report;
 }
 

@@ -7,7 +7,7 @@
 //  - decode: the same sample decoded on the GPU equals the CPU reference
 //    decoder (format/trellis.h) bit for bit, in fp32 and E4M3
 //    (gpu/check.h, grouped by width, layout and hidden size).
-// Leasing the buffers to a serving process is not built yet.
+// lease.h hands the kept buffers to a serving process.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +47,9 @@ struct GpuStageReport {
 // Errors: Unavailable without a CUDA device; InvalidArgument for a bad
 // device or no halves; ResourceExhausted when device memory runs out. A
 // report with mismatches is an OK Result: the caller decides (ok()).
-Result<GpuStageReport> StageOnGpu(const RankHalves& rank, const GpuStageOptions& options);
+// `keep`, if given, receives the staged buffers (to lease them); otherwise
+// they are freed on return.
+Result<GpuStageReport> StageOnGpu(const RankHalves& rank, const GpuStageOptions& options,
+                                  StagedHalves* keep = nullptr);
 
 }  // namespace exlr8

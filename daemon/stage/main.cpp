@@ -2,6 +2,8 @@
 // memory and checks them there (daemon/stage/). A program of its own, built
 // only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
 // runtime on the nodes that only pull and serve the API.
+#include <signal.h>
+
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -11,7 +13,9 @@
 #include "client/cli.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/stage/gpu_stage.h"
+#include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
+#include "gpu/device.h"
 
 namespace exlr8 {
 namespace {
@@ -25,8 +29,9 @@ checks each against its XXH64 again, uploads them into one GPU allocation with
 the pointer table the kernels use, and checks
 a sample on the GPU: the bytes copied back equal the cache's, and the GPU
 decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
-reports and exits, releasing the memory: leasing the buffers to a serving
-process is not built yet.
+reports and exits, releasing the memory; with --hold it keeps the buffers and
+leases them to serving processes on this machine (CUDA IPC; daemon/stage/
+lease.h has the protocol) until SIGINT or SIGTERM.
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -36,6 +41,10 @@ process is not built yet.
                       else ~/.cache/exlr8); read without taking its lock
   --device D          CUDA device (default 0)
   --check N|all       halves checked on the GPU, spread over the rank (default 64)
+  --hold SOCKET       after the checks pass, keep the buffers and answer each
+                      connection to the Unix socket SOCKET with the lease: the
+                      halves' IPC handle, the pointer table's, and each half's
+                      tag and offset (JSON)
 
 Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
 in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
@@ -45,7 +54,8 @@ device; 6 when device memory runs out; 2 usage.
 int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
-                                   {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check"},
+                                   {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
+                                    "hold"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
@@ -73,6 +83,14 @@ int Run(const std::vector<std::string>& argv) {
     return Status::Ok();
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
+  const std::string hold = args.GetOr("hold", "");
+  // Signals are blocked before any thread starts (CUDA's, the lease
+  // server's), so that only sigwait below takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (!hold.empty()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto rank = ReadRankHalves(request);
   if (!rank.ok()) return ReportError(kProg, rank.status());
@@ -80,7 +98,11 @@ int Run(const std::vector<std::string>& argv) {
               rank->halves.size(), HumanBytes(rank->total_bytes).c_str(), request.repo.c_str(),
               rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
   std::fflush(stdout);
-  auto report = StageOnGpu(*rank, gpu);
+  CudaSetDeviceGuard device;  // the device stays current while the lease is held
+  if (!hold.empty())
+    if (Status s = device.Set(gpu.device); !s.ok()) return ReportError(kProg, s);
+  StagedHalves staged;
+  auto report = StageOnGpu(*rank, gpu, hold.empty() ? nullptr : &staged);
   if (!report.ok()) return ReportError(kProg, report.status());
   const GpuStageReport& r = *report;
   std::printf("staged on %s: %s in %llu halves (%s with alignment), %.2f GB/s\n", r.device.c_str(),
@@ -95,7 +117,21 @@ int Run(const std::vector<std::string>& argv) {
     std::printf("MISMATCH %s\n", r.first_mismatch.c_str());
     return kExitVerifyFailed;
   }
-  std::printf("ok (not leased: the buffers are released now)\n");
+  if (hold.empty()) {
+    std::printf("ok (not held: the buffers are released now)\n");
+    return kExitOk;
+  }
+  auto description = LeaseDescriptionJson(request, *rank, staged, gpu.device);
+  if (!description.ok()) return ReportError(kProg, description.status());
+  auto server = LeaseServer::Start(hold, std::move(*description));
+  if (!server.ok()) return ReportError(kProg, server.status());
+  std::printf("holding: the rank is leased on %s until SIGINT or SIGTERM\n", hold.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  (*server)->Stop();
+  std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
   return kExitOk;
 }
 

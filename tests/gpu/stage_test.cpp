@@ -4,9 +4,16 @@
 // device machine.
 #include "daemon/stage/gpu_stage.h"
 
+#include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstring>
+
+#include "daemon/stage/lease.h"
 #include "gpu/device.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
@@ -75,6 +82,104 @@ TEST(GpuStage, ASampleIsSpreadOverTheRank) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->checked_halves, 0u);
   EXPECT_EQ(report->checked_weights, 0u);
+}
+
+// The serving process's side refuses a description it cannot trust, before
+// it maps anything (no device needed).
+TEST(Lease, MalformedDescriptionsAreRefused) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  auto expect = [&](const std::string& description, const std::string& what) {
+    auto server = LeaseServer::Start(socket, description);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    auto lease = OpenLease(socket);
+    EXPECT_EQ(lease.status().code(), StatusCode::kCorruption) << description;
+    EXPECT_THAT(lease.status().message(), ::testing::HasSubstr(what)) << description;
+    EXPECT_EQ((*server)->served(), 1u);
+  };
+  expect("{not json", "lease description from");
+  expect(R"({"version":2})", "version 2 is unknown");
+  expect(R"({"version":1,"repo":"a/b","commit":"c","manifest":"home","tp":4,"rank":1,"device":0,"bytes":9})",
+         "no 'halves' array");
+  expect(R"({"version":1,"repo":"a/b","commit":"c","manifest":"home","tp":4,"rank":1,"device":0,"bytes":9,)"
+         R"("halves":[{"layer":3,"proj":"gate","half":0,"k":2,"hidden":256,"offset":0,"length":8192}]})",
+         "without an expert");
+  // One holder per socket; its file goes when it stops.
+  auto first = LeaseServer::Start(socket, "{}");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(LeaseServer::Start(socket, "{}").status().code(), StatusCode::kFailedPrecondition);
+  (*first)->Stop();
+  EXPECT_FALSE(fs::exists(socket));
+  EXPECT_EQ(OpenLease(socket).status().code(), StatusCode::kNotFound);
+}
+
+// `exlr8d-stage --hold`: a separate process that holds the staged rank;
+// this process, in the serving process's place, opens the lease and finds
+// there exactly the bytes the cache verified, and the pointer table.
+TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on the device machine";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  const std::string socket = (cache.path() / "lease.sock").string();
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d-stage";
+  std::vector<std::string> args = {bin, "--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest",
+                                   "home", "--tp", "4", "--rank", "1", "--hold", socket};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string printed;
+  char c;
+  while (printed.find("holding") == std::string::npos && ::read(out[0], &c, 1) == 1) printed += c;
+  ASSERT_THAT(printed, ::testing::HasSubstr("holding")) << printed;
+  {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    auto lease = OpenLease(socket);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    auto rank = ReadRankHalves(TestRankRequest(cache.path(), 4, 1));
+    ASSERT_TRUE(rank.ok());
+    ASSERT_EQ(lease->halves.size(), rank->halves.size());
+    EXPECT_EQ(lease->bytes, rank->total_bytes);
+    EXPECT_EQ(lease->commit, rank->commit);
+    EXPECT_EQ(lease->tp, 4);
+    EXPECT_EQ(lease->rank, 1);
+    std::vector<std::uint64_t> table(lease->halves.size());
+    ASSERT_EQ(cudaMemcpy(table.data(), lease->offsets.data(), table.size() * sizeof(std::uint64_t),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::vector<std::byte> back;
+    for (std::size_t i = 0; i < lease->halves.size(); ++i) {
+      const LeasedHalf& lh = lease->halves[i];
+      const RankHalf& rh = rank->halves[i];
+      ASSERT_EQ(lh.tag.What(), rh.tag.What());
+      EXPECT_EQ(table[i], lh.offset) << lh.tag.What();
+      ASSERT_EQ(lh.length, rh.length);
+      EXPECT_EQ(lh.hidden, rh.hidden);
+      back.assign(lh.length, std::byte{0});
+      ASSERT_EQ(cudaMemcpy(back.data(), static_cast<const std::byte*>(lease->data.data()) + lh.offset, lh.length,
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(std::memcmp(back.data(), rank->Bytes(rh).data(), lh.length), 0) << lh.tag.What();
+    }
+  }  // the lease is closed before the holder stops
+  ::kill(pid, SIGTERM);
+  int w = 0;
+  ::waitpid(pid, &w, 0);
+  EXPECT_TRUE(WIFEXITED(w) && WEXITSTATUS(w) == 0) << w;
+  while (::read(out[0], &c, 1) == 1) printed += c;
+  ::close(out[0]);
+  EXPECT_THAT(printed, ::testing::HasSubstr("released after 1 lease"));
+  EXPECT_FALSE(fs::exists(socket));
 }
 
 }  // namespace

@@ -1,0 +1,222 @@
+#include "daemon/stage/lease.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include <cuda_runtime.h>
+
+#include "daemon/cache/posix.h"
+#include "format/json.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::size_t kMaxDescriptionBytes = std::size_t{1} << 30;
+
+Result<sockaddr_un> UnixAddress(const std::filesystem::path& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.native().size() + 1 > sizeof addr.sun_path)
+    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
+                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
+  return addr;
+}
+
+Status WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(errno, "write the lease description");
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return Status::Ok();
+}
+
+Result<std::uint64_t> Uint(const JsonValue& v, const char* field) {
+  const JsonValue* f = v.is_object() ? v.Find(field) : nullptr;
+  const auto n = f != nullptr && f->is_number() ? f->as_uint64() : std::nullopt;
+  if (!n) return CorruptionError("lease description: '" + std::string(field) + "' missing or not a count");
+  return *n;
+}
+
+Result<std::string> Text(const JsonValue& v, const char* field) {
+  const JsonValue* f = v.is_object() ? v.Find(field) : nullptr;
+  if (f == nullptr || !f->is_string())
+    return CorruptionError("lease description: '" + std::string(field) + "' missing or not a string");
+  return f->as_string();
+}
+
+}  // namespace
+
+Result<std::string> LeaseDescriptionJson(const RankRequest& request, const RankHalves& rank,
+                                         const StagedHalves& staged, int device) {
+  if (staged.num_halves() != rank.halves.size())
+    return InvalidArgumentError("the staged buffers hold " + std::to_string(staged.num_halves()) + " halves, the rank " +
+                                std::to_string(rank.halves.size()));
+  EXLR8_ASSIGN_OR_RETURN(std::string data_handle, ExportIpcHandle(staged.device_base()));
+  EXLR8_ASSIGN_OR_RETURN(std::string offsets_handle, ExportIpcHandle(staged.device_offsets()));
+  std::string o = "{\"version\":1,\"repo\":";
+  AppendJsonString(o, request.repo);
+  o += ",\"commit\":";
+  AppendJsonString(o, rank.commit);
+  o += ",\"manifest\":";
+  AppendJsonString(o, request.manifest);
+  o += ",\"tp\":" + std::to_string(request.tp) + ",\"rank\":" + std::to_string(request.rank) +
+       ",\"device\":" + std::to_string(device) + ",\"bytes\":" + std::to_string(rank.total_bytes) +
+       ",\"halves_count\":" + std::to_string(rank.halves.size()) + ",\"data_handle\":\"" + data_handle +
+       "\",\"offsets_handle\":\"" + offsets_handle + "\",\"halves\":[";
+  for (std::size_t i = 0; i < rank.halves.size(); ++i) {
+    const RankHalf& h = rank.halves[i];
+    o += (i ? ",{\"layer\":" : "{\"layer\":") + std::to_string(h.tag.layer) + ",\"expert\":" +
+         std::to_string(h.tag.expert) + ",\"proj\":\"" + std::string(ProjName(h.tag.proj)) + "\",\"half\":" +
+         std::to_string(h.tag.half) + ",\"k\":" + std::to_string(h.tag.k) + ",\"hidden\":" +
+         std::to_string(h.hidden) + ",\"offset\":" + std::to_string(staged.offsets()[i]) + ",\"length\":" +
+         std::to_string(h.length) + "}";
+  }
+  return o + "]}";
+}
+
+// ---- the holder's server ----
+
+struct LeaseServer::Rep {
+  std::filesystem::path path;
+  std::string description;
+  UniqueFd listener;
+  int stop_pipe[2] = {-1, -1};
+  std::thread thread;
+  std::atomic<std::uint64_t> served{0};
+
+  void Loop() {
+    for (;;) {
+      pollfd fds[2] = {{listener.get(), POLLIN, 0}, {stop_pipe[0], POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!client.valid()) continue;
+      // A client that never reads must not hold the holder: bounded send.
+      timeval tv{10, 0};
+      (void)::setsockopt(client.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      if (WriteAll(client.get(), description).ok()) served.fetch_add(1);
+    }
+  }
+};
+
+LeaseServer::LeaseServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+LeaseServer::~LeaseServer() { Stop(); }
+
+Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description) {
+  auto rep = std::make_unique<Rep>();
+  rep->path = path;
+  rep->description = std::move(description);
+  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  rep->listener = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!rep->listener.valid()) return ErrnoStatus(errno, "socket");
+  // A stale socket file (a killed holder) is replaced; a live holder is not.
+  {
+    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0)
+      return FailedPreconditionError("another holder answers on " + path.string());
+    ::unlink(path.c_str());
+  }
+  if (::bind(rep->listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoStatus(errno, "bind " + path.string());
+  (void)::chmod(path.c_str(), 0660);
+  if (::listen(rep->listener.get(), 16) != 0) return ErrnoStatus(errno, "listen " + path.string());
+  if (::pipe2(rep->stop_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
+  Rep* r = rep.get();
+  rep->thread = std::thread([r] { r->Loop(); });
+  return std::unique_ptr<LeaseServer>(new LeaseServer(std::move(rep)));
+}
+
+void LeaseServer::Stop() {
+  if (!rep_->thread.joinable()) return;
+  (void)!::write(rep_->stop_pipe[1], "x", 1);
+  rep_->thread.join();
+  ::close(rep_->stop_pipe[0]);
+  ::close(rep_->stop_pipe[1]);
+  ::unlink(rep_->path.c_str());
+}
+
+std::uint64_t LeaseServer::served() const { return rep_->served.load(); }
+
+// ---- the serving process's side ----
+
+Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
+  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus(errno, "socket");
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoStatus(errno, "connect to the lease holder at " + path.string());
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read the lease description from " + path.string());
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxDescriptionBytes) return CorruptionError("lease description larger than 1 GiB");
+  }
+  auto parsed = ParseJson(text);
+  if (!parsed.ok()) return CorruptionError("lease description from " + path.string() + ": " + parsed.status().message());
+  const JsonValue& v = *parsed;
+  LeasedRank out;
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t version, Uint(v, "version"));
+  if (version != 1) return CorruptionError("lease description version " + std::to_string(version) + " is unknown");
+  EXLR8_ASSIGN_OR_RETURN(out.repo, Text(v, "repo"));
+  EXLR8_ASSIGN_OR_RETURN(out.commit, Text(v, "commit"));
+  EXLR8_ASSIGN_OR_RETURN(out.manifest, Text(v, "manifest"));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t tp, Uint(v, "tp"));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t rank, Uint(v, "rank"));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t device, Uint(v, "device"));
+  out.tp = static_cast<int>(tp);
+  out.rank = static_cast<int>(rank);
+  out.device = static_cast<int>(device);
+  EXLR8_ASSIGN_OR_RETURN(out.bytes, Uint(v, "bytes"));
+  const JsonValue* halves = v.Find("halves");
+  if (halves == nullptr || !halves->is_array()) return CorruptionError("lease description: no 'halves' array");
+  for (const JsonValue& h : halves->as_array()) {
+    LeasedHalf lh;
+    EXLR8_ASSIGN_OR_RETURN(std::uint64_t layer, Uint(h, "layer"));
+    const JsonValue* e = h.Find("expert");
+    const auto expert = e != nullptr && e->is_number() ? e->as_int64() : std::nullopt;
+    if (!expert) return CorruptionError("lease description: a half without an expert");
+    EXLR8_ASSIGN_OR_RETURN(std::string proj, Text(h, "proj"));
+    EXLR8_ASSIGN_OR_RETURN(std::uint64_t half, Uint(h, "half"));
+    EXLR8_ASSIGN_OR_RETURN(std::uint64_t k, Uint(h, "k"));
+    lh.tag.layer = static_cast<int>(layer);
+    lh.tag.expert = static_cast<int>(*expert);
+    lh.tag.proj = proj == "down" ? Proj::kDown : proj == "up" ? Proj::kUp : Proj::kGate;
+    lh.tag.half = static_cast<std::uint32_t>(half);
+    lh.tag.k = static_cast<int>(k);
+    EXLR8_ASSIGN_OR_RETURN(lh.hidden, Uint(h, "hidden"));
+    EXLR8_ASSIGN_OR_RETURN(lh.offset, Uint(h, "offset"));
+    EXLR8_ASSIGN_OR_RETURN(lh.length, Uint(h, "length"));
+    out.halves.push_back(lh);
+  }
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) current = -1;
+  if (current != out.device)
+    return FailedPreconditionError("the rank is staged on device " + std::to_string(out.device) +
+                                   ", this process uses device " + std::to_string(current));
+  EXLR8_ASSIGN_OR_RETURN(std::string data_handle, Text(v, "data_handle"));
+  EXLR8_ASSIGN_OR_RETURN(std::string offsets_handle, Text(v, "offsets_handle"));
+  EXLR8_ASSIGN_OR_RETURN(out.data, IpcMapping::Open(data_handle));
+  EXLR8_ASSIGN_OR_RETURN(out.offsets, IpcMapping::Open(offsets_handle));
+  return out;
+}
+
+}  // namespace exlr8

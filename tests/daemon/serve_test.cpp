@@ -132,9 +132,13 @@ TEST(ServeTest, RefusesToListenBeyondThisMachineOrTwiceOnOneSocket) {
   EXPECT_EQ(std::system((bin + " --no-socket 2> /dev/null").c_str()) >> 8, 2);  // no listener at all
   ServeProcess first(cache.path(), {});
   ASSERT_THAT(first.ready_line(), HasSubstr("listening on unix:"));
-  ServeProcess second(cache.path(), {});  // the socket is live: exit 7 (FailedPrecondition)
+  ServeProcess second(cache.path(), {});  // the same cache: exit 7 (FailedPrecondition)
   EXPECT_THAT(second.ready_line(), ::testing::Not(HasSubstr("listening")));
   EXPECT_EQ(second.Stop(), 7);
+  TempDir elsewhere;  // another cache, but the first server's socket: exit 7 too
+  ServeProcess third_on_socket(elsewhere.path(), {"--socket", (cache.path() / "exlr8d.sock").string()});
+  EXPECT_THAT(third_on_socket.ready_line(), ::testing::Not(HasSubstr("listening")));
+  EXPECT_EQ(third_on_socket.Stop(), 7);
   EXPECT_EQ(Http("http://x/v1/health", "GET", (cache.path() / "exlr8d.sock").string()).status, 200);
   // A stale socket file (its server killed -9) is replaced.
   TempDir other;

@@ -4,10 +4,7 @@
 
 #include <curl/curl.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +14,7 @@
 #include <vector>
 
 #include "format/json.h"
+#include "tests/daemon/child_process.h"
 
 namespace exlr8 {
 
@@ -26,59 +24,33 @@ class ServeProcess {
  public:
   explicit ServeProcess(const std::filesystem::path& cache,
                         std::vector<std::string> extra = {"--listen", "127.0.0.1:0"},
-                        const std::string& stderr_file = "") {
-    int out[2];
-    EXPECT_EQ(::pipe(out), 0);
-    const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d";
-    std::vector<std::string> args = {bin, "serve", "--cache", cache.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      if (!stderr_file.empty()) {
-        const int err = ::open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (err >= 0) ::dup2(err, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    // The ready line, or EOF if it exited.
-    char c;
-    while (::read(out[0], &c, 1) == 1 && c != '\n') line_ += c;
-    ::close(out[0]);
+                        const std::string& stderr_file = "")
+      : child_("exlr8d", Args(cache, std::move(extra)), stderr_file) {
+    child_.ReadUntil("\n");  // the ready line, or EOF if it exited
+    line_ = child_.printed();
+    if (!line_.empty() && line_.back() == '\n') line_.pop_back();
     const auto at = line_.find("http://127.0.0.1:");
     if (at != std::string::npos) port_ = std::stoi(line_.substr(at + 17));
   }
-  ~ServeProcess() { Stop(); }
 
   // Exit status after SIGTERM (or after it exited on its own).
-  int Stop() { return Signal(SIGTERM); }
+  int Stop() { return child_.Signal(SIGTERM); }
   // kill -9: no chance to clean up anything.
-  int Kill() { return Signal(SIGKILL); }
+  int Kill() { return child_.Signal(SIGKILL); }
   const std::string& ready_line() const { return line_; }
   int port() const { return port_; }
   std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
  private:
-  int Signal(int sig) {
-    if (pid_ <= 0) return status_;
-    ::kill(pid_, sig);
-    int w = 0;
-    ::waitpid(pid_, &w, 0);
-    pid_ = -1;
-    status_ = WIFEXITED(w) ? WEXITSTATUS(w) : 128 + WTERMSIG(w);
-    return status_;
+  static std::vector<std::string> Args(const std::filesystem::path& cache, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"serve", "--cache", cache.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
 
-  pid_t pid_ = -1;
+  ChildProcess child_;
   std::string line_;
   int port_ = 0;
-  int status_ = -1;
 };
 
 struct HttpAnswer {

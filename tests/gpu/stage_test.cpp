@@ -8,14 +8,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstring>
 
 #include "daemon/stage/lease.h"
 #include "gpu/device.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/child_process.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/rank_test_util.h"
 
@@ -122,26 +121,9 @@ TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
   const std::string socket = (cache.path() / "lease.sock").string();
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d-stage";
-  std::vector<std::string> args = {bin, "--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest",
-                                   "home", "--tp", "4", "--rank", "1", "--hold", socket};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string printed;
-  char c;
-  while (printed.find("holding") == std::string::npos && ::read(out[0], &c, 1) == 1) printed += c;
-  ASSERT_THAT(printed, ::testing::HasSubstr("holding")) << printed;
+  ChildProcess holder("exlr8d-stage", {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home",
+                                       "--tp", "4", "--rank", "1", "--hold", socket});
+  ASSERT_TRUE(holder.ReadUntil("holding")) << holder.printed();
   {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     auto lease = OpenLease(socket);
@@ -172,13 +154,8 @@ TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
       EXPECT_EQ(std::memcmp(back.data(), rank->Bytes(rh).data(), lh.length), 0) << lh.tag.What();
     }
   }  // the lease is closed before the holder stops
-  ::kill(pid, SIGTERM);
-  int w = 0;
-  ::waitpid(pid, &w, 0);
-  EXPECT_TRUE(WIFEXITED(w) && WEXITSTATUS(w) == 0) << w;
-  while (::read(out[0], &c, 1) == 1) printed += c;
-  ::close(out[0]);
-  EXPECT_THAT(printed, ::testing::HasSubstr("released after 1 lease"));
+  EXPECT_EQ(holder.Signal(SIGTERM), 0);
+  EXPECT_THAT(holder.ReadAll(), ::testing::HasSubstr("released after 1 lease"));
   EXPECT_FALSE(fs::exists(socket));
 }
 

@@ -36,6 +36,8 @@ struct RankRequest {
   std::string manifest;           // name or repo path
   int tp = 1;
   int rank = 0;
+  // Threads checking the halves' XXH64: 0 = one per core (at most 16).
+  int threads = 0;
 };
 
 struct RankHalf {

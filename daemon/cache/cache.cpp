@@ -766,6 +766,46 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   return Status::Ok();
 }
 
+Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> ranges) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  std::map<FileId, std::vector<Extent>> by_file;
+  for (const VerifiedExtent& e : ranges)
+    if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+  if (by_file.empty()) return std::uint64_t{0};
+  MutexLock l(&r.mu);
+  for (const auto& [id, list] : by_file) {
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
+    for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
+  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt demote, r.db->Prepare("UPDATE files SET whole_verified = 0, durable_prefix = 0 "
+                                                          "WHERE id = ?"));
+  std::uint64_t forgotten = 0;
+  for (auto& [id, list] : by_file) {
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, r.AllExtents(id));
+    const std::vector<Extent> keep = SubtractExtents(have, std::move(list));
+    const std::uint64_t lost = TotalLength(have) - TotalLength(keep);
+    if (lost == 0) continue;
+    forgotten += lost;
+    del.Reset();
+    EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
+    for (const Extent& e : keep) {
+      ins.Reset();
+      EXLR8_RETURN_IF_ERROR(ins.Bind(1, id)
+                                .Bind(2, static_cast<std::int64_t>(e.offset))
+                                .Bind(3, static_cast<std::int64_t>(e.length))
+                                .Run());
+    }
+    demote.Reset();
+    EXLR8_RETURN_IF_ERROR(demote.Bind(1, id).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return forgotten;
+}
+
 // ---- reading ----
 
 Result<bool> Cache::Covers(FileId file, std::uint64_t offset, std::uint64_t length) {

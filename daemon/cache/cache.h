@@ -259,6 +259,17 @@ class Cache {
   // The same for several files: one pass of syncs, one transaction.
   Status MarkWholeFilesVerified(std::span<const FileId> files);
 
+  // Un-records bytes found damaged after they were verified (bit rot, a
+  // file changed by hand: daemon/scrub/scrub.h). In one transaction, removes
+  // the given ranges from their files' verified extents; a whole-verified
+  // file that loses any byte is no longer whole-verified, and its durable
+  // prefix is dropped. The data files are left alone: the bytes stay on disk
+  // unrecorded, so nothing serves them, and the next pull fetches them again.
+  // Ranges that cover no recorded byte change nothing. Returns how many
+  // recorded bytes were forgotten. InvalidArgument for a range outside its
+  // file; NotFound for an unknown file; nothing changes on error.
+  Result<std::uint64_t> ForgetExtents(std::span<const VerifiedExtent> ranges);
+
   // ---- reading ----
 
   // Whether every byte of [offset, offset + length) is verified.

@@ -46,6 +46,23 @@ std::vector<Extent> MissingExtents(std::span<const Extent> have, Extent want) {
   return holes;
 }
 
+std::vector<Extent> SubtractExtents(std::span<const Extent> have, std::vector<Extent> remove) {
+  remove = NormalizeExtents(std::move(remove));
+  std::vector<Extent> out;
+  std::size_t r = 0;
+  for (const Extent& e : have) {
+    std::uint64_t pos = e.offset;
+    while (r < remove.size() && remove[r].end() <= pos) ++r;
+    // Removals that start inside e cut it; the last may reach into the next.
+    for (std::size_t i = r; i < remove.size() && remove[i].offset < e.end(); ++i) {
+      if (remove[i].offset > pos) out.push_back({pos, remove[i].offset - pos});
+      pos = std::max(pos, remove[i].end());
+    }
+    if (pos < e.end()) out.push_back({pos, e.end() - pos});
+  }
+  return out;
+}
+
 std::uint64_t TotalLength(std::span<const Extent> extents) {
   std::uint64_t total = 0;
   for (const Extent& e : extents) total += e.length;

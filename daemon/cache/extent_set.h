@@ -29,6 +29,10 @@ bool ExtentsCover(std::span<const Extent> have, Extent want);
 // The holes of `want` that normalized `have` does not cover, in order.
 std::vector<Extent> MissingExtents(std::span<const Extent> have, Extent want);
 
+// The bytes of normalized `have` outside every extent of `remove` (any
+// order, may overlap), normalized.
+std::vector<Extent> SubtractExtents(std::span<const Extent> have, std::vector<Extent> remove);
+
 // Sum of lengths.
 std::uint64_t TotalLength(std::span<const Extent> extents);
 

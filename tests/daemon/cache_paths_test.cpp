@@ -120,5 +120,42 @@ TEST(ExtentSetTest, CoverAndMissing) {
   EXPECT_EQ(TotalLength(have), 15u);
 }
 
+TEST(ExtentSetTest, SubtractCutsEveryRemovedByte) {
+  const std::vector<Extent> have = {{10, 10}, {30, 10}};
+  EXPECT_EQ(SubtractExtents(have, {}), have);
+  EXPECT_EQ(SubtractExtents(have, {{0, 100}}), (std::vector<Extent>{}));
+  EXPECT_EQ(SubtractExtents(have, {{12, 2}}), (std::vector<Extent>{{10, 2}, {14, 6}, {30, 10}}));
+  // One removal spanning the gap cuts the end of one and the start of the next.
+  EXPECT_EQ(SubtractExtents(have, {{15, 20}}), (std::vector<Extent>{{10, 5}, {35, 5}}));
+  // Unsorted, overlapping removals; a removal inside a hole changes nothing.
+  EXPECT_EQ(SubtractExtents(have, {{38, 5}, {22, 3}, {10, 1}, {36, 3}}),
+            (std::vector<Extent>{{11, 9}, {30, 6}}));
+  EXPECT_EQ(SubtractExtents({}, {{1, 2}}), (std::vector<Extent>{}));
+}
+
+// Against a byte map: random extents and removals over 64 bytes.
+TEST(ExtentSetTest, SubtractAgreesWithAByteMap) {
+  std::uint64_t seed = 12345;
+  auto next = [&seed](std::uint64_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % n;
+  };
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<Extent> have_raw, remove;
+    for (std::uint64_t i = next(5); i > 0; --i) have_raw.push_back({next(64), next(12)});
+    for (std::uint64_t i = next(5); i > 0; --i) remove.push_back({next(64), next(12)});
+    const std::vector<Extent> have = NormalizeExtents(have_raw);
+    std::vector<bool> bytes(80, false);
+    for (const Extent& e : have)
+      for (std::uint64_t b = e.offset; b < e.end(); ++b) bytes[b] = true;
+    for (const Extent& e : remove)
+      for (std::uint64_t b = e.offset; b < e.end(); ++b) bytes[b] = false;
+    std::vector<Extent> want;
+    for (std::uint64_t b = 0; b < bytes.size(); ++b)
+      if (bytes[b]) want.push_back({b, 1});
+    ASSERT_EQ(SubtractExtents(have, remove), NormalizeExtents(want)) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace exlr8

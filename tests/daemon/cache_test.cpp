@@ -243,6 +243,50 @@ TEST(CacheTest, DurablePrefixIsAResumePointNeverPresence) {
   EXPECT_EQ(fx.cache->ReadDurablePrefix(fx.file, 0, one).code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(CacheTest, ForgetExtentsUnrecordsDamagedBytesAndKeepsTheRest) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 100);
+  fx.WriteVerified(200, 100);
+  const FileId whole = *fx.cache->PutFile(fx.fileset, "dense/exlr8-vocab.safetensors", 500);
+  ASSERT_TRUE(fx.cache->WriteAt(whole, 0, Pattern(whole, 0, 500)).ok());
+  ASSERT_TRUE(fx.cache->MarkWholeFileVerified(whole).ok());
+  const std::uint64_t before = *fx.cache->RecordedBytes();
+
+  // A range inside one extent, one across a hole, one over nothing recorded.
+  const VerifiedExtent bad[] = {{fx.file, 10, 20}, {fx.file, 90, 120}, {fx.file, 1000, 50}, {whole, 499, 1}};
+  ASSERT_EQ(*fx.cache->ForgetExtents(bad), 20u + 10 + 10 + 1);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 10}, {30, 60}, {210, 90}}));
+  EXPECT_FALSE(*fx.cache->Covers(fx.file, 10, 1));
+  EXPECT_EQ(*fx.cache->RecordedBytes(), before - 41);
+  // A whole file that lost a byte is whole no more; the rest stays verified.
+  EXPECT_FALSE(fx.cache->GetFile(whole)->whole_verified);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(whole), (std::vector<Extent>{{0, 499}}));
+  // The bytes stay on disk, but nothing serves them.
+  std::vector<std::byte> one(1);
+  EXPECT_EQ((*fx.cache->OpenVerified(fx.file))->ReadAt(15, one).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 15, 1), Pattern(fx.file, 15, 1));
+  // Forgetting again forgets nothing; bad input changes nothing.
+  EXPECT_EQ(*fx.cache->ForgetExtents(bad), 0u);
+  const VerifiedExtent outside[] = {{fx.file, 0, 5}, {fx.file, 2990, 11}};
+  EXPECT_EQ(fx.cache->ForgetExtents(outside).status().code(), StatusCode::kInvalidArgument);
+  const VerifiedExtent unknown[] = {{fx.file, 0, 5}, {999, 0, 1}};
+  EXPECT_EQ(fx.cache->ForgetExtents(unknown).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(*fx.cache->Covers(fx.file, 0, 5));
+  // Refetched and committed again, the bytes count once more.
+  fx.WriteVerified(0, 300);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 300}}));
+
+  // Durable: a fresh open sees the same extents.
+  fx.cache.reset();
+  fx.cache = MustOpen(fx.tmp.path());
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 300}}));
+  EXPECT_FALSE(fx.cache->GetFile(whole)->whole_verified);
+  // A read-only view refuses.
+  auto view = Cache::OpenReadOnly(fx.tmp.path());
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ((*view)->ForgetExtents(bad).status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(CacheTest, Version1DatabaseIsUpgradedInPlace) {
   TempDir tmp;
   {

@@ -12,6 +12,7 @@
 #include "daemon/commands.h"
 #include "daemon/progress.h"
 #include "daemon/pull/pull_job.h"
+#include "daemon/signal_watcher.h"
 
 namespace exlr8 {
 
@@ -61,45 +62,6 @@ the pull ended without that; 2 usage; 3 corrupt or missing data; 4 network or
 I/O; 5 permission (token); 6 out of space or budget; 7 cache locked or
 offline with missing bytes; 130 interrupted.
 )";
-
-// Cancels the job on SIGINT/SIGTERM from a thread (not a signal handler).
-// The signals are blocked in every thread and taken with sigwait; the
-// destructor wakes the thread with SIGUSR1 aimed at it alone, so the command
-// exits as soon as the pull ends.
-class SignalWatcher {
- public:
-  explicit SignalWatcher(PullJob& job) : job_(job) {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    thread_ = std::thread([this] {
-      for (;;) {
-        int sig = 0;
-        if (sigwait(&set_, &sig) != 0) continue;
-        if (stop_.load()) return;
-        if (sig == SIGINT || sig == SIGTERM) {
-          signalled_.store(true);
-          job_.Cancel();
-        }
-      }
-    });
-  }
-  ~SignalWatcher() {
-    stop_.store(true);
-    pthread_kill(thread_.native_handle(), SIGUSR1);
-    thread_.join();
-    pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
-  }
-  bool signalled() const { return signalled_.load(); }
-
- private:
-  PullJob& job_;
-  sigset_t set_;
-  std::atomic<bool> stop_{false}, signalled_{false};
-  std::thread thread_;
-};
 
 // "resolve 0.01 s, list 0.00 s, ..." or, for JSON, "\"resolve\":0.010,...":
 // the phases the pull went through, with the wall time spent in each.
@@ -220,7 +182,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   PullJob job(**cache, opt);
   Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
   {
-    SignalWatcher signals(job);
+    SignalWatcher signals([&job] { job.Cancel(); });
     ProgressDisplay progress(job, stderr, !args->Flag("no-progress") && !opt.dry_run);
     result = job.Run();
     progress.Stop();

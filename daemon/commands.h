@@ -14,6 +14,7 @@ int RunGcCommand(const std::vector<std::string>& args);
 int RunListCommand(const std::vector<std::string>& args);
 int RunPinCommand(const std::vector<std::string>& args);
 int RunUnpinCommand(const std::vector<std::string>& args);
+int RunVerifyCommand(const std::vector<std::string>& args);
 int RunServeCommand(const std::vector<std::string>& args);
 
 }  // namespace exlr8

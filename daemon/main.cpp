@@ -17,6 +17,8 @@ Commands:
   gc       evict least recently used, unpinned filesets down to a byte budget
   list     the filesets in the cache: bytes verified, pins, latest pull
   pin      keep a fileset from gc (unpin: let it go again)
+  verify   check every cached byte against the release's checksums again;
+           forget what no longer matches, so the next pull refetches it
   serve    the local REST API: what the cache holds, what is being pulled, how fast
 
 Run 'exlr8d COMMAND --help' for a command's options. Environment: HF_ENDPOINT,
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
       {"list", exlr8::RunListCommand},
       {"pin", exlr8::RunPinCommand},
       {"unpin", exlr8::RunUnpinCommand},
+      {"verify", exlr8::RunVerifyCommand},
       {"serve", exlr8::RunServeCommand},
   };
   return exlr8::DispatchSubcommand("exlr8d", "0.1.0", kUsage, argc, argv, kCommands);

@@ -61,7 +61,8 @@ Status CheckOne(const RankHalves& rank, const HalfCheck& c) {
   }
   if (xxh.Digest() != c.range->xxh64)
     return CorruptionError(c.range->What() + " (" + c.file + " at byte " + std::to_string(c.range->offset) +
-                           "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified");
+                           "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified "
+                           "('exlr8d verify' forgets them, then 'exlr8d pull' fetches them again)");
   return Status::Ok();
 }
 

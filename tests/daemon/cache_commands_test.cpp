@@ -17,38 +17,13 @@
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/shell_util.h"
 
 namespace exlr8 {
 namespace {
 
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
-
-struct ShellRun {
-  int status = -1;  // exit status
-  std::string out;  // stdout and stderr
-};
-
-// Runs `command` through the shell, capturing its output and exit status.
-ShellRun Shell(const std::string& command) {
-  ShellRun r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int w = ::pclose(p);
-  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
-  return r;
-}
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string Exlr8d() { return std::string(EXLR8_BIN_DIR) + "/exlr8d"; }
 
 JsonValue ListJson(const fs::path& cache) {
   const ShellRun r = Shell(Exlr8d() + " list --json --cache " + Quote(cache.string()));

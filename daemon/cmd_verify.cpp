@@ -1,0 +1,232 @@
+// exlr8d verify: scrub the cache (daemon/scrub/scrub.h). Every recorded
+// byte is checked against the release's own checksums again; what fails is
+// forgotten, so the next pull fetches exactly that again.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "daemon/cache/cache.h"
+#include "daemon/commands.h"
+#include "daemon/fileset_arg.h"
+#include "daemon/scrub/scrub.h"
+#include "daemon/signal_watcher.h"
+#include "format/json.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: exlr8d verify [--repo ORG/NAME [--revision REV | --commit SHA]]
+                     [--check-only] [--threads N] [--cache DIR] [--json]
+                     [--no-progress]
+
+Checks every byte the cache records as verified against the release's own
+checksums again, as a pull checked it: whole files by their SHA-256 (or git
+blob SHA-1), expert halves by XXH64 with their index-file vectors, width-file
+headers by parsing them against the index. Bytes that no longer match (a disk
+that rots, a file edited by hand) are forgotten: nothing reports them present
+any more, and the next 'exlr8d pull' fetches exactly those bytes again.
+Without --repo, every fileset in the cache.
+
+  --check-only   report only, forget nothing. Reads a read-only view of the
+                 index, so it also runs while a pull or 'exlr8d serve' owns
+                 the cache.
+  --threads N    hashing threads (default: one per core, at most 16)
+  --json         one JSON object with a report per fileset, on stdout
+
+Exit status: 0 every check passed; 1 a check failed (its bytes forgotten,
+unless --check-only); 2 usage; 3 no such fileset; 7 another process owns the
+cache (use --check-only beside it); 130 interrupted (nothing forgotten).
+)";
+
+// How many failures the text output lists per fileset (--json lists all).
+constexpr std::size_t kFailuresShown = 20;
+
+// "checked 4.2 GB of 8.1 GB, 1.9 GB/s": a bar on a terminal, a log line
+// every 5 s otherwise.
+class ScrubProgressDisplay {
+ public:
+  ScrubProgressDisplay(const ScrubCounters& counters, bool enabled)
+      : counters_(counters), tty_(isatty(STDERR_FILENO) != 0), enabled_(enabled) {
+    if (enabled_) thread_ = std::thread([this] { Loop(); });
+  }
+  ~ScrubProgressDisplay() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (drew_) std::fputc('\n', stderr);
+  }
+
+ private:
+  void Loop() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto every = std::chrono::milliseconds(tty_ ? 200 : 5000);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, every, [this] { return stop_; })) {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::uint64_t done = counters_.bytes_checked.load(std::memory_order_relaxed);
+      const std::uint64_t total = counters_.bytes_total.load(std::memory_order_relaxed);
+      const std::uint64_t failures = counters_.failures.load(std::memory_order_relaxed);
+      const std::string line = "verify: checked " + HumanBytes(done) + " of " + HumanBytes(total) + ", " +
+                               HumanBytes(secs > 0 ? static_cast<std::uint64_t>(done / secs) : 0) + "/s, " +
+                               std::to_string(failures) + " failed";
+      if (tty_) {
+        std::fprintf(stderr, "\r%-78s", line.c_str());
+        drew_ = true;
+      } else {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+      std::fflush(stderr);
+    }
+  }
+
+  const ScrubCounters& counters_;
+  bool tty_;
+  bool enabled_;
+  bool drew_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+JsonValue ReportJson(const ScrubReport& r) {
+  JsonValue failures = JsonValue::Array();
+  for (const ScrubFailure& f : r.failures)
+    failures.Push(JsonValue::Object({{"file", JsonValue::String(f.file)},
+                                     {"offset", JsonValue::UInt(f.offset)},
+                                     {"length", JsonValue::UInt(f.length)},
+                                     {"what", JsonValue::String(f.what)},
+                                     {"error", JsonValue::String(f.error)}}));
+  return JsonValue::Object({{"repo", JsonValue::String(r.repo)},
+                            {"commit", JsonValue::String(r.commit)},
+                            {"clean", JsonValue::Bool(r.clean())},
+                            {"bytes_recorded", JsonValue::UInt(r.bytes_recorded)},
+                            {"bytes_checked", JsonValue::UInt(r.bytes_checked)},
+                            {"whole_files", JsonValue::UInt(r.whole_files)},
+                            {"halves", JsonValue::UInt(r.halves)},
+                            {"headers", JsonValue::UInt(r.headers)},
+                            {"bytes_unchecked", JsonValue::UInt(r.bytes_unchecked)},
+                            {"bytes_unaccounted", JsonValue::UInt(r.bytes_unaccounted)},
+                            {"failures", std::move(failures)},
+                            {"repaired", JsonValue::Bool(r.repaired)},
+                            {"bytes_forgotten", JsonValue::UInt(r.bytes_forgotten)},
+                            {"seconds", JsonValue::Double(r.seconds)}});
+}
+
+void PrintReport(const ScrubReport& r) {
+  const std::uint64_t rate = r.seconds > 0 ? static_cast<std::uint64_t>(r.bytes_checked / r.seconds) : 0;
+  std::printf("%s@%s: checked %s of %s recorded in %.2f s (%s/s): %llu whole files, %llu halves, %llu headers\n",
+              r.repo.c_str(), r.commit.substr(0, 8).c_str(), HumanBytes(r.bytes_checked).c_str(),
+              HumanBytes(r.bytes_recorded).c_str(), r.seconds, HumanBytes(rate).c_str(),
+              static_cast<unsigned long long>(r.whole_files), static_cast<unsigned long long>(r.halves),
+              static_cast<unsigned long long>(r.headers));
+  for (std::size_t i = 0; i < r.failures.size() && i < kFailuresShown; ++i) {
+    const ScrubFailure& f = r.failures[i];
+    std::printf("  FAILED %s (%s, bytes %llu..%llu): %s\n", f.what.c_str(), f.file.c_str(),
+                static_cast<unsigned long long>(f.offset), static_cast<unsigned long long>(f.offset + f.length),
+                f.error.c_str());
+  }
+  if (r.failures.size() > kFailuresShown)
+    std::printf("  ... and %zu more (--json lists all)\n", r.failures.size() - kFailuresShown);
+  if (r.bytes_unchecked > 0)
+    std::printf("  %s of width files not checked: their index file failed or is not cached; verify again after the "
+                "next pull\n",
+                HumanBytes(r.bytes_unchecked).c_str());
+  if (r.bytes_unaccounted > 0)
+    std::printf("  %s recorded that no checksum covers (not written by this exlr8d?)\n",
+                HumanBytes(r.bytes_unaccounted).c_str());
+  if (r.repaired) {
+    std::printf("  forgot %s (%zu failed check%s): 'exlr8d pull' fetches them again\n",
+                HumanBytes(r.bytes_forgotten).c_str(), r.failures.size(), r.failures.size() == 1 ? "" : "s");
+  } else if (!r.failures.empty()) {
+    std::printf("  %zu check%s failed; nothing forgotten (--check-only)\n", r.failures.size(),
+                r.failures.size() == 1 ? "" : "s");
+  }
+}
+
+}  // namespace
+
+int RunVerifyCommand(const std::vector<std::string>& argv) {
+  constexpr const char* kProg = "exlr8d verify";
+  Args args;
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "repo", "revision", "commit", "threads"},
+                                   {"check-only", "json", "no-progress"}, 0, &args))
+    return *exit;
+  if ((args.Has("revision") || args.Has("commit")) && !args.Has("repo"))
+    return ReportError(kProg, InvalidArgumentError("--revision and --commit need --repo"));
+  auto threads = args.GetInt("threads", 0, 0, 256);
+  if (!threads.ok()) return ReportError(kProg, threads.status());
+  const bool check_only = args.Flag("check-only");
+  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  auto cache = check_only ? Cache::OpenReadOnly(dir) : Cache::Open(dir);
+  if (!cache.ok()) {
+    Status s = cache.status();
+    if (s.code() == StatusCode::kFailedPrecondition && !check_only)
+      s = FailedPreconditionError(s.message() +
+                                  " (verify forgets what fails, so it needs the lock; --check-only runs beside its owner)");
+    return ReportError(kProg, s);
+  }
+
+  std::vector<FilesetInfo> sets;
+  if (args.Has("repo")) {
+    auto set = FindFilesetArg(**cache, args);
+    if (!set.ok()) return ReportError(kProg, set.status());
+    sets.push_back(*std::move(set));
+  } else {
+    auto all = (*cache)->ListFilesets();
+    if (!all.ok()) return ReportError(kProg, all.status());
+    sets = *std::move(all);
+  }
+
+  std::atomic<bool> cancel{false};
+  SignalWatcher signals([&cancel] { cancel.store(true); });
+  ScrubCounters counters;
+  ScrubOptions options;
+  options.repair = !check_only;
+  options.threads = static_cast<int>(*threads);
+  options.cancel = &cancel;
+  options.counters = &counters;
+
+  const bool json = args.Flag("json");
+  JsonValue reports = JsonValue::Array();
+  bool clean = true;
+  for (const FilesetInfo& set : sets) {
+    Result<ScrubReport> report = [&] {
+      ScrubProgressDisplay progress(counters, !json && !args.Flag("no-progress"));
+      return ScrubFileset(**cache, set.id, options);
+    }();
+    counters.bytes_total = counters.bytes_checked = counters.failures = 0;
+    if (!report.ok()) return ReportError(kProg, report.status());
+    clean = clean && report->clean();
+    if (json) {
+      reports.Push(ReportJson(*report));
+    } else {
+      PrintReport(*report);
+    }
+  }
+  if (json) {
+    std::printf("%s\n", JsonValue::Object({{"cache", JsonValue::String(dir)},
+                                           {"clean", JsonValue::Bool(clean)},
+                                           {"filesets", std::move(reports)}})
+                            .Dump()
+                            .c_str());
+  } else if (sets.empty()) {
+    std::printf("%s: no filesets\n", dir.c_str());
+  }
+  return clean ? kExitOk : kExitVerifyFailed;
+}
+
+}  // namespace exlr8

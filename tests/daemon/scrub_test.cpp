@@ -1,0 +1,356 @@
+// The scrub (daemon/scrub/scrub.h) and `exlr8d verify` against caches
+// filled by real pulls from the hub simulator: damage bytes on disk, find
+// them, forget them, and pull exactly them again.
+#include "daemon/scrub/scrub.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "client/file_sink.h"
+#include "format/json.h"
+#include "format/layout.h"
+#include "format/release_writer.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/shell_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+// A pulled cache: of the tiny fixture, TP 3 rank 2 under home, unless told otherwise.
+struct Pulled {
+  fs::path release;
+  std::unique_ptr<hubsim::HubSim> sim;
+  TempDir dir;
+  PullSummary summary;
+
+  explicit Pulled(fs::path from = TinyRelease(), int tp = 3, int rank = 2)
+      : release(std::move(from)), sim(StartSim(release)) {
+    auto s = Pull(dir.path(), Options(*sim, "home", tp, rank));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) summary = *std::move(s);
+  }
+  fs::path DataPath(const std::string& repo_path) const { return summary.root / repo_path; }
+  // The first width file of the plan and its first half.
+  const PlanFile& WidthFile(std::size_t nth = 0) const {
+    for (const PlanFile& f : summary.plan.files)
+      if (!f.whole && nth-- == 0) return f;
+    ADD_FAILURE() << "no width file";
+    return summary.plan.files.front();
+  }
+  static const PlanRange& FirstHalf(const PlanFile& f) {
+    for (const PlanRange& r : f.ranges)
+      if (r.kind == PlanRange::Kind::kHalf) return r;
+    ADD_FAILURE() << f.path << " has no half";
+    return f.ranges.front();
+  }
+};
+
+void FlipByte(const fs::path& path, std::uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << path;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+  ASSERT_TRUE(f) << path;
+}
+
+Result<ScrubReport> Scrub(const fs::path& dir, bool repair) {
+  EXLR8_ASSIGN_OR_RETURN(auto cache, repair ? Cache::Open(dir) : Cache::OpenReadOnly(dir));
+  EXLR8_ASSIGN_OR_RETURN(auto sets, cache->ListFilesets());
+  if (sets.size() != 1) return InternalError("expected one fileset");
+  ScrubOptions o;
+  o.repair = repair;
+  o.threads = 3;
+  return ScrubFileset(*cache, sets[0].id, o);
+}
+
+std::uint64_t RecordedBytes(const fs::path& dir) {
+  auto cache = Cache::OpenReadOnly(dir);
+  EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+  if (!cache.ok()) return 0;
+  auto bytes = (*cache)->RecordedBytes();
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  return bytes.ok() ? *bytes : 0;
+}
+
+TEST(ScrubTest, AFreshPullIsCleanAndEveryRecordedByteIsChecked) {
+  Pulled p;
+  // Two plans sharing bytes: the scrub checks what is recorded, whichever pull brought it.
+  auto second = Pull(p.dir.path(), Options(*p.sim, "up1", 4, 1));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+
+  for (const bool repair : {false, true}) {
+    auto r = Scrub(p.dir.path(), repair);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->clean()) << r->failures.front().what << ": " << r->failures.front().error;
+    EXPECT_EQ(r->bytes_recorded, RecordedBytes(p.dir.path()));
+    EXPECT_EQ(r->bytes_checked, r->bytes_recorded);
+    EXPECT_EQ(r->bytes_unaccounted, 0u);
+    EXPECT_EQ(r->bytes_unchecked, 0u);
+    EXPECT_EQ(r->bytes_forgotten, 0u);
+    EXPECT_FALSE(r->repaired);
+
+    // The counts are the union of both plans.
+    std::set<std::pair<std::string, std::uint64_t>> halves;
+    std::set<std::string> width_files, whole_files;
+    for (const Plan* plan : {&p.summary.plan, &second->plan}) {
+      for (const PlanFile& f : plan->files) {
+        if (f.whole && f.size > 0) whole_files.insert(f.path);
+        if (f.whole) continue;
+        width_files.insert(f.path);
+        for (const PlanRange& range : f.ranges)
+          if (range.kind == PlanRange::Kind::kHalf) halves.insert({f.path, range.offset});
+      }
+    }
+    EXPECT_EQ(r->halves, halves.size());
+    EXPECT_EQ(r->headers, width_files.size());
+    EXPECT_EQ(r->whole_files, whole_files.size());
+  }
+}
+
+TEST(ScrubTest, DamagedBytesAreFoundForgottenAndPulledAgainExactly) {
+  Pulled p;
+  const PlanFile& width = p.WidthFile();
+  const PlanRange& half = Pulled::FirstHalf(width);
+  const std::string manifest = ManifestPath("home");
+  const std::uint64_t manifest_size = fs::file_size(p.DataPath(manifest));
+  FlipByte(p.DataPath(width.path), half.offset + half.length / 2);
+  FlipByte(p.DataPath(manifest), manifest_size - 2);
+  const std::uint64_t before = RecordedBytes(p.dir.path());
+
+  // Checking alone reports both and forgets nothing.
+  auto check = Scrub(p.dir.path(), /*repair=*/false);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  ASSERT_EQ(check->failures.size(), 2u);
+  // Sorted by file path: experts/ before manifests/.
+  EXPECT_EQ(check->failures[0].file, width.path);
+  EXPECT_EQ(check->failures[0].offset, half.offset);
+  EXPECT_EQ(check->failures[0].length, half.length);
+  EXPECT_EQ(check->failures[0].what, half.What());
+  EXPECT_THAT(check->failures[0].error, HasSubstr("XXH64"));
+  EXPECT_EQ(check->failures[1].file, manifest);
+  EXPECT_EQ(check->failures[1].what, "whole file");
+  EXPECT_THAT(check->failures[1].error, HasSubstr("SHA"));
+  EXPECT_FALSE(check->repaired);
+  EXPECT_EQ(RecordedBytes(p.dir.path()), before);
+
+  // Repairing forgets exactly those bytes.
+  auto repair = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(repair.ok()) << repair.status().ToString();
+  EXPECT_EQ(repair->failures.size(), 2u);
+  EXPECT_TRUE(repair->repaired);
+  EXPECT_EQ(repair->bytes_forgotten, half.length + manifest_size);
+  EXPECT_EQ(RecordedBytes(p.dir.path()), before - half.length - manifest_size);
+  {
+    auto cache = Cache::OpenReadOnly(p.dir.path());
+    ASSERT_TRUE(cache.ok());
+    auto sets = (*cache)->ListFilesets();
+    const FileId id = *(*cache)->FindFile((*sets)[0].id, width.path);
+    EXPECT_FALSE(*(*cache)->Covers(id, half.offset, half.length));
+    EXPECT_FALSE((*cache)->GetFile(*(*cache)->FindFile((*sets)[0].id, manifest))->whole_verified);
+  }
+
+  // The next pull fetches exactly what was forgotten, and the cache is whole again.
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 2));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, half.length + manifest_size);
+  ExpectCacheHoldsExactlyThePlan(p.dir.path(), p.release, *again);
+  auto after = Scrub(p.dir.path(), /*repair=*/false);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->clean());
+  EXPECT_EQ(after->bytes_checked, before);
+}
+
+TEST(ScrubTest, ADamagedHeaderIsForgottenUpToTheFirstHalf) {
+  Pulled p;
+  const PlanFile& width = p.WidthFile(1);
+  // The 8-byte length prefix: the header no longer parses.
+  FlipByte(p.DataPath(width.path), 2);
+  auto r = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->failures.size(), 1u);
+  EXPECT_EQ(r->failures[0].file, width.path);
+  EXPECT_EQ(r->failures[0].what, "header");
+  EXPECT_EQ(r->failures[0].offset, 0u);
+  // The pull recorded [0, 8 + N); the scrub cannot trust N any more, and
+  // forgets what is recorded from byte 0 up to the width file's first half.
+  std::uint64_t header_bytes = 0;
+  for (const PlanRange& range : width.ranges)
+    if (range.kind == PlanRange::Kind::kHeader) header_bytes = range.length;
+  ASSERT_GT(header_bytes, 8u);
+  EXPECT_EQ(r->bytes_forgotten, header_bytes);
+
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 2));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(p.dir.path(), p.release, *again);
+  EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+}
+
+// Packed width files (alignment 1): the header's recorded extent runs on
+// into the first half's, so only the index tells them apart.
+TEST(ScrubTest, InAPackedReleaseADamagedHeaderIsToldApartFromTheHalfAfterIt) {
+  TempDir release;
+  SynthOptions so;
+  so.width_alignment = 1;
+  so.seed = 11;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  Pulled p(release.path(), 1, 0);
+  const PlanFile& width = p.WidthFile();
+  std::uint64_t header_bytes = 0;
+  for (const PlanRange& range : width.ranges)
+    if (range.kind == PlanRange::Kind::kHeader) header_bytes = range.length;
+  // The premise: a half starts right where the header ends.
+  ASSERT_EQ(Pulled::FirstHalf(width).offset, header_bytes);
+
+  FlipByte(p.DataPath(width.path), 2);
+  auto r = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->failures.size(), 1u);
+  EXPECT_EQ(r->failures[0].what, "header");
+  EXPECT_EQ(r->bytes_forgotten, header_bytes);
+  EXPECT_EQ(r->bytes_unaccounted, 0u);
+
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 1, 0));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(p.dir.path(), release.path(), *again);
+  auto after = Scrub(p.dir.path(), false);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->clean());
+  EXPECT_EQ(after->bytes_checked, after->bytes_recorded);
+}
+
+TEST(ScrubTest, ADamagedIndexFileIsForgottenAndItsLayersHalvesAreLeftUnchecked) {
+  Pulled p;
+  const PlanFile& width = p.WidthFile();
+  const int layer = ClassifyReleasePath(width.path).layer;
+  const std::string index = ExpertIndexPath(layer);
+  FlipByte(p.DataPath(index), fs::file_size(p.DataPath(index)) - 1);
+  std::uint64_t layer_bytes = 0;  // recorded bytes of the layer's width files
+  for (const PlanFile& f : p.summary.plan.files)
+    if (!f.whole && ClassifyReleasePath(f.path).layer == layer) layer_bytes += f.bytes();
+
+  auto r = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->failures.size(), 1u);
+  EXPECT_EQ(r->failures[0].file, index);
+  EXPECT_EQ(r->bytes_forgotten, fs::file_size(p.DataPath(index)));
+  EXPECT_EQ(r->bytes_unchecked, layer_bytes);
+  EXPECT_EQ(r->bytes_unaccounted, 0u);
+
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 2));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, fs::file_size(p.DataPath(index)));
+  auto after = Scrub(p.dir.path(), false);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->clean());
+  EXPECT_EQ(after->bytes_unchecked, 0u);
+}
+
+TEST(ScrubTest, AMissingOrTruncatedDataFileFailsEveryCheckOfIt) {
+  Pulled p;
+  const PlanFile& gone = p.WidthFile(0);
+  const PlanFile& cut = p.WidthFile(1);
+  fs::remove(p.DataPath(gone.path));
+  // Cut after the first half: the halves after it can no longer be read.
+  const PlanRange& first = Pulled::FirstHalf(cut);
+  fs::resize_file(p.DataPath(cut.path), first.offset + first.length);
+
+  auto r = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::uint64_t gone_failures = 0, cut_failures = 0, cut_halves_after = 0;
+  for (const ScrubFailure& f : r->failures) {
+    gone_failures += f.file == gone.path;
+    cut_failures += f.file == cut.path;
+  }
+  for (const PlanRange& range : cut.ranges) cut_halves_after += range.offset > first.offset;
+  EXPECT_EQ(gone_failures, gone.ranges.size());  // its header and every half
+  EXPECT_EQ(cut_failures, cut_halves_after);
+  EXPECT_EQ(r->failures.size(), gone_failures + cut_failures);
+
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 2));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(p.dir.path(), p.release, *again);
+  EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+}
+
+TEST(ScrubTest, ACancelledScrubForgetsNothing) {
+  Pulled p;
+  const PlanFile& width = p.WidthFile();
+  FlipByte(p.DataPath(width.path), Pulled::FirstHalf(width).offset);
+  const std::uint64_t before = RecordedBytes(p.dir.path());
+  auto cache = Cache::Open(p.dir.path());
+  ASSERT_TRUE(cache.ok());
+  std::atomic<bool> cancel{true};
+  ScrubOptions o;
+  o.cancel = &cancel;
+  auto r = ScrubFileset(**cache, (*(*cache)->ListFilesets())[0].id, o);
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(*(*cache)->RecordedBytes(), before);
+  // A read-only view cannot repair.
+  auto view = Cache::OpenReadOnly(p.dir.path());
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(ScrubFileset(**view, (*(*view)->ListFilesets())[0].id).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+// `exlr8d verify` as an operator runs it: exit statuses, the lock, JSON.
+TEST(ScrubTest, VerifyCommand) {
+  Pulled p;
+  const std::string c = " --no-progress --cache " + Quote(p.dir.path().string());
+  ShellRun r = Shell(Exlr8d() + " verify" + c);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("exlr8/test@"));
+  EXPECT_THAT(r.out, HasSubstr("halves"));
+
+  const PlanFile& width = p.WidthFile();
+  const PlanRange& half = Pulled::FirstHalf(width);
+  FlipByte(p.DataPath(width.path), half.offset + 1);
+  const std::uint64_t before = RecordedBytes(p.dir.path());
+
+  {
+    // Another process owns the cache: repairing is refused (7); checking works beside it.
+    auto owner = Cache::Open(p.dir.path());
+    ASSERT_TRUE(owner.ok());
+    r = Shell(Exlr8d() + " verify" + c);
+    EXPECT_EQ(r.status, 7) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("--check-only"));
+    r = Shell(Exlr8d() + " verify --check-only --json --repo exlr8/test" + c);
+    EXPECT_EQ(r.status, 1) << r.out;
+    auto json = ParseJson(r.out);
+    ASSERT_TRUE(json.ok()) << r.out;
+    EXPECT_FALSE(json->Find("clean")->as_bool());
+    const JsonValue& set = json->Find("filesets")->as_array().at(0);
+    ASSERT_EQ(set.Find("failures")->as_array().size(), 1u);
+    EXPECT_EQ(set.Find("failures")->as_array()[0].Find("what")->as_string(), half.What());
+    EXPECT_FALSE(set.Find("repaired")->as_bool());
+  }
+  EXPECT_EQ(RecordedBytes(p.dir.path()), before);
+
+  r = Shell(Exlr8d() + " verify --repo exlr8/test" + c);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("FAILED " + half.What()));
+  EXPECT_THAT(r.out, HasSubstr("forgot"));
+  EXPECT_EQ(RecordedBytes(p.dir.path()), before - half.length);
+  r = Shell(Exlr8d() + " verify" + c);
+  EXPECT_EQ(r.status, 0) << r.out;  // what is left is sound
+
+  r = Shell(Exlr8d() + " verify --repo nobody/nothing" + c);
+  EXPECT_EQ(r.status, 3) << r.out;
+  r = Shell(Exlr8d() + " verify --revision main" + c);
+  EXPECT_EQ(r.status, 2) << r.out;
+}
+
+}  // namespace
+}  // namespace exlr8

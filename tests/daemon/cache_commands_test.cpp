@@ -348,6 +348,44 @@ TEST(SystemdUnitsTest, PullUnitStagesPinsAndGcUnitKeepsIt) {
   EXPECT_EQ(ListJson(cache.path()).Find("filesets")->as_array().size(), 1u);
 }
 
+// The scrub unit, as systemd expands it: clean, then a rotted byte is found
+// and forgotten (exit 1: the unit fails, so monitoring sees it), then clean.
+TEST(SystemdUnitsTest, VerifyUnitForgetsWhatRotted) {
+  const fs::path dir = fs::path(EXLR8_SOURCE_DIR) / "systemd";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 2, 0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto unit = ReadUnit(dir / "exlr8d-verify.service");
+  ASSERT_EQ(unit.count("ExecStart"), 1u);
+  std::map<std::string, std::string> env = UnitEnvironment(unit, "");
+  env["EXLR8_CACHE"] = cache.path().string();
+  const std::vector<std::string> words = Expand(unit.find("ExecStart")->second, env, "");
+  ShellRun r = RunUnitCommand(words, env);
+  ASSERT_EQ(r.status, 0) << r.out;
+
+  const PlanFile* width = nullptr;
+  for (const PlanFile& f : s->plan.files)
+    if (!f.whole) width = &f;
+  ASSERT_NE(width, nullptr);
+  const PlanRange& half = width->ranges.back();
+  ASSERT_EQ(half.kind, PlanRange::Kind::kHalf);
+  {
+    std::fstream f(s->root / width->path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(half.offset + 7));
+    f.put('\x42');
+    f.put('\x24');
+    ASSERT_TRUE(f.good());
+  }
+  r = RunUnitCommand(words, env);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("FAILED " + half.What()));
+  r = RunUnitCommand(words, env);
+  EXPECT_EQ(r.status, 0) << r.out;
+  const JsonValue list = ListJson(cache.path());
+  EXPECT_EQ(*list.Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), s->bytes_planned - half.length);
+}
+
 // The API unit's command line, as systemd expands it, serves the cache the
 // pull unit staged.
 TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {

@@ -37,8 +37,11 @@ kill $sim
 wait $sim 2> /dev/null || true
 sim=""
 root=$(echo "$work"/cache/bench/release/*)
-recorded=$("$bin/exlr8d" verify --check-only --json --cache "$work/cache" | sed -n 's/.*"bytes_recorded":\([0-9]*\).*/\1/p')
-echo "release $(du -sh --apparent-size "$work/release" | cut -f1), cached rank: $recorded bytes recorded; $(nproc) cores"
+report=$("$bin/exlr8d" verify --check-only --json --cache "$work/cache")
+field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<< "$report"; }
+recorded=$(field bytes_recorded)
+echo "release $(du -sh --apparent-size "$work/release" | cut -f1), cached rank: $recorded bytes recorded" \
+  "($(field whole_files) whole files, $(field halves) halves, $(field headers) headers); $(nproc) cores"
 
 now() { date +%s.%N; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }

@@ -231,6 +231,59 @@ TEST(ScrubTest, InAPackedReleaseADamagedHeaderIsToldApartFromTheHalfAfterIt) {
   EXPECT_EQ(after->bytes_checked, after->bytes_recorded);
 }
 
+// Other choices where the format leaves them open (spec 14/16): integer and
+// float dtypes, odd widths, shared expert at one width only, packed and
+// shuffled halves.
+TEST(ScrubTest, AReleaseWithOtherChoicesScrubsCleanAndRepairsASharedHalf) {
+  TempDir release;
+  SynthOptions so;
+  so.hidden = 384;
+  so.halves = 4;
+  so.experts = 5;
+  so.moe_layers = {1, 2, 5};
+  so.dense_layers = {0};
+  so.num_hidden_layers = 6;
+  so.widths = {1, 3, 5};
+  so.shared_widths = {5};
+  so.index_dtype = DType::kU64;
+  so.checksum_dtype = DType::kI64;
+  so.vector_dtype = DType::kBF16;
+  so.block_vector_dtype = DType::kF16;
+  so.record_dtype = DType::kI32;
+  so.width_alignment = 1;
+  so.half_order = HalfOrder::kShuffled;
+  so.seed = 9;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  Pulled p(release.path(), 3, 1);
+  auto clean = Scrub(p.dir.path(), false);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  EXPECT_TRUE(clean->clean());
+  EXPECT_EQ(clean->bytes_checked, clean->bytes_recorded);
+  EXPECT_EQ(clean->bytes_unaccounted, 0u);
+
+  const PlanFile* file = nullptr;
+  const PlanRange* shared = nullptr;
+  for (const PlanFile& f : p.summary.plan.files)
+    for (const PlanRange& r : f.ranges)
+      if (shared == nullptr && r.kind == PlanRange::Kind::kHalf && r.tag.expert == kSharedExpert) {
+        file = &f;
+        shared = &r;
+      }
+  ASSERT_NE(shared, nullptr);
+  FlipByte(p.DataPath(file->path), shared->offset + shared->length - 1);
+  auto r = Scrub(p.dir.path(), true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->failures.size(), 1u);
+  EXPECT_EQ(r->failures[0].what, shared->What());
+  EXPECT_THAT(r->failures[0].what, HasSubstr("shared"));
+  EXPECT_EQ(r->bytes_forgotten, shared->length);
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 1));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, shared->length);
+  EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+}
+
 TEST(ScrubTest, ADamagedIndexFileIsForgottenAndItsLayersHalvesAreLeftUnchecked) {
   Pulled p;
   const PlanFile& width = p.WidthFile();

@@ -102,30 +102,6 @@ class ScrubProgressDisplay {
   std::thread thread_;
 };
 
-JsonValue ReportJson(const ScrubReport& r) {
-  JsonValue failures = JsonValue::Array();
-  for (const ScrubFailure& f : r.failures)
-    failures.Push(JsonValue::Object({{"file", JsonValue::String(f.file)},
-                                     {"offset", JsonValue::UInt(f.offset)},
-                                     {"length", JsonValue::UInt(f.length)},
-                                     {"what", JsonValue::String(f.what)},
-                                     {"error", JsonValue::String(f.error)}}));
-  return JsonValue::Object({{"repo", JsonValue::String(r.repo)},
-                            {"commit", JsonValue::String(r.commit)},
-                            {"clean", JsonValue::Bool(r.clean())},
-                            {"bytes_recorded", JsonValue::UInt(r.bytes_recorded)},
-                            {"bytes_checked", JsonValue::UInt(r.bytes_checked)},
-                            {"whole_files", JsonValue::UInt(r.whole_files)},
-                            {"halves", JsonValue::UInt(r.halves)},
-                            {"headers", JsonValue::UInt(r.headers)},
-                            {"bytes_unchecked", JsonValue::UInt(r.bytes_unchecked)},
-                            {"bytes_unaccounted", JsonValue::UInt(r.bytes_unaccounted)},
-                            {"failures", std::move(failures)},
-                            {"repaired", JsonValue::Bool(r.repaired)},
-                            {"bytes_forgotten", JsonValue::UInt(r.bytes_forgotten)},
-                            {"seconds", JsonValue::Double(r.seconds)}});
-}
-
 void PrintReport(const ScrubReport& r) {
   const std::uint64_t rate = r.seconds > 0 ? static_cast<std::uint64_t>(r.bytes_checked / r.seconds) : 0;
   std::printf("%s@%s: checked %s of %s recorded in %.2f s (%s/s): %llu whole files, %llu halves, %llu headers\n",
@@ -212,7 +188,7 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
     if (!report.ok()) return ReportError(kProg, report.status());
     clean = clean && report->clean();
     if (json) {
-      reports.Push(ReportJson(*report));
+      reports.Push(ScrubReportJson(*report));
     } else {
       PrintReport(*report);
     }

@@ -12,6 +12,7 @@
 #include "daemon/pull/digest.h"
 #include "format/checksum.h"
 #include "format/expert_index.h"
+#include "format/json.h"
 #include "format/layout.h"
 #include "format/plan.h"  // HalfTag
 #include "format/safetensors.h"
@@ -354,6 +355,30 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
+}
+
+JsonValue ScrubReportJson(const ScrubReport& r) {
+  JsonValue failures = JsonValue::Array();
+  for (const ScrubFailure& f : r.failures)
+    failures.Push(JsonValue::Object({{"file", JsonValue::String(f.file)},
+                                     {"offset", JsonValue::UInt(f.offset)},
+                                     {"length", JsonValue::UInt(f.length)},
+                                     {"what", JsonValue::String(f.what)},
+                                     {"error", JsonValue::String(f.error)}}));
+  return JsonValue::Object({{"repo", JsonValue::String(r.repo)},
+                            {"commit", JsonValue::String(r.commit)},
+                            {"clean", JsonValue::Bool(r.clean())},
+                            {"bytes_recorded", JsonValue::UInt(r.bytes_recorded)},
+                            {"bytes_checked", JsonValue::UInt(r.bytes_checked)},
+                            {"whole_files", JsonValue::UInt(r.whole_files)},
+                            {"halves", JsonValue::UInt(r.halves)},
+                            {"headers", JsonValue::UInt(r.headers)},
+                            {"bytes_unchecked", JsonValue::UInt(r.bytes_unchecked)},
+                            {"bytes_unaccounted", JsonValue::UInt(r.bytes_unaccounted)},
+                            {"failures", std::move(failures)},
+                            {"repaired", JsonValue::Bool(r.repaired)},
+                            {"bytes_forgotten", JsonValue::UInt(r.bytes_forgotten)},
+                            {"seconds", JsonValue::Double(r.seconds)}});
 }
 
 }  // namespace exlr8

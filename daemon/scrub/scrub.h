@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "daemon/cache/cache.h"
+#include "format/json.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -92,5 +93,11 @@ struct ScrubReport {
 // fileset, a failing index query, Cancelled); what the checks find is in
 // the report.
 Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOptions& options = {});
+
+// The report as a JSON object: repo, commit, clean, the byte counts, the
+// checks by kind, every failure (file, offset, length, what, error),
+// repaired, bytes_forgotten, seconds. What `exlr8d verify --json` prints per
+// fileset and a verify job of `exlr8d serve` keeps as its result.
+JsonValue ScrubReportJson(const ScrubReport& report);
 
 }  // namespace exlr8

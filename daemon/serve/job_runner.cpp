@@ -1,5 +1,7 @@
 #include "daemon/serve/job_runner.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +48,12 @@ struct JobRunner::Rep {
   bool kicked = false;
   JobId current = 0;                        // the job being started or run; 0 = none
   std::unique_ptr<PullJob> pull;            // its pull once created
+  // A verify job's scrub: cancelled through the flag, watched through the
+  // counters (reset when a job starts; read by Snapshot).
+  std::atomic<bool> scrub_cancel{false};
+  ScrubCounters scrub;
+  bool verifying = false;                   // `current` is a verify job, running
+  std::chrono::steady_clock::time_point verify_started;
   bool cancel_current = false;              // a client cancelled `current`
   std::string waiting;                      // why the head of the queue waits
   std::thread thread;
@@ -54,6 +62,11 @@ struct JobRunner::Rep {
   // Runs one job to its end on the open cache and records how it ended
   // (done, failed, cancelled, or queued again when the server is stopping).
   void RunJob(Cache& cache, const JobInfo& job);
+  void RunPull(Cache& cache, const JobInfo& job);
+  void RunVerify(Cache& cache, const JobInfo& job);
+  // How a job whose work returned `status` ends: Finish or, when the server
+  // stopped it, Requeue.
+  void RecordEnd(const JobInfo& job, const Status& status, const std::string& result);
   JobSnapshot SnapshotOf(JobInfo info) const;  // REQUIRES: mu held
 };
 
@@ -101,6 +114,7 @@ void JobRunner::Stop() {
     rep_->stopping = true;
     rep_->kicked = true;
     if (rep_->pull) rep_->pull->Cancel();
+    rep_->scrub_cancel.store(true);
   }
   rep_->wake.notify_all();
   if (rep_->thread.joinable()) rep_->thread.join();
@@ -157,16 +171,40 @@ void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
     waiting.clear();
     current = job.id;
     cancel_current = false;
+    scrub_cancel.store(false);
   }
-  auto clear_current = [this] {
+  if (Status s = store->MarkRunning(job.id); s.ok()) {  // not cancelled meanwhile
+    if (job.request.kind == JobKind::kVerify) {
+      RunVerify(cache, job);
+    } else {
+      RunPull(cache, job);
+    }
+  }
+  std::lock_guard<std::mutex> l(mu);
+  current = 0;
+  pull.reset();
+  verifying = false;
+}
+
+void JobRunner::Rep::RecordEnd(const JobInfo& job, const Status& status, const std::string& result) {
+  bool by_client = false, by_stop = false;
+  {
     std::lock_guard<std::mutex> l(mu);
-    current = 0;
-    pull.reset();
-  };
-  if (Status s = store->MarkRunning(job.id); !s.ok()) {  // cancelled meanwhile
-    clear_current();
-    return;
+    by_client = cancel_current;
+    by_stop = stopping && !by_client;
   }
+  if (status.ok()) {
+    LogIfFailed(store->Finish(job.id, JobState::kDone, "", result), job.id, "its end");
+  } else if (status.code() == StatusCode::kCancelled && by_stop) {
+    LogIfFailed(store->Requeue(job.id), job.id, "its stop");  // resumes at the next start
+  } else if (status.code() == StatusCode::kCancelled) {
+    LogIfFailed(store->Finish(job.id, JobState::kCancelled, "cancelled by a client"), job.id, "its end");
+  } else {
+    LogIfFailed(store->Finish(job.id, JobState::kFailed, status.ToString()), job.id, "its end");
+  }
+}
+
+void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
   PullOptions o = JobRunner::OptionsFor(opt.pull, job.request);
   const JobRequest& r = job.request;
   std::fprintf(stderr, "exlr8d serve: job %lld: pulling %s@%s, manifest %s, TP %d rank %d (attempt %d)\n",
@@ -208,36 +246,72 @@ void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
                  result.status().ToString().c_str());
   }
-  bool by_client = false, by_stop = false;
+  if (result.ok() && !result->complete) {
+    LogIfFailed(store->Finish(job.id, JobState::kFailed, "the pull ended without every byte of its plan verified"),
+                job.id, "its end");
+    return;
+  }
+  if (result.ok() && !job.request.pin.empty()) {
+    auto set = cache.PutFileset(result->repo, result->revision, result->commit);
+    Status pinned = set.ok() ? cache.Pin(*set, job.request.pin) : set.status();
+    if (!pinned.ok()) {
+      LogIfFailed(store->Finish(job.id, JobState::kFailed, "pulled, but pinning failed: " + pinned.ToString()),
+                  job.id, "its end");
+      return;
+    }
+  }
+  RecordEnd(job, result.status(), "");
+}
+
+void JobRunner::Rep::RunVerify(Cache& cache, const JobInfo& job) {
+  const JobRequest& r = job.request;
+  std::fprintf(stderr, "exlr8d serve: job %lld: verifying %s@%s (attempt %d)\n", static_cast<long long>(job.id),
+               r.repo.c_str(), r.revision.c_str(), job.attempts + 1);
   {
     std::lock_guard<std::mutex> l(mu);
-    by_client = cancel_current;
-    by_stop = stopping && !by_client;
+    scrub.bytes_total = scrub.bytes_checked = scrub.failures = 0;
+    verifying = true;
+    verify_started = std::chrono::steady_clock::now();
+    if (cancel_current || stopping) scrub_cancel.store(true);
   }
-  if (result.ok() && result->complete) {
-    std::string error;
-    if (!job.request.pin.empty()) {
-      auto set = cache.PutFileset(result->repo, result->revision, result->commit);
-      Status pinned = set.ok() ? cache.Pin(*set, job.request.pin) : set.status();
-      if (!pinned.ok()) error = "pulled, but pinning failed: " + pinned.ToString();
+  auto scrubbed = [&]() -> Result<ScrubReport> {
+    auto commit = cache.LookupCommit(r.repo, r.revision);
+    if (!commit.ok())
+      return NotFoundError(r.repo + "@" + r.revision + " was never pulled into " + cache.dir().string());
+    EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+    for (const FilesetInfo& set : sets) {
+      if (set.repo != r.repo || set.commit != *commit) continue;
+      ScrubOptions o;
+      o.repair = true;
+      o.cancel = &scrub_cancel;
+      o.counters = &scrub;
+      return ScrubFileset(cache, set.id, o);
     }
-    LogIfFailed(store->Finish(job.id, error.empty() ? JobState::kDone : JobState::kFailed, error), job.id, "its end");
-  } else if (!result.ok() && result.status().code() == StatusCode::kCancelled && by_stop) {
-    LogIfFailed(store->Requeue(job.id), job.id, "its stop");  // resumes at the next start
-  } else if (!result.ok() && result.status().code() == StatusCode::kCancelled) {
-    LogIfFailed(store->Finish(job.id, JobState::kCancelled, "cancelled by a client"), job.id, "its end");
+    return NotFoundError(r.repo + " commit " + *commit + " is not in " + cache.dir().string());
+  }();
+  if (scrubbed.ok()) {
+    std::fprintf(stderr, "exlr8d serve: job %lld: checked %llu bytes in %.2f s, %zu failed, forgot %llu bytes\n",
+                 static_cast<long long>(job.id), static_cast<unsigned long long>(scrubbed->bytes_checked),
+                 scrubbed->seconds, scrubbed->failures.size(),
+                 static_cast<unsigned long long>(scrubbed->bytes_forgotten));
   } else {
-    LogIfFailed(store->Finish(job.id, JobState::kFailed,
-                              result.ok() ? "the pull ended without every byte of its plan verified"
-                                          : result.status().ToString()),
-                job.id, "its end");
+    std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
+                 scrubbed.status().ToString().c_str());
   }
-  clear_current();
+  RecordEnd(job, scrubbed.status(), scrubbed.ok() ? ScrubReportJson(*scrubbed).Dump() : "");
 }
 
 JobSnapshot JobRunner::Rep::SnapshotOf(JobInfo info) const {
   JobSnapshot s;
   if (info.id == current && pull && info.state == JobState::kRunning) s.progress = pull->Progress();
+  if (info.id == current && verifying && info.state == JobState::kRunning) {
+    VerifyProgress v;
+    v.bytes_total = scrub.bytes_total.load(std::memory_order_relaxed);
+    v.bytes_checked = scrub.bytes_checked.load(std::memory_order_relaxed);
+    v.failures = scrub.failures.load(std::memory_order_relaxed);
+    v.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - verify_started).count();
+    s.verify_progress = v;
+  }
   if (info.id == current) s.cancel_requested = cancel_current;
   s.info = std::move(info);
   return s;
@@ -259,6 +333,7 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
     if (rep_->current == id) {
       rep_->cancel_current = true;
       if (rep_->pull) rep_->pull->Cancel();
+      rep_->scrub_cancel.store(true);
     }
   }
   EXLR8_ASSIGN_OR_RETURN(JobInfo info, rep_->store->Get(id));

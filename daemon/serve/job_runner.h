@@ -1,5 +1,7 @@
-// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h) with the
-// pull engine (PullJob), one after another, on a thread of its own.
+// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h), one after
+// another, on a thread of its own: pulls with the pull engine (PullJob),
+// verify jobs with the scrub (daemon/scrub/scrub.h), which forgets what no
+// longer matches.
 //
 // One at a time, on purpose: pulls of one node share its network link, so
 // two at once finish no sooner in total and the first one later; in order,
@@ -28,6 +30,7 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/pull/pull_job.h"
+#include "daemon/scrub/scrub.h"
 #include "daemon/serve/job_store.h"
 #include "format/status.h"
 
@@ -43,11 +46,20 @@ struct JobRunnerOptions {
   std::chrono::milliseconds lock_retry{2000};
 };
 
+// How far a running verify job got.
+struct VerifyProgress {
+  std::uint64_t bytes_total = 0;  // to check (known once it has planned)
+  std::uint64_t bytes_checked = 0;
+  std::uint64_t failures = 0;
+  double elapsed_s = 0;
+};
+
 // A job as the API shows it: the stored row, plus what only the running
 // server knows.
 struct JobSnapshot {
   JobInfo info;
-  std::optional<PullProgress> progress;  // while it runs here
+  std::optional<PullProgress> progress;  // a pull, while it runs here
+  std::optional<VerifyProgress> verify_progress;  // a verify job, while it runs here
   std::string waiting;                   // why a queued job has not started
   bool cancel_requested = false;
 };

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <functional>
 
+#include "daemon/cache/cache_paths.h"
 #include "daemon/cache/migrations.h"
 #include "daemon/cache/mutex.h"
 #include "daemon/cache/sqlite_db.h"
-#include "daemon/pull/pull_job.h"
 #include "serve_schema_sql.h"
 
 namespace exlr8 {
@@ -15,6 +15,7 @@ namespace exlr8 {
 namespace {
 
 constexpr std::array<std::string_view, 5> kStateNames = {"queued", "running", "done", "failed", "cancelled"};
+constexpr std::array<std::string_view, 2> kKindNames = {"pull", "verify"};
 constexpr std::size_t kMaxFieldBytes = 1000;
 
 std::int64_t NowMs() {
@@ -28,14 +29,28 @@ Result<JobState> ParseState(const std::string& name) {
   return CorruptionError("job state '" + name + "' is unknown");
 }
 
+Result<JobKind> ParseKind(const std::string& name) {
+  for (std::size_t i = 0; i < kKindNames.size(); ++i)
+    if (kKindNames[i] == name) return static_cast<JobKind>(i);
+  return CorruptionError("job kind '" + name + "' is unknown");
+}
+
 Status CheckRequest(const JobRequest& r) {
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"repo", &r.repo},
                                      {"revision", &r.revision}, {"manifest", &r.manifest},
                                      {"endpoint", &r.endpoint}, {"pin", &r.pin}})
     if (value->size() > kMaxFieldBytes)
       return InvalidArgumentError(std::string(field) + ": longer than " + std::to_string(kMaxFieldBytes) + " bytes");
-  if (!IsValidRepoId(r.repo)) return InvalidArgumentError("repo must be ORG/NAME, got '" + r.repo + "'");
+  // The cache's own rule (no "..", no leading '.'), so a job that could
+  // never run is refused when it is asked for.
+  if (Status s = ValidateRepoId(r.repo); !s.ok()) return InvalidArgumentError("repo: " + s.message());
   if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
+  if (r.kind == JobKind::kVerify) {
+    // A scrub of a fileset: nothing else applies.
+    if (!r.manifest.empty() || r.tp != 1 || r.rank != 0 || !r.endpoint.empty() || !r.pin.empty())
+      return InvalidArgumentError("a verify job takes repo and revision only");
+    return Status::Ok();
+  }
   if (r.manifest.empty()) return InvalidArgumentError("manifest must not be empty");
   // Names and repo paths only: the server never reads a local file for a
   // client (PullOptions::allow_local_manifest).
@@ -51,7 +66,7 @@ Status CheckRequest(const JobRequest& r) {
 
 constexpr const char* kColumns =
     "id, repo, revision, manifest, tp, rank, endpoint, pin, state, error, pull_id, attempts, created, updated, "
-    "finished";
+    "finished, kind, result";
 
 Result<JobInfo> ReadRow(const SqliteStmt& q) {
   JobInfo j;
@@ -70,12 +85,15 @@ Result<JobInfo> ReadRow(const SqliteStmt& q) {
   j.created_ms = q.Int(12);
   j.updated_ms = q.Int(13);
   if (!q.IsNull(14)) j.finished_ms = q.Int(14);
+  EXLR8_ASSIGN_OR_RETURN(j.request.kind, ParseKind(q.Text(15)));
+  j.result = q.Text(16);
   return j;
 }
 
 }  // namespace
 
 std::string_view JobStateName(JobState state) { return kStateNames[static_cast<std::size_t>(state)]; }
+std::string_view JobKindName(JobKind kind) { return kKindNames[static_cast<std::size_t>(kind)]; }
 
 bool IsFinished(JobState state) {
   return state == JobState::kDone || state == JobState::kFailed || state == JobState::kCancelled;
@@ -128,10 +146,10 @@ Result<JobId> JobStore::Add(const JobRequest& r) {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(
                                            "INSERT INTO jobs (repo, revision, manifest, tp, rank, endpoint, pin, "
-                                           "state, created, updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', "
-                                           "?8, ?8)"));
+                                           "state, created, updated, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+                                           "'queued', ?8, ?8, ?9)"));
   q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
-  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs());
+  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs()).Bind(9, JobKindName(r.kind));
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(rep_->db.get()));
   EXLR8_ASSIGN_OR_RETURN(std::int64_t waiting,
                          rep_->db->QueryInt("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')"));
@@ -205,14 +223,15 @@ Status JobStore::Requeue(JobId id) {
                          nullptr, "only a running job is queued again");
 }
 
-Status JobStore::Finish(JobId id, JobState state, std::string_view error) {
+Status JobStore::Finish(JobId id, JobState state, std::string_view error, std::string_view result) {
   if (!IsFinished(state))
     return InvalidArgumentError("Finish: '" + std::string(JobStateName(state)) + "' is not a final state");
   return rep_->UpdateOne(
       id,
-      "UPDATE jobs SET state = ?3, error = ?4, updated = ?1, finished = ?1 "
+      "UPDATE jobs SET state = ?3, error = ?4, result = ?5, updated = ?1, finished = ?1 "
       "WHERE id = ?2 AND state IN ('queued', 'running')",
-      [&](SqliteStmt& q) { q.Bind(3, JobStateName(state)).Bind(4, error); }, "it has already finished");
+      [&](SqliteStmt& q) { q.Bind(3, JobStateName(state)).Bind(4, error).Bind(5, result); },
+      "it has already finished");
 }
 
 Result<int> JobStore::RequeueInterrupted() {

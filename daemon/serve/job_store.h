@@ -1,6 +1,7 @@
-// JobStore: the durable queue of pulls asked of `exlr8d serve`
-// (<cache>/exlr8d.jobs.db, schema/serve/). Each job is one request: repo,
-// revision, manifest, TP degree and rank. The runner (job_runner.h) takes
+// JobStore: the durable queue of work asked of `exlr8d serve`
+// (<cache>/exlr8d.jobs.db, schema/serve/). Each job is one request: a pull
+// (repo, revision, manifest, TP degree and rank) or a verify (a scrub of
+// the fileset repo@revision, daemon/scrub/scrub.h). The runner (job_runner.h) takes
 // them in order; a server that stops or dies mid-job finds it again at its
 // next start (RequeueInterrupted) and resumes it.
 //
@@ -26,11 +27,15 @@ namespace exlr8 {
 using JobId = std::int64_t;
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };
+enum class JobKind { kPull, kVerify };
+std::string_view JobKindName(JobKind kind);  // "pull", "verify"
 std::string_view JobStateName(JobState state);  // "queued", "running", ...
 bool IsFinished(JobState state);                 // done, failed or cancelled
 
-// What a client asks for (POST /v1/pulls).
+// What a client asks for: POST /v1/pulls, or POST /v1/verify (kind verify:
+// repo and revision only; the other fields keep their defaults).
 struct JobRequest {
+  JobKind kind = JobKind::kPull;
   std::string repo;
   std::string revision = "main";
   std::string manifest;
@@ -50,6 +55,7 @@ struct JobInfo {
   std::int64_t created_ms = 0;
   std::int64_t updated_ms = 0;
   std::optional<std::int64_t> finished_ms;
+  std::string result;  // verify jobs, once done: the scrub's report (a JSON object)
 };
 
 // Bounds on the queue, so that no client fills a disk with it.
@@ -69,8 +75,8 @@ class JobStore {
 
   // Records a new queued job. InvalidArgument naming the field for a bad
   // repo id, an empty revision, a manifest that is neither a name nor a
-  // repo path (absolute, or with ".."), tp < 1, rank outside [0, tp), or a
-  // field longer than 1,000 bytes. ResourceExhausted when the queue holds
+  // repo path (absolute, or with ".."), tp < 1, rank outside [0, tp), a
+  // verify job with pull fields set, or a field longer than 1,000 bytes. ResourceExhausted when the queue holds
   // max_unfinished jobs already. Forgets the oldest finished jobs beyond
   // max_finished.
   Result<JobId> Add(const JobRequest& request);
@@ -86,9 +92,10 @@ class JobStore {
   Status SetPull(JobId id, std::int64_t pull);
   // running -> queued: the server stopped mid-job; it resumes next start.
   Status Requeue(JobId id);
-  // -> done/failed/cancelled with `error`. FailedPrecondition if the job
-  // has already finished (a finished job never changes again).
-  Status Finish(JobId id, JobState state, std::string_view error = {});
+  // -> done/failed/cancelled with `error` (and `result`, see JobInfo).
+  // FailedPrecondition if the job has already finished (a finished job
+  // never changes again).
+  Status Finish(JobId id, JobState state, std::string_view error = {}, std::string_view result = {});
   // Jobs left 'running' by a server that died: queued again. Returns their
   // number. Call once at start, before running anything.
   Result<int> RequeueInterrupted();

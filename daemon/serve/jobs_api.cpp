@@ -41,6 +41,43 @@ std::string ProgressJson(const PullProgress& p) {
   return o + ",\"elapsed_s\":" + elapsed + "}";
 }
 
+std::string VerifyProgressJson(const VerifyProgress& p) {
+  const double rate = p.elapsed_s > 0 ? static_cast<double>(p.bytes_checked) / p.elapsed_s : 0;
+  const std::uint64_t left = p.bytes_total > p.bytes_checked ? p.bytes_total - p.bytes_checked : 0;
+  std::string o = "{\"bytes_total\":" + std::to_string(p.bytes_total) +
+                  ",\"bytes_checked\":" + std::to_string(p.bytes_checked) +
+                  ",\"failures\":" + std::to_string(p.failures) +
+                  ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
+  if (rate > 0 && p.bytes_total > 0) {
+    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
+  } else {
+    o += "null";
+  }
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.3f", p.elapsed_s);
+  return o + ",\"elapsed_s\":" + elapsed + "}";
+}
+
+// Refuses members other than `known` (a typo must not go unnoticed).
+Status OnlyKnownFields(const JsonValue& body, std::initializer_list<std::string_view> known) {
+  for (const auto& member : body.as_object()) {
+    if (std::find(known.begin(), known.end(), member.first) != known.end()) continue;
+    std::string names;
+    for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+    return InvalidArgumentError("unknown field '" + EscapeForMessage(member.first) + "' (fields: " + names + ")");
+  }
+  return Status::Ok();
+}
+
+Result<JsonValue> ParseBody(std::string_view text) {
+  JsonLimits limits;
+  limits.max_depth = 4;
+  auto parsed = ParseJson(text, limits);
+  if (!parsed.ok()) return InvalidArgumentError("the body is not a JSON object: " + parsed.status().message());
+  if (!parsed->is_object()) return InvalidArgumentError("the body must be a JSON object");
+  return parsed;
+}
+
 void AppendOptionalTime(std::string& o, const std::optional<std::int64_t>& ms) {
   if (ms) {
     AppendJsonString(o, UtcTime(*ms));
@@ -76,14 +113,17 @@ std::string JobJson(const JobSnapshot& s) {
     o += std::string(",\"") + key + "\":";
     AppendJsonString(o, value);
   };
+  text("kind", JobKindName(r.kind));
   text("state", JobStateName(j.state));
   text("repo", r.repo);
   text("revision", r.revision);
-  text("manifest", r.manifest);
-  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank);
-  text("endpoint", r.endpoint);
-  text("pin", r.pin);
-  o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
+  if (r.kind == JobKind::kPull) {
+    text("manifest", r.manifest);
+    o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank);
+    text("endpoint", r.endpoint);
+    text("pin", r.pin);
+    o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
+  }
   o += ",\"attempts\":" + std::to_string(j.attempts);
   text("error", j.error);
   text("created", UtcTime(j.created_ms));
@@ -93,22 +133,21 @@ std::string JobJson(const JobSnapshot& s) {
   if (!s.waiting.empty()) text("waiting", s.waiting);
   if (s.cancel_requested) o += ",\"cancel_requested\":true";
   if (s.progress) o += ",\"progress\":" + ProgressJson(*s.progress);
+  if (s.verify_progress) o += ",\"progress\":" + VerifyProgressJson(*s.verify_progress);
+  if (!j.result.empty()) {
+    // Written by this server as JSON; shown as a string if it no longer parses.
+    if (ParseJson(j.result).ok()) {
+      o += ",\"result\":" + j.result;
+    } else {
+      text("result", j.result);
+    }
+  }
   return o + "}";
 }
 
 Result<JobRequest> ParseJobRequest(std::string_view text) {
-  JsonLimits limits;
-  limits.max_depth = 4;
-  auto parsed = ParseJson(text, limits);
-  if (!parsed.ok()) return InvalidArgumentError("the body is not a JSON object: " + parsed.status().message());
-  const JsonValue& body = *parsed;
-  if (!body.is_object()) return InvalidArgumentError("the body must be a JSON object");
-  for (const auto& member : body.as_object()) {
-    static constexpr std::string_view kKnown[] = {"repo", "revision", "manifest", "tp", "rank", "endpoint", "pin"};
-    if (std::find(std::begin(kKnown), std::end(kKnown), member.first) == std::end(kKnown))
-      return InvalidArgumentError("unknown field '" + EscapeForMessage(member.first) +
-                                  "' (fields: repo, revision, manifest, tp, rank, endpoint, pin)");
-  }
+  EXLR8_ASSIGN_OR_RETURN(JsonValue body, ParseBody(text));
+  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision", "manifest", "tp", "rank", "endpoint", "pin"}));
   JobRequest r;
   EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
   if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
@@ -122,10 +161,21 @@ Result<JobRequest> ParseJobRequest(std::string_view text) {
   return r;
 }
 
+Result<JobRequest> ParseVerifyRequest(std::string_view text) {
+  EXLR8_ASSIGN_OR_RETURN(JsonValue body, ParseBody(text));
+  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision"}));
+  JobRequest r;
+  r.kind = JobKind::kVerify;
+  EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
+  if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
+  EXLR8_ASSIGN_OR_RETURN(r.revision, StringField(body, "revision", "main"));
+  return r;
+}
+
 ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   const std::string_view path = PathOf(req.target);
-  if (path == "/v1/pulls" && req.method == "POST") {
-    auto request = ParseJobRequest(req.body);
+  if ((path == "/v1/pulls" || path == "/v1/verify") && req.method == "POST") {
+    auto request = path == "/v1/pulls" ? ParseJobRequest(req.body) : ParseVerifyRequest(req.body);
     if (!request.ok()) return ErrorResponse(request.status());
     auto job = runner_.Submit(*request);
     if (!job.ok()) return ErrorResponse(job.status());
@@ -145,7 +195,8 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     return JobResponse(202, *cancelled);
   }
   if (path == "/v1/jobs") {
-    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls starts a job");
+    if (req.method != "GET")
+      return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls or /v1/verify starts a job");
     auto jobs = runner_.List();
     if (!jobs.ok()) return ErrorResponse(jobs.status());
     std::string body = "{\"jobs\":[";

@@ -1,14 +1,21 @@
-// The REST routes that make `exlr8d serve` run pulls (version 1), in front
-// of the status routes (daemon/api/status_api.h), which get every other
-// request.
+// The REST routes that make `exlr8d serve` run pulls and scrubs (version 1),
+// in front of the status routes (daemon/api/status_api.h), which get every
+// other request.
 //
 //   POST   /v1/pulls        {"repo":"org/name","manifest":"home","tp":4,"rank":1,
 //                            "revision":"main","endpoint":URL,"pin":"holder"}
 //                            (revision, endpoint and pin optional) -> 202
 //                            {"job":{...}}: queued, runs when its turn comes
+//   POST   /v1/verify       {"repo":"org/name","revision":"main"} (revision
+//                            optional) -> 202 {"job":{...}}: scrubs that
+//                            fileset (daemon/scrub/scrub.h), forgetting what
+//                            no longer matches; once done, the job carries
+//                            the report as "result"
 //   GET    /v1/jobs         {"jobs":[...]} newest first (at most 100)
 //   GET    /v1/jobs/{id}    {"job":{...}}; a running job carries "progress"
-//                            (phase, bytes, ranges, rate, ETA), a queued one
+//                            (a pull: phase, bytes, ranges, rate, ETA; a
+//                            verify: bytes checked of total, failures, rate,
+//                            ETA), a queued one
 //                            "waiting" when the cache is owned elsewhere
 //   DELETE /v1/jobs/{id}    cancels it (202; 409 once finished)
 //   DELETE /v1/pulls/{id}   cancels the job running pull {id} (409 for a
@@ -27,8 +34,9 @@ namespace exlr8 {
 // The job as JSON (no trailing newline).
 std::string JobJson(const JobSnapshot& job);
 
-// Parses a POST /v1/pulls body. InvalidArgument naming the field.
+// Parse a POST /v1/pulls or /v1/verify body. InvalidArgument naming the field.
 Result<JobRequest> ParseJobRequest(std::string_view body);
+Result<JobRequest> ParseVerifyRequest(std::string_view body);
 
 class JobsApi {
  public:

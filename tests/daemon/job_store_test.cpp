@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <span>
 
+#include "daemon/cache/migrations.h"
+#include "daemon/cache/sqlite_db.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
+#include "serve_schema_sql.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
@@ -206,6 +210,74 @@ TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
   bad(R"({"repo":7,"manifest":"home","tp":4,"rank":0})", "repo must be a string");
   bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"repo":"x/y"})", "not a JSON object");  // duplicate
   bad(std::string(100, '['), "not a JSON object");  // deeper than the limit
+}
+
+TEST(JobStoreTest, VerifyJobsTakeARepoAndRevisionAndKeepTheirResult) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "exlr8d.jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  JobRequest v;
+  v.kind = JobKind::kVerify;
+  v.repo = "org/model";
+  v.revision = "v2";
+  auto id = (*store)->Add(v);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE((*store)->MarkRunning(*id).ok());
+  ASSERT_TRUE((*store)->Finish(*id, JobState::kDone, "", R"({"clean":true})").ok());
+  auto job = (*store)->Get(*id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->request.kind, JobKind::kVerify);
+  EXPECT_EQ(job->request.revision, "v2");
+  EXPECT_EQ(job->result, R"({"clean":true})");
+  // Pull fields make no sense on a scrub.
+  JobRequest bad = v;
+  bad.manifest = "home";
+  EXPECT_THAT((*store)->Add(bad).status().message(), HasSubstr("repo and revision only"));
+  bad = v;
+  bad.repo = "../x";
+  EXPECT_EQ((*store)->Add(bad).status().code(), StatusCode::kInvalidArgument);
+  // Pulls are pulls, with no result.
+  auto pull = (*store)->Add(Request(2));
+  ASSERT_TRUE(pull.ok());
+  EXPECT_EQ((*store)->Get(*pull)->request.kind, JobKind::kPull);
+  EXPECT_EQ((*store)->Get(*pull)->result, "");
+}
+
+// A queue written by the previous version (schema 1, pulls only) is
+// migrated in place: its jobs read back as pulls.
+TEST(JobStoreTest, AVersion1QueueIsUpgradedInPlace) {
+  TempDir dir;
+  const auto path = dir.path() / "exlr8d.jobs.db";
+  {
+    auto db = SqliteDb::Open(path.string());
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(ApplyMigrations(db->get(), std::span(serve_schema::kMigrations).first(1)).ok());
+    ASSERT_TRUE((*db)->Exec("INSERT INTO jobs (repo, revision, manifest, tp, rank, state, created, updated) "
+                            "VALUES ('org/old', 'main', 'home', 4, 1, 'queued', 1, 1)")
+                    .ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto next = (*store)->NextQueued();
+  ASSERT_TRUE(next.ok() && next->has_value());
+  EXPECT_EQ((*next)->request.kind, JobKind::kPull);
+  EXPECT_EQ((*next)->request.repo, "org/old");
+  EXPECT_EQ((*next)->request.rank, 1);
+}
+
+TEST(JobRequestTest, ParsesVerifyBodies) {
+  auto r = ParseVerifyRequest(R"({"repo":"org/m"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kind, JobKind::kVerify);
+  EXPECT_EQ(r->repo, "org/m");
+  EXPECT_EQ(r->revision, "main");
+  r = ParseVerifyRequest(R"({"repo":"org/m","revision":"abc1234"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->revision, "abc1234");
+  EXPECT_THAT(ParseVerifyRequest(R"({"repo":"org/m","manifest":"home"})").status().message(),
+              HasSubstr("unknown field 'manifest' (fields: repo, revision)"));
+  EXPECT_THAT(ParseVerifyRequest("{}").status().message(), HasSubstr("missing repo"));
+  EXPECT_THAT(ParseVerifyRequest(R"({"repo":1})").status().message(), HasSubstr("repo must be a string"));
 }
 
 TEST(JobRunnerTest, AnotherEndpointNeverGetsTheServersToken) {

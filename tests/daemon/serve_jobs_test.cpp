@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <fstream>
 #include <string>
 
 #include "daemon/cache/cache.h"
@@ -115,6 +116,80 @@ TEST(ServeJobsTest, RunsAPullAskedOverTheSocketAndPinsIt) {
   EXPECT_EQ(Parse(Http(serve.base() + "/v1/jobs")).Find("jobs")->as_array().size(), 1u);
   // A finished job cannot be cancelled.
   EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(id), "DELETE").status, 409);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// POST /v1/verify scrubs a fileset: a rotted half is found and forgotten,
+// and the next pull job fetches exactly it again.
+TEST(ServeJobsTest, AVerifyJobForgetsWhatRottedAndTheNextPullFetchesIt) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  auto wait_done = [&](std::uint64_t id) {
+    JsonValue last;
+    EXPECT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, id))); })) << State(last);
+    return last;
+  };
+  auto verify = [&](const std::string& body) {
+    const HttpAnswer a = Http(serve.base() + "/v1/verify", "POST", "", body);
+    EXPECT_EQ(a.status, 202) << a.body;
+    const JsonValue v = Parse(a);
+    const JsonValue* job = v.is_object() ? v.Find("job") : nullptr;
+    EXPECT_TRUE(job != nullptr && job->Find("kind")->as_string() == "verify") << a.body;
+    return job != nullptr ? *job->Find("id")->as_uint64() : 0;
+  };
+  ASSERT_EQ(State(wait_done(Submit(serve, Body(3, 2)))), "done");
+
+  const PullSummary plan = PlanOf(*sim, 3, 2);
+  const PlanFile* width = nullptr;
+  for (const PlanFile& f : plan.plan.files)
+    if (!f.whole && width == nullptr) width = &f;
+  ASSERT_NE(width, nullptr);
+  const PlanRange& half = width->ranges.back();
+  ASSERT_EQ(half.kind, PlanRange::Kind::kHalf);
+  {
+    std::fstream f(cache.path() / "exlr8" / "test" / plan.commit / width->path,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(half.offset + 3));
+    f.put('\x11');
+    f.put('\x77');
+    ASSERT_TRUE(f.good());
+  }
+
+  const JsonValue scrubbed = wait_done(verify(R"({"repo":"exlr8/test"})"));
+  ASSERT_EQ(State(scrubbed), "done") << scrubbed.Find("error")->as_string();
+  EXPECT_EQ(scrubbed.Find("manifest"), nullptr);  // pull fields only on pulls
+  const JsonValue* result = scrubbed.Find("result");
+  ASSERT_NE(result, nullptr);
+  EXPECT_FALSE(result->Find("clean")->as_bool());
+  EXPECT_TRUE(result->Find("repaired")->as_bool());
+  EXPECT_EQ(*result->Find("bytes_forgotten")->as_uint64(), half.length);
+  ASSERT_EQ(result->Find("failures")->as_array().size(), 1u);
+  EXPECT_EQ(result->Find("failures")->as_array()[0].Find("what")->as_string(), half.What());
+  EXPECT_EQ(*result->Find("halves")->as_uint64(), [&] {
+    std::uint64_t n = 0;
+    for (const PlanFile& f : plan.plan.files)
+      for (const PlanRange& r : f.ranges) n += r.kind == PlanRange::Kind::kHalf;
+    return n;
+  }());
+
+  // A fileset never pulled fails, saying so; a bad body is refused.
+  const JsonValue unknown = wait_done(verify(R"({"repo":"nobody/nothing"})"));
+  EXPECT_EQ(State(unknown), "failed");
+  EXPECT_THAT(unknown.Find("error")->as_string(), HasSubstr("never pulled"));
+  const HttpAnswer bad = Http(serve.base() + "/v1/verify", "POST", "", R"({"repo":"exlr8/test","tp":4})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("unknown field 'tp'"));
+
+  // The next pull fetches exactly the forgotten half.
+  const JsonValue pulled = wait_done(Submit(serve, Body(3, 2)));
+  ASSERT_EQ(State(pulled), "done") << pulled.Find("error")->as_string();
+  const JsonValue p = Parse(Http(serve.base() + "/v1/pulls/" + std::to_string(*pulled.Find("pull")->as_uint64())));
+  EXPECT_EQ(*p.Find("pull")->Find("bytes_fetched")->as_uint64(), half.length);
+  EXPECT_EQ(State(wait_done(verify(R"({"repo":"exlr8/test","revision":"main"})"))), "done");
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), plan);
   EXPECT_EQ(serve.Stop(), 0);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,26 +32,33 @@ struct ScrubFile {
   std::vector<Extent> recorded;
   std::unique_ptr<ByteSource> source;  // null when it could not be opened
   Status open_error;
+  // Width files: where the index says the halves of this width lie, which
+  // the header is checked against (nullopt: none stored at this width).
+  std::optional<WidthFileSpan> span;
 };
 
-// One check and the bytes it vouches for (forgotten when it fails).
+// One check and the bytes it vouches for (forgotten when it fails). Kept
+// small: a width file of GLM-5.3 holds 12,288 halves.
 struct Unit {
   enum class Kind : std::uint8_t { kWhole, kHalf, kHeader };
   Kind kind = Kind::kWhole;
-  std::size_t file = 0;  // into the ScrubFile table
+  std::uint32_t file = 0;  // into the ScrubFile table
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
-  std::string what;
-  // kWhole
-  StreamDigest::Kind digest = StreamDigest::Kind::kSha256;
-  std::string expected;
-  // kHalf: XXH64 over the bytes, then the index file's runs
+  // kHalf: what it is, and its XXH64 over the bytes, then the index file's runs
+  HalfTag tag;
   std::uint64_t xxh64 = 0;
   std::array<ByteRun, 2> tail{};
   const ByteSource* index = nullptr;
-  // kHeader: where the index says the halves of this width lie (nullopt:
-  // it stores none at this width)
-  std::optional<WidthFileSpan> span;
+
+  std::string What() const {
+    switch (kind) {
+      case Kind::kHalf: return tag.What();
+      case Kind::kHeader: return "header";
+      case Kind::kWhole: break;
+    }
+    return "whole file";
+  }
 };
 
 struct Outcome {
@@ -102,15 +110,17 @@ class Checker {
     const ScrubFile& f = files_[u.file];
     if (!f.source) return {f.open_error, u.length};
     switch (u.kind) {
-      case Unit::Kind::kWhole: return {CheckWhole(*f.source, u, buffer), u.length};
+      case Unit::Kind::kWhole: return {CheckWhole(*f.source, f.info, u, buffer), u.length};
       case Unit::Kind::kHalf: return {CheckHalf(*f.source, u, buffer), u.length};
-      case Unit::Kind::kHeader: return CheckHeader(*f.source, f.info, u, buffer);
+      case Unit::Kind::kHeader: return CheckHeader(*f.source, f, u, buffer);
     }
     return {InternalError("unknown check"), 0};
   }
 
-  Status CheckWhole(const ByteSource& src, const Unit& u, std::vector<std::byte>& buffer) {
-    EXLR8_ASSIGN_OR_RETURN(StreamDigest digest, StreamDigest::Create(u.digest, u.length));
+  Status CheckWhole(const ByteSource& src, const FileInfo& info, const Unit& u, std::vector<std::byte>& buffer) {
+    const StreamDigest::Kind kind = info.sha256 ? StreamDigest::Kind::kSha256 : StreamDigest::Kind::kGitBlobSha1;
+    const std::string& expected = info.sha256 ? *info.sha256 : *info.git_sha1;
+    EXLR8_ASSIGN_OR_RETURN(StreamDigest digest, StreamDigest::Create(kind, u.length));
     buffer.resize(static_cast<std::size_t>(std::min<std::uint64_t>(kReadChunk, u.length)));
     for (std::uint64_t at = 0; at < u.length;) {
       if (cancelled()) return CancelledError("scrub cancelled");
@@ -122,9 +132,9 @@ class Checker {
       Checked(piece.size());
     }
     const std::string got = digest.FinishHex();
-    if (got != u.expected)
-      return CorruptionError(src.name() + ": " + (u.digest == StreamDigest::Kind::kSha256 ? "SHA-256 " : "git SHA-1 ") +
-                             got + ", expected " + u.expected);
+    if (got != expected)
+      return CorruptionError(src.name() + ": " + (info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " +
+                             expected);
     return Status::Ok();
   }
 
@@ -141,12 +151,13 @@ class Checker {
     }
     Checked(u.length);
     if (xxh.Digest() != u.xxh64)
-      return CorruptionError(u.what + " (" + src.name() + " at byte " + std::to_string(u.offset) + "): XXH64 " +
+      return CorruptionError(u.What() + " (" + src.name() + " at byte " + std::to_string(u.offset) + "): XXH64 " +
                              Hex64(xxh.Digest()) + ", expected " + Hex64(u.xxh64));
     return Status::Ok();
   }
 
-  Outcome CheckHeader(const ByteSource& src, const FileInfo& info, const Unit& u, std::vector<std::byte>& buffer) {
+  Outcome CheckHeader(const ByteSource& src, const ScrubFile& f, const Unit& u, std::vector<std::byte>& buffer) {
+    const FileInfo& info = f.info;
     Checked(u.length);
     if (u.length < 8)
       return {CorruptionError(src.name() + ": only " + std::to_string(u.length) + " bytes of its header are recorded"),
@@ -163,8 +174,8 @@ class Checker {
     if (Status s = src.ReadAt(0, buffer); !s.ok()) return {s, u.length};
     Result<SafetensorsHeader> header = ParseSafetensorsHeader(buffer, info.size, src.name());
     if (!header.ok()) return {header.status(), u.length};
-    if (u.span) {
-      if (Status s = u.span->Validate(*header, info.size, src.name()); !s.ok()) return {s, u.length};
+    if (f.span) {
+      if (Status s = f.span->Validate(*header, info.size, src.name()); !s.ok()) return {s, u.length};
     }
     return {Status::Ok(), *n};
   }
@@ -173,43 +184,29 @@ class Checker {
   const ScrubOptions& options_;
 };
 
-std::uint64_t UnitBytes(const std::vector<Unit>& units) {
-  std::uint64_t total = 0;
-  for (const Unit& u : units) total += u.length;
-  return total;
-}
-
 Unit WholeUnit(std::size_t index, const ScrubFile& f) {
   Unit u;
   u.kind = Unit::Kind::kWhole;
-  u.file = index;
+  u.file = static_cast<std::uint32_t>(index);
   u.length = f.info.size;
-  u.what = "whole file";
-  if (f.info.sha256) {
-    u.expected = *f.info.sha256;
-  } else {
-    u.digest = StreamDigest::Kind::kGitBlobSha1;
-    u.expected = *f.info.git_sha1;
-  }
   return u;
 }
 
 // The checks of one width file: its header, if recorded, and every half of
 // the index stored at its width that is recorded.
-Status AddWidthUnits(std::size_t index, const ScrubFile& f, int k, const ExpertIndex& ix, const ByteSource& ix_source,
+Status AddWidthUnits(std::size_t index, ScrubFile& f, int k, const ExpertIndex& ix, const ByteSource& ix_source,
                      std::vector<Unit>* units) {
   EXLR8_ASSIGN_OR_RETURN(WidthFileSpan span, ix.SpanOfWidth(k));
   if (!f.recorded.empty() && f.recorded.front().offset == 0) {
     Unit u;
     u.kind = Unit::Kind::kHeader;
-    u.file = index;
+    u.file = static_cast<std::uint32_t>(index);
     // Everything recorded before the first half can only be the header.
     const std::uint64_t limit = span.empty ? f.info.size : span.lowest_offset;
     u.length = std::min(f.recorded.front().end(), limit);
-    u.what = "header";
-    if (!span.empty) u.span = span;
-    if (u.length > 0) units->push_back(std::move(u));
+    if (u.length > 0) units->push_back(u);
   }
+  if (!span.empty) f.span = std::move(span);
   for (const bool shared : {false, true}) {
     const WidthTables* tables = ix.Tables(k, shared);
     if (tables == nullptr) continue;
@@ -221,20 +218,75 @@ Status AddWidthUnits(std::size_t index, const ScrubFile& f, int k, const ExpertI
           if (!ExtentsCover(f.recorded, {entry.offset, entry.length})) continue;
           Unit u;
           u.kind = Unit::Kind::kHalf;
-          u.file = index;
+          u.file = static_cast<std::uint32_t>(index);
           u.offset = entry.offset;
           u.length = entry.length;
-          u.what = HalfTag{ix.layer(), expert, static_cast<Proj>(p), h, k}.What();
+          u.tag = HalfTag{ix.layer(), expert, static_cast<Proj>(p), h, k};
           u.xxh64 = entry.checksum;
           u.tail = ix.ChecksumTail(expert, static_cast<Proj>(p), h, k);
           u.index = &ix_source;
-          units->push_back(std::move(u));
+          units->push_back(u);
         }
       }
     }
   }
   return Status::Ok();
 }
+
+// Runs the checks batch by batch (all whole files; then one width file at a
+// time, so memory stays that of one file's halves however large the
+// fileset) and adds what they found to the report.
+class BatchRunner {
+ public:
+  BatchRunner(std::vector<ScrubFile>& files, const ScrubOptions& options, ScrubReport& report)
+      : files_(files), checker_(files, options), report_(report), accounted_(files.size()) {}
+
+  bool cancelled() const { return checker_.cancelled(); }
+
+  // Runs `batch`; `review` may turn an outcome into a failure before it is
+  // recorded (an index file that matches its hash but does not parse).
+  Status Run(std::vector<Unit>& batch,
+             const std::function<void(const Unit&, Outcome&)>& review = {}) {
+    std::vector<Outcome> outcomes = checker_.Run(batch);
+    if (cancelled()) return CancelledError("scrub cancelled");
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Unit& u = batch[i];
+      Outcome& o = outcomes[i];
+      if (review) review(u, o);
+      switch (u.kind) {
+        case Unit::Kind::kWhole: ++report_.whole_files; break;
+        case Unit::Kind::kHalf: ++report_.halves; break;
+        case Unit::Kind::kHeader: ++report_.headers; break;
+      }
+      report_.bytes_checked += u.length;
+      accounted_[u.file].push_back({u.offset, o.status.ok() ? o.accounted : u.length});
+      if (o.status.ok()) continue;
+      ++report_.checks_failed;
+      forget_.push_back({files_[u.file].info.id, u.offset, u.length});
+      if (report_.failures.size() < ScrubReport::kMaxFailureDetails)
+        report_.failures.push_back({files_[u.file].info.path, u.offset, u.length, u.What(), o.status.message()});
+    }
+    batch.clear();
+    return Status::Ok();
+  }
+
+  // The bytes of every failed check.
+  const std::vector<VerifiedExtent>& failed() const { return forget_; }
+
+  // File `i` is done: what no check covered goes into the report.
+  void Account(std::size_t i, bool unchecked) {
+    const std::uint64_t rest = TotalLength(SubtractExtents(files_[i].recorded, std::move(accounted_[i])));
+    (unchecked ? report_.bytes_unchecked : report_.bytes_unaccounted) += rest;
+    std::vector<Extent>().swap(accounted_[i]);
+  }
+
+ private:
+  std::vector<ScrubFile>& files_;
+  Checker checker_;
+  ScrubReport& report_;
+  std::vector<std::vector<Extent>> accounted_;  // by file: the bytes its checks covered
+  std::vector<VerifiedExtent> forget_;
+};
 
 }  // namespace
 
@@ -265,92 +317,62 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
     f.info = std::move(info);
     files.push_back(std::move(f));
   }
+  if (options.counters) options.counters->bytes_total.fetch_add(report.bytes_recorded, std::memory_order_relaxed);
 
-  Checker checker(files, options);
-  std::vector<Unit> units;
-  std::vector<Outcome> outcomes;
-  auto run = [&](std::vector<Unit> batch) {
-    if (options.counters) options.counters->bytes_total.fetch_add(UnitBytes(batch), std::memory_order_relaxed);
-    std::vector<Outcome> done = checker.Run(batch);
-    units.insert(units.end(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
-    outcomes.insert(outcomes.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
-  };
+  BatchRunner runner(files, options, report);
   auto whole_checkable = [](const ScrubFile& f) {
     return f.info.whole_verified && f.info.size > 0 && (f.info.sha256 || f.info.git_sha1);
   };
+  auto kind_of = [&](std::size_t i) { return ClassifyReleasePath(files[i].info.path); };
 
   // 1. The expert index files, whose tables check the halves.
+  std::map<int, ExpertIndex> indexes;  // by layer, the ones that passed
   std::vector<Unit> batch;
   for (std::size_t i = 0; i < files.size(); ++i)
-    if (ClassifyReleasePath(files[i].info.path).kind == ReleaseFileKind::kExpertIndex && whole_checkable(files[i]))
+    if (kind_of(i).kind == ReleaseFileKind::kExpertIndex && whole_checkable(files[i]))
       batch.push_back(WholeUnit(i, files[i]));
-  const std::size_t index_units = batch.size();
-  run(std::move(batch));
-  batch.clear();
-  std::map<int, std::pair<ExpertIndex, const ByteSource*>> indexes;  // by layer, the ones that passed
-  for (std::size_t u = 0; u < index_units; ++u) {
-    if (!outcomes[u].status.ok()) continue;
-    const ScrubFile& f = files[units[u].file];
-    const int layer = ClassifyReleasePath(f.info.path).layer;
-    Result<ExpertIndex> ix = ExpertIndex::Read(*f.source, layer);
-    if (!ix.ok()) {
-      outcomes[u].status = ix.status();  // its hash matches, yet it no longer parses: fetch it again
-      continue;
+  EXLR8_RETURN_IF_ERROR(runner.Run(batch, [&](const Unit& u, Outcome& o) {
+    if (!o.status.ok()) return;
+    const int layer = kind_of(u.file).layer;
+    Result<ExpertIndex> ix = ExpertIndex::Read(*files[u.file].source, layer);
+    if (ix.ok()) {
+      indexes.emplace(layer, *std::move(ix));
+    } else {
+      o.status = ix.status();  // its hash matches, yet it no longer parses: fetch it again
     }
-    indexes.emplace(layer, std::make_pair(*std::move(ix), f.source.get()));
-  }
+  }));
 
-  // 2. Everything else.
-  std::vector<bool> unchecked(files.size(), false);
+  // 2. The other whole files (the largest: dense and vocab files).
+  for (std::size_t i = 0; i < files.size(); ++i)
+    if (kind_of(i).kind != ReleaseFileKind::kExpertIndex && whole_checkable(files[i]))
+      batch.push_back(WholeUnit(i, files[i]));
+  EXLR8_RETURN_IF_ERROR(runner.Run(batch));
+
+  // 3. Width files, one at a time; then what no check covered, file by file.
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const ScrubFile& f = files[i];
-    const ReleasePath rp = ClassifyReleasePath(f.info.path);
-    if (rp.kind == ReleaseFileKind::kExpertIndex) continue;
-    if (whole_checkable(f)) {
-      batch.push_back(WholeUnit(i, f));
-    } else if (rp.kind == ReleaseFileKind::kExpertWidth) {
+    const ReleasePath rp = kind_of(i);
+    bool unchecked = false;
+    if (rp.kind == ReleaseFileKind::kExpertWidth && !whole_checkable(files[i])) {
       auto ix = indexes.find(rp.layer);
-      Status added = ix == indexes.end() ? NotFoundError("no index")
-                                         : AddWidthUnits(i, f, rp.k, ix->second.first, *ix->second.second, &batch);
-      if (!added.ok()) unchecked[i] = true;
+      auto ix_file = std::find_if(files.begin(), files.end(),
+                                  [&](const ScrubFile& f) { return f.info.path == ExpertIndexPath(rp.layer); });
+      Status added = ix == indexes.end() || ix_file == files.end()
+                         ? NotFoundError("no index")
+                         : AddWidthUnits(i, files[i], rp.k, ix->second, *ix_file->source, &batch);
+      unchecked = !added.ok();
+      if (unchecked) batch.clear();
+      EXLR8_RETURN_IF_ERROR(runner.Run(batch));
     }
-    // Anything else recorded is counted as unaccounted below.
+    runner.Account(i, unchecked);
   }
-  run(std::move(batch));
-  if (checker.cancelled()) return CancelledError("scrub of " + set.repo + "@" + set.commit + " cancelled");
-
-  // 3. The report: failures, coverage.
-  std::vector<std::vector<Extent>> accounted(files.size());
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const Unit& unit = units[u];
-    const Outcome& outcome = outcomes[u];
-    switch (unit.kind) {
-      case Unit::Kind::kWhole: ++report.whole_files; break;
-      case Unit::Kind::kHalf: ++report.halves; break;
-      case Unit::Kind::kHeader: ++report.headers; break;
-    }
-    accounted[unit.file].push_back({unit.offset, outcome.status.ok() ? outcome.accounted : unit.length});
-    report.bytes_checked += unit.length;
-    if (outcome.status.ok()) continue;
-    if (outcome.status.code() == StatusCode::kCancelled) return outcome.status;
-    const ScrubFile& f = files[unit.file];
-    report.failures.push_back({f.info.path, unit.offset, unit.length, unit.what, outcome.status.message()});
-  }
-  for (std::size_t i = 0; i < files.size(); ++i) {
-    const std::uint64_t rest = TotalLength(SubtractExtents(files[i].recorded, std::move(accounted[i])));
-    (unchecked[i] ? report.bytes_unchecked : report.bytes_unaccounted) += rest;
-  }
+  if (runner.cancelled()) return CancelledError("scrub of " + set.repo + "@" + set.commit + " cancelled");
   std::sort(report.failures.begin(), report.failures.end(), [](const ScrubFailure& a, const ScrubFailure& b) {
     return a.file != b.file ? a.file < b.file : a.offset < b.offset;
   });
 
   // 4. Repair: one transaction un-records every failed check's bytes.
-  if (options.repair && !report.failures.empty()) {
-    std::map<std::string, FileId> ids;
-    for (const ScrubFile& f : files) ids[f.info.path] = f.info.id;
-    std::vector<VerifiedExtent> forget;
-    for (const ScrubFailure& bad : report.failures) forget.push_back({ids.at(bad.file), bad.offset, bad.length});
-    EXLR8_ASSIGN_OR_RETURN(report.bytes_forgotten, cache.ForgetExtents(forget));
+  if (options.repair && !runner.failed().empty()) {
+    EXLR8_ASSIGN_OR_RETURN(report.bytes_forgotten, cache.ForgetExtents(runner.failed()));
     report.repaired = true;
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -375,6 +397,7 @@ JsonValue ScrubReportJson(const ScrubReport& r) {
                             {"headers", JsonValue::UInt(r.headers)},
                             {"bytes_unchecked", JsonValue::UInt(r.bytes_unchecked)},
                             {"bytes_unaccounted", JsonValue::UInt(r.bytes_unaccounted)},
+                            {"checks_failed", JsonValue::UInt(r.checks_failed)},
                             {"failures", std::move(failures)},
                             {"repaired", JsonValue::Bool(r.repaired)},
                             {"bytes_forgotten", JsonValue::UInt(r.bytes_forgotten)},

@@ -292,7 +292,7 @@ void JobRunner::Rep::RunVerify(Cache& cache, const JobInfo& job) {
   if (scrubbed.ok()) {
     std::fprintf(stderr, "exlr8d serve: job %lld: checked %llu bytes in %.2f s, %zu failed, forgot %llu bytes\n",
                  static_cast<long long>(job.id), static_cast<unsigned long long>(scrubbed->bytes_checked),
-                 scrubbed->seconds, scrubbed->failures.size(),
+                 scrubbed->seconds, static_cast<std::size_t>(scrubbed->checks_failed),
                  static_cast<unsigned long long>(scrubbed->bytes_forgotten));
   } else {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),

@@ -133,6 +133,7 @@ TEST(ScrubTest, DamagedBytesAreFoundForgottenAndPulledAgainExactly) {
   auto check = Scrub(p.dir.path(), /*repair=*/false);
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   ASSERT_EQ(check->failures.size(), 2u);
+  EXPECT_EQ(check->checks_failed, 2u);
   // Sorted by file path: experts/ before manifests/.
   EXPECT_EQ(check->failures[0].file, width.path);
   EXPECT_EQ(check->failures[0].offset, half.offset);
@@ -334,6 +335,48 @@ TEST(ScrubTest, AMissingOrTruncatedDataFileFailsEveryCheckOfIt) {
 
   auto again = Pull(p.dir.path(), Options(*p.sim, "home", 3, 2));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(p.dir.path(), p.release, *again);
+  EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+}
+
+// A lost width file of 1,176 halves: every check of it fails, the report
+// details the first kMaxFailureDetails and counts them all, and every
+// failed check's bytes are forgotten (then pulled again).
+TEST(ScrubTest, ThousandsOfFailuresAreCountedAllAndDetailedUpToTheCap) {
+  TempDir release;
+  SynthOptions so;
+  so.hidden = 128;
+  so.halves = 8;
+  so.experts = 48;  // 48 x 3 x 8 halves in the one width file
+  so.widths = {4};
+  so.shared_widths = {4};
+  so.moe_layers = {1};
+  so.dense_layers = {0};
+  so.num_hidden_layers = 2;
+  so.seed = 5;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  Pulled p(release.path(), 1, 0);
+  const PlanFile& width = p.WidthFile();
+  ASSERT_GT(width.ranges.size(), ScrubReport::kMaxFailureDetails);
+  fs::remove(p.DataPath(width.path));
+  const std::uint64_t before = RecordedBytes(p.dir.path());
+
+  auto r = Scrub(p.dir.path(), true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->checks_failed, width.ranges.size());  // its header and every half
+  EXPECT_EQ(r->failures.size(), ScrubReport::kMaxFailureDetails);
+  EXPECT_FALSE(r->clean());
+  EXPECT_EQ(r->bytes_forgotten, width.bytes());
+  EXPECT_EQ(RecordedBytes(p.dir.path()), before - width.bytes());
+  auto again = Pull(p.dir.path(), Options(*p.sim, "home", 1, 0));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->bytes_fetched, width.bytes() + [&] {
+    std::uint64_t header = 0;  // fetched twice: recorded only when two fetches agree
+    for (const PlanRange& range : width.ranges)
+      if (range.kind == PlanRange::Kind::kHeader) header = range.length;
+    return header;
+  }());
   ExpectCacheHoldsExactlyThePlan(p.dir.path(), p.release, *again);
   EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
 }

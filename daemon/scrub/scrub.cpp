@@ -325,8 +325,11 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
   };
   auto kind_of = [&](std::size_t i) { return ClassifyReleasePath(files[i].info.path); };
 
-  // 1. The expert index files, whose tables check the halves.
-  std::map<int, ExpertIndex> indexes;  // by layer, the ones that passed
+  // 1. The expert index files, whose tables check the halves: hashed and
+  // parsed here; parsed again, one layer at a time, for its width files
+  // (a GLM-5.3 layer's tables are about a megabyte; 75 layers at once
+  // would be most of the scrub's memory).
+  std::map<int, std::size_t> index_file;  // by layer, the ones that passed: into `files`
   std::vector<Unit> batch;
   for (std::size_t i = 0; i < files.size(); ++i)
     if (kind_of(i).kind == ReleaseFileKind::kExpertIndex && whole_checkable(files[i]))
@@ -334,12 +337,11 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
   EXLR8_RETURN_IF_ERROR(runner.Run(batch, [&](const Unit& u, Outcome& o) {
     if (!o.status.ok()) return;
     const int layer = kind_of(u.file).layer;
-    Result<ExpertIndex> ix = ExpertIndex::Read(*files[u.file].source, layer);
-    if (ix.ok()) {
-      indexes.emplace(layer, *std::move(ix));
-    } else {
-      o.status = ix.status();  // its hash matches, yet it no longer parses: fetch it again
+    if (Status parsed = ExpertIndex::Read(*files[u.file].source, layer).status(); !parsed.ok()) {
+      o.status = parsed;  // its hash matches, yet it no longer parses: fetch it again
+      return;
     }
+    index_file[layer] = u.file;
   }));
 
   // 2. The other whole files (the largest: dense and vocab files).
@@ -349,16 +351,20 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
   EXLR8_RETURN_IF_ERROR(runner.Run(batch));
 
   // 3. Width files, one at a time; then what no check covered, file by file.
+  std::optional<ExpertIndex> ix;  // the layer of the last width file
   for (std::size_t i = 0; i < files.size(); ++i) {
     const ReleasePath rp = kind_of(i);
     bool unchecked = false;
     if (rp.kind == ReleaseFileKind::kExpertWidth && !whole_checkable(files[i])) {
-      auto ix = indexes.find(rp.layer);
-      auto ix_file = std::find_if(files.begin(), files.end(),
-                                  [&](const ScrubFile& f) { return f.info.path == ExpertIndexPath(rp.layer); });
-      Status added = ix == indexes.end() || ix_file == files.end()
-                         ? NotFoundError("no index")
-                         : AddWidthUnits(i, files[i], rp.k, ix->second, *ix_file->source, &batch);
+      auto found = index_file.find(rp.layer);
+      Status added = found == index_file.end() ? NotFoundError("no index") : Status::Ok();
+      if (added.ok() && (!ix || ix->layer() != rp.layer)) {
+        ix.reset();
+        Result<ExpertIndex> parsed = ExpertIndex::Read(*files[found->second].source, rp.layer);
+        added = parsed.status();
+        if (parsed.ok()) ix = *std::move(parsed);
+      }
+      if (added.ok()) added = AddWidthUnits(i, files[i], rp.k, *ix, *files[found->second].source, &batch);
       unchecked = !added.ok();
       if (unchecked) batch.clear();
       EXLR8_RETURN_IF_ERROR(runner.Run(batch));

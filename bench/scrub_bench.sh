@@ -43,6 +43,12 @@ recorded=$(field bytes_recorded)
 echo "release $(du -sh --apparent-size "$work/release" | cut -f1), cached rank: $recorded bytes recorded" \
   "($(field whole_files) whole files, $(field halves) halves, $(field headers) headers); $(nproc) cores"
 
+if [[ -x /usr/bin/time ]]; then
+  rss=$(/usr/bin/time -f '%M' "$bin/exlr8d" verify --check-only --no-progress --cache "$work/cache" 2>&1 > /dev/null |
+        tail -1)
+  echo "peak RSS of exlr8d verify: $((rss / 1024)) MB"
+fi
+
 now() { date +%s.%N; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 run_scrub() { "$bin/exlr8d" verify --check-only --no-progress --cache "$work/cache" "$@" > /dev/null; }

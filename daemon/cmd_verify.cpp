@@ -158,8 +158,8 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   if (!cache.ok()) {
     Status s = cache.status();
     if (s.code() == StatusCode::kFailedPrecondition && !check_only)
-      s = FailedPreconditionError(s.message() +
-                                  " (verify forgets what fails, so it needs the lock; --check-only runs beside its owner)");
+      s = FailedPreconditionError(s.message() + " (verify forgets what fails, so it needs the lock; " +
+                                  "--check-only runs beside its owner)");
     return ReportError(kProg, s);
   }
 

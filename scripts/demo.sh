@@ -2,8 +2,9 @@
 # The main job on the embedded default: synthesize a small EXLR8 release, serve
 # it from a local Hugging Face stand-in (tests/hubsim: hub on 127.0.0.1, signed
 # CDN URLs on 127.0.0.2), pull rank 1 of TP 4 under the home manifest with
-# `exlr8d pull`, then read the cache with the offline tools; last, ask
-# `exlr8d serve` over its REST API to pull rank 2 as a job.
+# `exlr8d pull`, then read the cache with the offline tools, damage a byte and
+# let `exlr8d verify` and the next pull mend it; last, ask `exlr8d serve`
+# over its REST API to pull rank 2 as a job.
 #
 #   scripts/demo.sh              setup + build + demo (work files in ./out/demo)
 #   EXLR8_SKIP_SETUP=1 ...       skip apt-get
@@ -71,6 +72,20 @@ PY
 say "pull again: everything is reused, nothing is fetched"
 "$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
   --no-progress | grep -E "fetched|reused|verified"
+say "a byte rots on disk: exlr8d verify finds it, forgets that half, and the next pull fetches exactly it"
+read -r rotten_file rotten_offset rotten_half < <("$bin/exlr8" plan "$work/release" --manifest home --tp 4 --rank 1 \
+  --json | python3 -c '
+import json, sys
+f = [f for f in json.load(sys.stdin)["files"] if f.get("ranges")][0]
+h = [r for r in f["ranges"] if "xxh64" in r][0]
+print(f["path"], h["offset"] + 100, h["what"].replace(" ", "_"))')
+printf '\x5a' | dd of="$root/$rotten_file" bs=1 seek="$rotten_offset" conv=notrunc status=none
+echo "  flipped byte $rotten_offset of $rotten_file (in ${rotten_half//_/ })"
+"$bin/exlr8d" verify --cache "$work/cache" --no-progress && { echo "verify missed it"; exit 1; }
+"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
+  --no-progress | grep -E "fetched|verified"
+"$bin/exlr8d" verify --cache "$work/cache" --no-progress
+
 say "what the cache holds (exlr8d list; the same report is GET /v1/filesets of exlr8d serve)"
 "$bin/exlr8d" list --cache "$work/cache"
 

@@ -132,9 +132,9 @@ class Checker {
       Checked(piece.size());
     }
     const std::string got = digest.FinishHex();
+    // The failure is reported with its file and range: the message says only what differs.
     if (got != expected)
-      return CorruptionError(src.name() + ": " + (info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " +
-                             expected);
+      return CorruptionError(std::string(info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " + expected);
     return Status::Ok();
   }
 
@@ -151,8 +151,8 @@ class Checker {
     }
     Checked(u.length);
     if (xxh.Digest() != u.xxh64)
-      return CorruptionError(u.What() + " (" + src.name() + " at byte " + std::to_string(u.offset) + "): XXH64 " +
-                             Hex64(xxh.Digest()) + ", expected " + Hex64(u.xxh64));
+      return CorruptionError("XXH64 " + Hex64(xxh.Digest()) + ", expected " + Hex64(u.xxh64) +
+                             " (with its index-file tail)");
     return Status::Ok();
   }
 

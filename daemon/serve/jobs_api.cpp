@@ -16,6 +16,19 @@ constexpr std::string_view kPullsPrefix = "/v1/pulls/";
 
 ApiResponse JobResponse(int status, const JobSnapshot& job) { return {status, "{\"job\":" + JobJson(job) + "}"}; }
 
+// ,"bytes_per_second":R,"eta_s":S (null while unknown),"elapsed_s":E
+std::string RateJson(double rate, bool total_known, std::uint64_t left, double elapsed_s) {
+  std::string o = ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
+  if (rate > 0 && total_known) {
+    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
+  } else {
+    o += "null";
+  }
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.3f", elapsed_s);
+  return o + ",\"elapsed_s\":" + elapsed;
+}
+
 std::string ProgressJson(const PullProgress& p) {
   // Rate: bytes off the network over the time the attempt has run; ETA: what
   // is left to verify at that rate.
@@ -29,16 +42,8 @@ std::string ProgressJson(const PullProgress& p) {
        ",\"bytes_received\":" + std::to_string(p.bytes_received) + ",\"ranges_total\":" +
        std::to_string(p.ranges_total) + ",\"ranges_done\":" + std::to_string(p.ranges_done) +
        ",\"requests\":" + std::to_string(p.fetch.transfers) + ",\"retries\":" + std::to_string(p.fetch.retries) +
-       ",\"checksum_failures\":" + std::to_string(p.checksum_failures) +
-       ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
-  if (rate > 0 && p.bytes_planned > 0) {
-    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
-  } else {
-    o += "null";
-  }
-  char elapsed[32];
-  std::snprintf(elapsed, sizeof elapsed, "%.3f", p.elapsed_s);
-  return o + ",\"elapsed_s\":" + elapsed + "}";
+       ",\"checksum_failures\":" + std::to_string(p.checksum_failures);
+  return o + RateJson(rate, p.bytes_planned > 0, left, p.elapsed_s) + "}";
 }
 
 std::string VerifyProgressJson(const VerifyProgress& p) {
@@ -46,16 +51,8 @@ std::string VerifyProgressJson(const VerifyProgress& p) {
   const std::uint64_t left = p.bytes_total > p.bytes_checked ? p.bytes_total - p.bytes_checked : 0;
   std::string o = "{\"bytes_total\":" + std::to_string(p.bytes_total) +
                   ",\"bytes_checked\":" + std::to_string(p.bytes_checked) +
-                  ",\"failures\":" + std::to_string(p.failures) +
-                  ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
-  if (rate > 0 && p.bytes_total > 0) {
-    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
-  } else {
-    o += "null";
-  }
-  char elapsed[32];
-  std::snprintf(elapsed, sizeof elapsed, "%.3f", p.elapsed_s);
-  return o + ",\"elapsed_s\":" + elapsed + "}";
+                  ",\"failures\":" + std::to_string(p.failures);
+  return o + RateJson(rate, p.bytes_total > 0, left, p.elapsed_s) + "}";
 }
 
 // Refuses members other than `known` (a typo must not go unnoticed).

@@ -70,22 +70,7 @@ TEST(PullTest, FreshPullMakesOneResolvePerFile) {
 
 TEST(PullTest, SynthesizedReleaseWithOtherChoices) {
   TempDir release;
-  SynthOptions so;
-  so.hidden = 384;
-  so.halves = 4;
-  so.experts = 5;
-  so.moe_layers = {1, 2, 5};
-  so.dense_layers = {0};
-  so.num_hidden_layers = 6;
-  so.widths = {1, 3, 5};
-  so.shared_widths = {5};
-  so.index_dtype = DType::kU64;
-  so.checksum_dtype = DType::kI64;
-  so.vector_dtype = DType::kBF16;
-  so.block_vector_dtype = DType::kF16;
-  so.width_alignment = 1;
-  so.half_order = HalfOrder::kShuffled;
-  so.seed = 7;
+  const SynthOptions so = OtherChoicesRelease(7);
   DirectoryReleaseSink sink(release.path().string());
   ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
   auto sim = StartSim(release.path());

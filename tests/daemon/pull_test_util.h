@@ -18,6 +18,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/pull/pull_job.h"
 #include "format/plan.h"
+#include "format/release_writer.h"
 #include "tests/hubsim/hubsim.h"
 
 namespace exlr8 {
@@ -29,6 +30,31 @@ inline fs::path TinyRelease() { return fs::path(EXLR8_SHARED_DIR) / "fixtures" /
 inline std::vector<char> ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A release that makes the choices section 14 of the spec leaves open
+// otherwise than the shared fixture: U64 index, I64 checksums, I32 records,
+// BF16/F16 vectors, widths 1/3/5 with the shared expert at 5 only, packed
+// and shuffled halves, an odd geometry.
+inline SynthOptions OtherChoicesRelease(std::uint64_t seed) {
+  SynthOptions so;
+  so.hidden = 384;
+  so.halves = 4;
+  so.experts = 5;
+  so.moe_layers = {1, 2, 5};
+  so.dense_layers = {0};
+  so.num_hidden_layers = 6;
+  so.widths = {1, 3, 5};
+  so.shared_widths = {5};
+  so.index_dtype = DType::kU64;
+  so.checksum_dtype = DType::kI64;
+  so.vector_dtype = DType::kBF16;
+  so.block_vector_dtype = DType::kF16;
+  so.record_dtype = DType::kI32;
+  so.width_alignment = 1;
+  so.half_order = HalfOrder::kShuffled;
+  so.seed = seed;
+  return so;
 }
 
 inline std::unique_ptr<hubsim::HubSim> StartSim(const fs::path& dir, const std::string& token = "",

@@ -232,28 +232,10 @@ TEST(ScrubTest, InAPackedReleaseADamagedHeaderIsToldApartFromTheHalfAfterIt) {
   EXPECT_EQ(after->bytes_checked, after->bytes_recorded);
 }
 
-// Other choices where the format leaves them open (spec 14/16): integer and
-// float dtypes, odd widths, shared expert at one width only, packed and
-// shuffled halves.
+// Other choices where the format leaves them open (spec 14/16).
 TEST(ScrubTest, AReleaseWithOtherChoicesScrubsCleanAndRepairsASharedHalf) {
   TempDir release;
-  SynthOptions so;
-  so.hidden = 384;
-  so.halves = 4;
-  so.experts = 5;
-  so.moe_layers = {1, 2, 5};
-  so.dense_layers = {0};
-  so.num_hidden_layers = 6;
-  so.widths = {1, 3, 5};
-  so.shared_widths = {5};
-  so.index_dtype = DType::kU64;
-  so.checksum_dtype = DType::kI64;
-  so.vector_dtype = DType::kBF16;
-  so.block_vector_dtype = DType::kF16;
-  so.record_dtype = DType::kI32;
-  so.width_alignment = 1;
-  so.half_order = HalfOrder::kShuffled;
-  so.seed = 9;
+  const SynthOptions so = OtherChoicesRelease(9);
   DirectoryReleaseSink sink(release.path().string());
   ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
   Pulled p(release.path(), 3, 1);

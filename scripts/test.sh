@@ -37,7 +37,7 @@ step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
 # real consumers on several write workers at once (and the exlr8d command,
 # also built with ThreadSanitizer). The scrub hashes on several threads.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            pull_headers_test rank_reader_test scrub_test)
+            pull_headers_test rank_reader_test scrub_test lease_server_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test exlr8d >/dev/null

@@ -1,15 +1,11 @@
 #include "daemon/stage/lease.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include <cuda_runtime.h>
 
@@ -30,16 +26,6 @@ Result<sockaddr_un> UnixAddress(const std::filesystem::path& path) {
                                 std::to_string(sizeof addr.sun_path - 1) + " bytes");
   std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
   return addr;
-}
-
-Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus(errno, "write the lease description");
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return Status::Ok();
 }
 
 Result<std::uint64_t> Uint(const JsonValue& v, const char* field) {
@@ -86,72 +72,6 @@ Result<std::string> LeaseDescriptionJson(const RankRequest& request, const RankH
   return o + "]}";
 }
 
-// ---- the holder's server ----
-
-struct LeaseServer::Rep {
-  std::filesystem::path path;
-  std::string description;
-  UniqueFd listener;
-  int stop_pipe[2] = {-1, -1};
-  std::thread thread;
-  std::atomic<std::uint64_t> served{0};
-
-  void Loop() {
-    for (;;) {
-      pollfd fds[2] = {{listener.get(), POLLIN, 0}, {stop_pipe[0], POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents != 0) return;
-      UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!client.valid()) continue;
-      // A client that never reads must not hold the holder: bounded send.
-      timeval tv{10, 0};
-      (void)::setsockopt(client.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      if (WriteAll(client.get(), description).ok()) served.fetch_add(1);
-    }
-  }
-};
-
-LeaseServer::LeaseServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
-LeaseServer::~LeaseServer() { Stop(); }
-
-Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description) {
-  auto rep = std::make_unique<Rep>();
-  rep->path = path;
-  rep->description = std::move(description);
-  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
-  rep->listener = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!rep->listener.valid()) return ErrnoStatus(errno, "socket");
-  // A stale socket file (a killed holder) is replaced; a live holder is not.
-  {
-    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0)
-      return FailedPreconditionError("another holder answers on " + path.string());
-    ::unlink(path.c_str());
-  }
-  if (::bind(rep->listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-    return ErrnoStatus(errno, "bind " + path.string());
-  (void)::chmod(path.c_str(), 0660);
-  if (::listen(rep->listener.get(), 16) != 0) return ErrnoStatus(errno, "listen " + path.string());
-  if (::pipe2(rep->stop_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
-  Rep* r = rep.get();
-  rep->thread = std::thread([r] { r->Loop(); });
-  return std::unique_ptr<LeaseServer>(new LeaseServer(std::move(rep)));
-}
-
-void LeaseServer::Stop() {
-  if (!rep_->thread.joinable()) return;
-  (void)!::write(rep_->stop_pipe[1], "x", 1);
-  rep_->thread.join();
-  ::close(rep_->stop_pipe[0]);
-  ::close(rep_->stop_pipe[1]);
-  ::unlink(rep_->path.c_str());
-}
-
-std::uint64_t LeaseServer::served() const { return rep_->served.load(); }
-
 // ---- the serving process's side ----
 
 Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
@@ -160,6 +80,9 @@ Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
   if (!fd.valid()) return ErrnoStatus(errno, "socket");
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus(errno, "connect to the lease holder at " + path.string());
+  // The holder sends the description, then ends its side of the stream;
+  // the connection stays open while the LeasedRank lives (the holder's
+  // count of lessees).
   std::string text;
   char buf[1 << 16];
   for (;;) {
@@ -216,6 +139,7 @@ Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
   EXLR8_ASSIGN_OR_RETURN(std::string offsets_handle, Text(v, "offsets_handle"));
   EXLR8_ASSIGN_OR_RETURN(out.data, IpcMapping::Open(data_handle));
   EXLR8_ASSIGN_OR_RETURN(out.offsets, IpcMapping::Open(offsets_handle));
+  out.connection = std::move(fd);
   return out;
 }
 

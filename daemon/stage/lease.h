@@ -2,7 +2,9 @@
 //
 // The holder (`exlr8d-stage --hold SOCKET`) keeps the staged buffers and
 // answers every connection to its Unix socket with one JSON description,
-// then closes it:
+// then ends its side of the stream (lease_server.h) and keeps the
+// connection open: a lessee holds it while it uses the memory, and the
+// holder, when told to stop, waits for its lessees to close theirs:
 //   {"version":1,"repo":..,"commit":..,"manifest":..,"tp":N,"rank":R,
 //    "device":D,"bytes":B,"halves_count":M,
 //    "data_handle":HEX,"offsets_handle":HEX,
@@ -12,11 +14,12 @@
 // offsets_handle that of the pointer table (M uint64 byte offsets, entry i
 // = halves[i].offset): a kernel addresses half i as base + table[i]
 // (gpu/decode.cuh). An expert of -1 is the shared expert. The memory stays
-// valid until the holder stops (SIGTERM), so a serving unit orders itself
-// after the holder and the holder outlives it.
+// valid until the holder releases it: on SIGTERM it stops taking lessees
+// and waits (--release-wait) for the connected ones to let go.
 //
 // OpenLease is the serving process's side: it reads the description and
-// maps both allocations into the calling process (on the same device).
+// maps both allocations into the calling process (on the same device); the
+// LeasedRank keeps the connection, and destroying it unmaps, then lets go.
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cache/posix.h"
+#include "daemon/stage/lease_server.h"
 #include "daemon/stage/rank_reader.h"
 #include "format/status.h"
 #include "gpu/ipc.h"
@@ -37,25 +42,6 @@ namespace exlr8 {
 Result<std::string> LeaseDescriptionJson(const RankRequest& request, const RankHalves& rank,
                                          const StagedHalves& staged, int device);
 
-// Serves `description` on a Unix socket at `path` (mode 0660; a stale
-// socket file is replaced) until Stop(). One thread; each connection gets
-// the description and is closed.
-class LeaseServer {
- public:
-  static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description);
-  ~LeaseServer();  // Stop()
-  LeaseServer(const LeaseServer&) = delete;
-  LeaseServer& operator=(const LeaseServer&) = delete;
-  void Stop();
-  std::uint64_t served() const;
-
-  struct Rep;
-
- private:
-  explicit LeaseServer(std::unique_ptr<Rep> rep);
-  std::unique_ptr<Rep> rep_;
-};
-
 struct LeasedHalf {
   HalfTag tag;
   std::uint64_t hidden = 0;
@@ -64,6 +50,9 @@ struct LeasedHalf {
 };
 
 struct LeasedRank {
+  // Declared first, so destroyed last: the mappings below are closed
+  // before the holder learns that this lessee let go.
+  UniqueFd connection;
   std::string repo, commit, manifest;
   int tp = 0, rank = 0, device = 0;
   std::uint64_t bytes = 0;

@@ -4,6 +4,7 @@
 // runtime on the nodes that only pull and serve the API.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -31,7 +32,8 @@ a sample on the GPU: the bytes copied back equal the cache's, and the GPU
 decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
 reports and exits, releasing the memory; with --hold it keeps the buffers and
 leases them to serving processes on this machine (CUDA IPC; daemon/stage/
-lease.h has the protocol) until SIGINT or SIGTERM.
+lease.h has the protocol) until SIGINT or SIGTERM, then waits for its
+lessees to let go.
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -44,22 +46,62 @@ lease.h has the protocol) until SIGINT or SIGTERM.
   --hold SOCKET       after the checks pass, keep the buffers and answer each
                       connection to the Unix socket SOCKET with the lease: the
                       halves' IPC handle, the pointer table's, and each half's
-                      tag and offset (JSON)
+                      tag and offset (JSON). A process that keeps its
+                      connection open is a lessee.
+  --release-wait S    on SIGINT/SIGTERM, stop taking lessees and wait up to S
+                      seconds (default 30) for the connected ones to let go
+                      before the memory is released; a second signal releases
+                      at once
 
 Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
 in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
 device; 6 when device memory runs out; 2 usage.
 )";
 
+std::string Pids(const std::vector<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += (out.empty() ? "" : ", ") + std::to_string(p);
+  return out;
+}
+
+// Told to stop: no new lessees; the connected ones get `wait` to let go
+// (their mappings would point at freed memory), unless another signal says
+// to release now. Then the server stops.
+void ReleaseWhenLesseesLetGo(LeaseServer& server, const sigset_t& signals, std::chrono::seconds wait) {
+  server.StopAccepting();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  bool said = false;
+  for (std::vector<pid_t> lessees; !(lessees = server.Lessees()).empty();) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::printf("releasing with %zu lessee(s) still attached (pid %s): their mappings are no longer valid\n",
+                  lessees.size(), Pids(lessees).c_str());
+      break;
+    }
+    if (!said) {
+      std::printf("waiting up to %lld s for %zu lessee(s) to let go (pid %s); another signal releases now\n",
+                  static_cast<long long>(wait.count()), lessees.size(), Pids(lessees).c_str());
+      std::fflush(stdout);
+      said = true;
+    }
+    const timespec tick{0, 100'000'000};
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+      std::printf("signalled again: releasing with %zu lessee(s) attached\n", lessees.size());
+      break;
+    }
+  }
+  server.Stop();
+}
+
 int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
-                                    "hold"},
+                                    "hold", "release-wait"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
   GpuStageOptions gpu;
+  std::int64_t release_wait_s = 30;
   auto parse = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
     EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
@@ -71,6 +113,7 @@ int Run(const std::vector<std::string>& argv) {
     if (rank < 0) return InvalidArgumentError("missing --rank");
     request.tp = static_cast<int>(tp);
     request.rank = static_cast<int>(rank);
+    EXLR8_ASSIGN_OR_RETURN(release_wait_s, args.GetInt("release-wait", 30, 0, 24 * 3600));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t device, args.GetInt("device", 0, 0, 1024));
     gpu.device = static_cast<int>(device);
     const std::string check = args.GetOr("check", "64");
@@ -130,7 +173,7 @@ int Run(const std::vector<std::string>& argv) {
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
-  (*server)->Stop();
+  ReleaseWhenLesseesLetGo(**server, stop_signals, std::chrono::seconds(release_wait_s));
   std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
   return kExitOk;
 }

@@ -65,6 +65,10 @@ class ChildProcess {
   }
   const std::string& printed() const { return printed_; }
 
+  // Sends `sig` without waiting for the child to end.
+  void Send(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   // Sends `sig` and reaps the child: its exit status, or 128 + the signal
   // that ended it. Later calls return the same status.
   int Signal(int sig) {

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "daemon/stage/lease.h"
 #include "gpu/device.h"
@@ -153,10 +155,48 @@ TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
                 cudaSuccess);
       EXPECT_EQ(std::memcmp(back.data(), rank->Bytes(rh).data(), lh.length), 0) << lh.tag.What();
     }
-  }  // the lease is closed before the holder stops
-  EXPECT_EQ(holder.Signal(SIGTERM), 0);
+    // Told to stop while this process holds the lease, the holder takes no
+    // new lessee and waits for this one; the memory stays valid meanwhile.
+    holder.Send(SIGTERM);
+    ASSERT_TRUE(holder.ReadUntil("lessee(s) to let go (pid " + std::to_string(::getpid()) + ")"))
+        << holder.printed();
+    EXPECT_FALSE(fs::exists(socket));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const LeasedHalf& last = lease->halves.back();
+    back.assign(last.length, std::byte{0});
+    ASSERT_EQ(cudaMemcpy(back.data(), static_cast<const std::byte*>(lease->data.data()) + last.offset, last.length,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(std::memcmp(back.data(), rank->Bytes(rank->halves.back()).data(), last.length), 0);
+  }  // the lease is closed: unmapped, then the connection
   EXPECT_THAT(holder.ReadAll(), ::testing::HasSubstr("released after 1 lease"));
+  EXPECT_EQ(holder.Signal(SIGTERM), 0);
   EXPECT_FALSE(fs::exists(socket));
+}
+
+// A lessee that does not let go holds the memory no longer than
+// --release-wait allows.
+TEST(GpuStage, AHolderReleasesAfterItsWaitWhateverItsLessees) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on the device machine";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 2)).ok());
+  const std::string socket = (cache.path() / "lease.sock").string();
+  ChildProcess holder("exlr8d-stage", {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home",
+                                       "--tp", "4", "--rank", "2", "--hold", socket, "--release-wait", "1"});
+  ASSERT_TRUE(holder.ReadUntil("holding")) << holder.printed();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  auto lease = OpenLease(socket);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const auto t0 = std::chrono::steady_clock::now();
+  holder.Send(SIGTERM);
+  const std::string out = holder.ReadAll();  // to its exit
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_THAT(out, ::testing::HasSubstr("releasing with 1 lessee(s) still attached"));
+  EXPECT_THAT(out, ::testing::HasSubstr("released after 1 lease"));
+  EXPECT_GE(waited, 0.9);
+  EXPECT_LT(waited, 10.0);
+  EXPECT_EQ(holder.Signal(SIGTERM), 0);
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+// The holder's side of the lease socket (lease.h has the protocol): each
+// connection gets the lease description, then the holder shuts down its
+// writing side, so the lessee reads to end of stream, and keeps the
+// connection open. A lessee is a process whose connection is open: it holds
+// it while it uses the staged memory and closes it (or exits) when done, so
+// the holder knows whom it would pull the memory from, and waits for them
+// before it releases (exlr8d-stage, on SIGTERM).
+//
+// No CUDA here: the description is text, so this part is tested everywhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/status.h"
+
+namespace exlr8 {
+
+class LeaseServer {
+ public:
+  // Serves `description` on a Unix socket at `path` (mode 0660; a stale
+  // socket file is replaced, a live holder's is not: FailedPrecondition).
+  // One thread.
+  static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description);
+  ~LeaseServer();  // Stop()
+  LeaseServer(const LeaseServer&) = delete;
+  LeaseServer& operator=(const LeaseServer&) = delete;
+
+  // Takes no new connections (the socket file goes); lessees stay.
+  void StopAccepting();
+  // StopAccepting, then closes every lessee's connection and joins the
+  // thread. Idempotent.
+  void Stop();
+
+  // Descriptions handed out in full.
+  std::uint64_t served() const;
+  // The processes holding a connection open now, by pid (SO_PEERCRED; 0
+  // when unknown), in the order they connected.
+  std::vector<pid_t> Lessees() const;
+
+  struct Rep;
+
+ private:
+  explicit LeaseServer(std::unique_ptr<Rep> rep);
+  std::unique_ptr<Rep> rep_;
+};
+
+}  // namespace exlr8

@@ -1,0 +1,103 @@
+// The lease holder's socket (daemon/stage/lease_server.h) with plain text for
+// a description: real Unix sockets, no GPU. Who holds a connection open is a
+// lessee; the holder sees them come and go.
+#include "daemon/stage/lease_server.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "daemon/cache/posix.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/serve_test_util.h"  // WaitFor
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+namespace fs = std::filesystem;
+
+// Connects; returns the connection (invalid when refused).
+UniqueFd Connect(const fs::path& socket) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket.c_str(), socket.native().size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return UniqueFd();
+  return fd;
+}
+
+// Reads to the end of the holder's stream; the connection stays open.
+std::string ReadDescription(int fd) {
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  return text;
+}
+
+TEST(LeaseServerTest, LesseesAreThoseWhoKeepTheirConnection) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  const std::string description(300'000, 'd');  // more than a socket buffer
+  auto server = LeaseServer::Start(socket, description);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+
+  UniqueFd a = Connect(socket);
+  ASSERT_TRUE(a.valid());
+  EXPECT_EQ(ReadDescription(a.get()), description);  // ends: the holder shut its side
+  UniqueFd b = Connect(socket);
+  ASSERT_TRUE(b.valid());
+  EXPECT_EQ(ReadDescription(b.get()), description);
+  ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == 2; }, 5));
+  EXPECT_EQ((*server)->Lessees(), (std::vector<pid_t>{::getpid(), ::getpid()}));
+  EXPECT_EQ((*server)->served(), 2u);
+
+  a.Reset();  // a lets go
+  EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == 1; }, 5));
+
+  // Told to stop: no new lessee, the one left stays until it lets go.
+  (*server)->StopAccepting();
+  EXPECT_FALSE(fs::exists(socket));
+  EXPECT_FALSE(Connect(socket).valid());
+  EXPECT_EQ((*server)->Lessees().size(), 1u);
+  (*server)->StopAccepting();  // idempotent
+  b.Reset();
+  EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().empty(); }, 5));
+  (*server)->Stop();
+  EXPECT_EQ((*server)->served(), 2u);
+}
+
+TEST(LeaseServerTest, StopDropsLesseesAndAStaleSocketIsReplaced) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  {
+    // A socket file nobody answers on (a killed holder's).
+    UniqueFd stale(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket.c_str(), socket.native().size() + 1);
+    ASSERT_EQ(::bind(stale.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  }
+  ASSERT_TRUE(fs::exists(socket));
+  auto server = LeaseServer::Start(socket, "{}");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  // A live holder is not replaced.
+  EXPECT_EQ(LeaseServer::Start(socket, "{}").status().code(), StatusCode::kFailedPrecondition);
+  UniqueFd a = Connect(socket);
+  ASSERT_EQ(ReadDescription(a.get()), "{}");
+  ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == 1; }, 5));
+  (*server)->Stop();  // drops the lessee: it reads end of stream, its writes fail
+  EXPECT_TRUE((*server)->Lessees().empty());
+  EXPECT_FALSE(fs::exists(socket));
+  char c;
+  EXPECT_EQ(::read(a.get(), &c, 1), 0);
+  (*server)->Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace exlr8

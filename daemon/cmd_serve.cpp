@@ -20,6 +20,7 @@
 #include "daemon/api/status_api.h"
 #include "daemon/cache/file_lock.h"
 #include "daemon/commands.h"
+#include "daemon/systemd_notify.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
 
@@ -98,6 +99,10 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   return Status::Ok();
 }
 
+void WarnIfFailed(const Status& s) {
+  if (!s.ok()) std::fprintf(stderr, "exlr8d serve: warning: %s\n", s.ToString().c_str());
+}
+
 }  // namespace
 
 int RunServeCommand(const std::vector<std::string>& argv) {
@@ -154,9 +159,11 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   }
   std::printf("exlr8d serve: listening on %s (cache %s)\n", where.c_str(), cache_dir.c_str());
   std::fflush(stdout);
+  WarnIfFailed(NotifySystemd("READY=1"));  // Type=notify: clients may connect now
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
+  WarnIfFailed(NotifySystemd("STOPPING=1"));
   (*server)->Stop();  // no new requests, then the running pull (queued again)
   (*runner)->Stop();
   std::fprintf(stderr, "exlr8d serve: stopped (signal %d)\n", sig);

@@ -16,6 +16,7 @@
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
+#include "daemon/systemd_notify.h"
 #include "gpu/device.h"
 
 namespace exlr8 {
@@ -170,9 +171,14 @@ int Run(const std::vector<std::string>& argv) {
   if (!server.ok()) return ReportError(kProg, server.status());
   std::printf("holding: the rank is leased on %s until SIGINT or SIGTERM\n", hold.c_str());
   std::fflush(stdout);
+  // Type=notify (exlr8d-stage@): a serving unit ordered after this one
+  // starts once the lease is there.
+  if (Status s = NotifySystemd("READY=1"); !s.ok())
+    std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
   int sig = 0;
   while (sigwait(&stop_signals, &sig) != 0) {
   }
+  (void)NotifySystemd("STOPPING=1");
   ReleaseWhenLesseesLetGo(**server, stop_signals, std::chrono::seconds(release_wait_s));
   std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
   return kExitOk;

@@ -3,9 +3,14 @@
 // real hub simulator and a real cache.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,8 +19,10 @@
 #include <vector>
 
 #include "daemon/cache/cache.h"
+#include "daemon/cache/posix.h"
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/child_process.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/shell_util.h"
 
@@ -386,6 +393,74 @@ TEST(SystemdUnitsTest, VerifyUnitForgetsWhatRotted) {
   EXPECT_EQ(*list.Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), s->bytes_planned - half.length);
 }
 
+// The GPU holder's unit, as systemd expands it, with systemd's readiness
+// socket: it reads the rank the pull unit staged, and on a machine with a
+// GPU holds it, says READY=1, leases it, and on SIGTERM waits for its lessee.
+TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
+  if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
+    GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
+  const fs::path dir = fs::path(EXLR8_SOURCE_DIR) / "systemd";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  const auto unit = ReadUnit(dir / "exlr8d-stage@.service");
+  ASSERT_EQ(unit.count("ExecStart"), 1u);
+  EXPECT_EQ(unit.find("Type")->second, "notify");
+  std::map<std::string, std::string> env = UnitEnvironment(unit, "tiny");
+  ReadEnvFile(dir / "exlr8d-pull.env.example", &env);  // the pull unit's file, shared
+  env["EXLR8_REPO"] = "exlr8/test";
+  env["EXLR8_RELEASE_WAIT"] = "20";
+  std::vector<std::string> words = Expand(unit.find("ExecStart")->second, env, "tiny");
+  ASSERT_EQ(words[0], "/usr/local/bin/exlr8d-stage");
+  // This test's places for the socket and the cache.
+  const fs::path socket = cache.path() / "lease.sock";
+  auto hold = std::find(words.begin(), words.end(), "--hold");
+  ASSERT_NE(hold, words.end());
+  EXPECT_EQ(*(hold + 1), "/run/exlr8d/tiny/lease.sock");  // in the unit's RuntimeDirectory
+  *(hold + 1) = socket.string();
+  // systemd's end of the readiness protocol.
+  const fs::path notify = cache.path() / "notify.sock";
+  UniqueFd ready(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, notify.c_str(), notify.native().size() + 1);
+  ASSERT_EQ(::bind(ready.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  ::setenv("EXLR8_CACHE", cache.path().c_str(), 1);
+  ::setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  ChildProcess holder("exlr8d-stage", std::vector<std::string>(words.begin() + 1, words.end()));
+  ::unsetenv("NOTIFY_SOCKET");
+  ::unsetenv("EXLR8_CACHE");
+  if (!holder.ReadUntil("holding")) {
+    const int status = holder.Signal(SIGTERM);
+    ASSERT_THAT(holder.printed(), HasSubstr("XXH64 checked")) << "the unit did not read the pulled rank";
+    ASSERT_EQ(status, 4) << holder.printed();  // no device: the rank was read, the GPU part could not run
+    GTEST_SKIP() << "no CUDA device: the holding part runs on the device machine";
+  }
+  pollfd p{ready.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10'000), 1) << "no READY=1";
+  char msg[64] = {};
+  ASSERT_GT(::recv(ready.get(), msg, sizeof msg - 1, 0), 0);
+  EXPECT_STREQ(msg, "READY=1");
+  {
+    // A lessee: reads the description and keeps the connection.
+    UniqueFd lessee(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un lease{};
+    lease.sun_family = AF_UNIX;
+    std::memcpy(lease.sun_path, socket.c_str(), socket.native().size() + 1);
+    ASSERT_EQ(::connect(lessee.get(), reinterpret_cast<const sockaddr*>(&lease), sizeof lease), 0);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(lessee.get(), buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    auto description = ParseJson(text);
+    ASSERT_TRUE(description.ok()) << text.substr(0, 200);
+    EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);
+    holder.Send(SIGTERM);
+    EXPECT_TRUE(holder.ReadUntil("lessee(s) to let go")) << holder.printed();
+  }  // lets go
+  EXPECT_THAT(holder.ReadAll(), HasSubstr("released after 1 lease"));
+  EXPECT_EQ(holder.Signal(SIGTERM), 0);
+}
+
 // The API unit's command line, as systemd expands it, serves the cache the
 // pull unit staged.
 TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
@@ -399,6 +474,17 @@ TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
   std::map<std::string, std::string> env = UnitEnvironment(unit, "");
   env["EXLR8_CACHE"] = cache.path().string();
   env["EXLR8_SERVE_OPTIONS"] = "--listen 127.0.0.1:0";
+  EXPECT_EQ(unit.find("Type")->second, "notify");
+  // systemd's end of the readiness protocol, in the abstract namespace.
+  const std::string notify = "@exlr8d-test-notify-" + std::to_string(::getpid());
+  UniqueFd ready_socket(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, notify.data() + 1, notify.size() - 1);
+  ASSERT_EQ(::bind(ready_socket.get(), reinterpret_cast<const sockaddr*>(&addr),
+                   static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + notify.size())),
+            0);
+  env["NOTIFY_SOCKET"] = notify;
   std::vector<std::string> words = Expand(unit.find("ExecStart")->second, env, "");
   ASSERT_EQ(words.size(), 4u);  // exlr8d serve --listen 127.0.0.1:0
   words[0] = Exlr8d();
@@ -419,6 +505,11 @@ TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
   };
   for (int i = 0; i < 200 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(ready());
+  pollfd p{ready_socket.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5'000), 1) << "no READY=1";
+  char msg[64] = {};
+  ASSERT_GT(::recv(ready_socket.get(), msg, sizeof msg - 1, 0), 0);
+  EXPECT_STREQ(msg, "READY=1");
   const ShellRun sets = Shell("curl -s --unix-socket " + Quote(socket.string()) + " http://exlr8d/v1/filesets");
   const ShellRun kill = Shell("kill $(cat " + Quote((cache.path() / "serve.pid").string()) + ")");
   ASSERT_EQ(sets.status, 0) << sets.out;

@@ -18,16 +18,6 @@ namespace {
 
 constexpr std::size_t kMaxDescriptionBytes = std::size_t{1} << 30;
 
-Result<sockaddr_un> UnixAddress(const std::filesystem::path& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.native().size() + 1 > sizeof addr.sun_path)
-    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
-                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
-  return addr;
-}
-
 Result<std::uint64_t> Uint(const JsonValue& v, const char* field) {
   const JsonValue* f = v.is_object() ? v.Find(field) : nullptr;
   const auto n = f != nullptr && f->is_number() ? f->as_uint64() : std::nullopt;
@@ -75,7 +65,7 @@ Result<std::string> LeaseDescriptionJson(const RankRequest& request, const RankH
 // ---- the serving process's side ----
 
 Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
-  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(errno, "socket");
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)

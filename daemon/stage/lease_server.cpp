@@ -38,6 +38,16 @@ pid_t PeerPid(int fd) {
 
 }  // namespace
 
+Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.native().size() + 1 > sizeof addr.sun_path)
+    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
+                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
+  return addr;
+}
+
 struct LeaseServer::Rep {
   struct Lessee {
     UniqueFd fd;
@@ -128,12 +138,7 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
   auto rep = std::make_unique<Rep>();
   rep->path = path;
   rep->description = std::move(description);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.native().size() + 1 > sizeof addr.sun_path)
-    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
-                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
+  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   rep->listener = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!rep->listener.valid()) return ErrnoStatus(errno, "socket");
   // A stale socket file (a killed holder) is replaced; a live holder is not.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +21,10 @@
 #include "format/status.h"
 
 namespace exlr8 {
+
+// The address of the Unix socket at `path`: InvalidArgument when the path
+// does not fit (108 bytes on Linux). Shared by the holder and OpenLease.
+Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path);
 
 class LeaseServer {
  public:

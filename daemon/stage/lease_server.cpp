@@ -68,6 +68,12 @@ struct LeaseServer::Rep {
   void Accept() {
     UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!client.valid()) return;
+    {
+      // Bounded, so that connections left open cannot use up the holder's
+      // descriptors: the one over the bound is closed unanswered.
+      std::lock_guard<std::mutex> l(mu);
+      if (lessees.size() >= LeaseServer::kMaxLessees) return;
+    }
     // A client that never reads must not hold the holder: bounded send.
     timeval tv{10, 0};
     (void)::setsockopt(client.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

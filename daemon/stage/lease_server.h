@@ -42,6 +42,9 @@ class LeaseServer {
   // thread. Idempotent.
   void Stop();
 
+  // Connections held open at once; one more is closed unanswered.
+  static constexpr std::size_t kMaxLessees = 256;
+
   // Descriptions handed out in full.
   std::uint64_t served() const;
   // The processes holding a connection open now, by pid (SO_PEERCRED; 0

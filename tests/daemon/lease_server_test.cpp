@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "daemon/cache/posix.h"
 #include "tests/daemon/cache_test_util.h"
@@ -70,6 +71,26 @@ TEST(LeaseServerTest, LesseesAreThoseWhoKeepTheirConnection) {
   EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().empty(); }, 5));
   (*server)->Stop();
   EXPECT_EQ((*server)->served(), 2u);
+}
+
+TEST(LeaseServerTest, LesseesAreBounded) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  auto server = LeaseServer::Start(socket, "{}");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<UniqueFd> held;
+  for (std::size_t i = 0; i < LeaseServer::kMaxLessees; ++i) {
+    held.push_back(Connect(socket));
+    ASSERT_EQ(ReadDescription(held.back().get()), "{}") << i;
+  }
+  UniqueFd over = Connect(socket);
+  ASSERT_TRUE(over.valid());
+  EXPECT_EQ(ReadDescription(over.get()), "");  // closed unanswered
+  EXPECT_EQ((*server)->served(), LeaseServer::kMaxLessees);
+  held.pop_back();  // room for one again
+  ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kMaxLessees - 1; }, 5));
+  UniqueFd again = Connect(socket);
+  EXPECT_EQ(ReadDescription(again.get()), "{}");
 }
 
 TEST(LeaseServerTest, StopDropsLesseesAndAStaleSocketIsReplaced) {

@@ -83,6 +83,10 @@ Result<LeasedRank> OpenLease(const std::filesystem::path& path) {
     text.append(buf, static_cast<std::size_t>(n));
     if (text.size() > kMaxDescriptionBytes) return CorruptionError("lease description larger than 1 GiB");
   }
+  if (text.empty())
+    return UnavailableError("the lease holder at " + path.string() +
+                            " closed the connection without a description (it is stopping, or holds " +
+                            std::to_string(LeaseServer::kMaxLessees) + " lessees already)");
   auto parsed = ParseJson(text);
   if (!parsed.ok()) return CorruptionError("lease description from " + path.string() + ": " + parsed.status().message());
   const JsonValue& v = *parsed;

@@ -428,6 +428,12 @@ TEST(ScrubTest, VerifyCommand) {
   EXPECT_EQ(r.status, 3) << r.out;
   r = Shell(Exlr8d() + " verify --revision main" + c);
   EXPECT_EQ(r.status, 2) << r.out;
+  // No cache there: said, and none is made.
+  const fs::path none = p.dir.path() / "not-a-cache";
+  r = Shell(Exlr8d() + " verify --no-progress --cache " + Quote(none.string()));
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no exlr8d cache"));
+  EXPECT_FALSE(fs::exists(none));
 }
 
 }  // namespace

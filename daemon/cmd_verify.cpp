@@ -47,8 +47,9 @@ Without --repo, every fileset in the cache.
                  first 1,000 failures of each in full; checks_failed counts all)
 
 Exit status: 0 every check passed; 1 a check failed (its bytes forgotten,
-unless --check-only); 2 usage; 3 no such fileset; 7 another process owns the
-cache (use --check-only beside it); 130 interrupted (nothing forgotten).
+unless --check-only); 2 usage; 3 no such fileset, or no cache in DIR; 7
+another process owns the cache (use --check-only beside it); 130
+interrupted (nothing forgotten).
 )";
 
 // How many failures the text output lists per fileset (--json: up to

@@ -14,8 +14,15 @@
 # cache (every tool reads them once before the rounds). Mode cold (root
 # only): the page cache is dropped before every run.
 #
+# GLM_SECONDS=N adds a scale check: the GLM-5.3 geometry (exlr8 synth
+# --preset glm53 --index-only: 825 GB apparent, ~1 GB stored, 75 real-size
+# index files), TP 4 rank 1 under down1 pulled for N seconds (then SIGINT:
+# a partial cache, dense files first), then one `exlr8d verify
+# --check-only` of it under /usr/bin/time: peak RSS and rate. Its width
+# files are listed unhashed (never fetched whole, so it does not matter).
+#
 #   bench/scrub_bench.sh [BIN_DIR]     BIN_DIR default: build-release/bin
-#   ROUNDS=5 MODES="warm cold" SYNTH="--hidden 1024 ..." bench/scrub_bench.sh
+#   ROUNDS=5 MODES="warm cold" SYNTH="--hidden 1024 ..." GLM_SECONDS=60 bench/scrub_bench.sh
 set -euo pipefail
 bin=${1:-build-release/bin}
 rounds=${ROUNDS:-3}
@@ -85,3 +92,32 @@ for mode in $modes; do
     "$mode" "$ba" "$(echo "$recorded / $ba / 1000000" | bc -l)" "$b1" "$bb" "$(echo "$bb / $ba" | bc -l)" \
     "$(echo "$mb / $ma" | bc -l)"
 done
+
+if [[ -n ${GLM_SECONDS:-} ]]; then
+  glm=$work/glm
+  "$bin/exlr8" synth "$glm" --preset glm53 --index-only --seed 1 --quiet
+  "$bin/exlr8-hubsim" --repo bench/glm="$glm" --unhashed 'experts/*.k?.safetensors' --port-file "$work/glm-ports" \
+    > "$work/glm-hubsim.log" 2>&1 &
+  sim=$!
+  for _ in $(seq 600); do [[ -s "$work/glm-ports" ]] && break; sleep 0.1; done
+  hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$work/glm-ports")
+  "$bin/exlr8d" pull --repo bench/glm --manifest down1 --tp 4 --rank 1 --endpoint "$hub" --cache "$work/glm-cache" \
+    --no-progress > /dev/null 2> "$work/glm-pull.err" &
+  pull=$!
+  sleep "$GLM_SECONDS"
+  kill -INT $pull 2> /dev/null || true
+  wait $pull 2> /dev/null || true
+  kill $sim
+  wait $sim 2> /dev/null || true
+  sim=""
+  t0=$(now)
+  /usr/bin/time -f '%M' -o "$work/glm-rss" "$bin/exlr8d" verify --check-only --json --cache "$work/glm-cache" \
+    > "$work/glm-verify.json" || true
+  t=$(echo "$(now) - $t0" | bc -l)
+  report=$(cat "$work/glm-verify.json")
+  printf 'GLM-5.3 geometry, TP 4 rank 1 (down1) pulled for %s s: %s bytes recorded (%s whole files, %s halves, %s headers, %s failed)\n' \
+    "$GLM_SECONDS" "$(field bytes_recorded)" "$(field whole_files)" "$(field halves)" "$(field headers)" \
+    "$(field checks_failed)"
+  printf '  exlr8d verify --check-only: %.2f s, %.0f MB/s, peak RSS %d MB\n' "$t" \
+    "$(echo "$(field bytes_checked) / $t / 1000000" | bc -l)" "$(( $(cat "$work/glm-rss") / 1024 ))"
+fi

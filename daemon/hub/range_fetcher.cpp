@@ -200,9 +200,9 @@ struct RangeFetcher::Impl {
   std::uint64_t failed_this_run = 0;
   Status first_failure;
   std::minstd_rand rng{std::random_device{}()};
-  // bandwidth
-  Clock::time_point run_start;
-  std::uint64_t run_bytes = 0;
+  // The bandwidth limit this run honours (options' shared one, or its own);
+  // null = none.
+  std::shared_ptr<RateLimiter> rate;
 
   // ---------------------------------------------------------------- helpers
 
@@ -595,13 +595,7 @@ struct RangeFetcher::Impl {
     return t->impl->OnBody(*t, p, size * nmemb);
   }
 
-  // Bytes the bandwidth budget allows to have been delivered by `now`.
-  bool OverBudget(Clock::time_point now) const {
-    if (opts.max_bytes_per_second == 0) return false;
-    const double rate = static_cast<double>(opts.max_bytes_per_second);
-    const double elapsed = std::chrono::duration<double>(now - run_start).count();
-    return static_cast<double>(run_bytes) > rate * elapsed + std::max(rate / 20.0, 16384.0);
-  }
+  bool OverBudget(Clock::time_point now) const { return rate != nullptr && rate->Exhausted(now); }
 
   // Unpauses transfers held back (by the bandwidth limit while the budget
   // allows, or by a consumer that was not ready). libcurl re-delivers the
@@ -619,7 +613,7 @@ struct RangeFetcher::Impl {
 
   std::size_t OnBody(Transfer& t, char* p, std::size_t n) {
     if (t.is_resolve) return n;  // HEAD: no body expected
-    if (opts.max_bytes_per_second > 0 && !t.paused && OverBudget(Clock::now())) {
+    if (rate != nullptr && !t.paused && OverBudget(Clock::now())) {
       // libcurl keeps this chunk and stops reading the socket; TCP flow
       // control then slows the sender. ResumePaused lets it go on.
       t.paused = true;
@@ -633,6 +627,8 @@ struct RangeFetcher::Impl {
       return CURL_WRITEFUNC_PAUSE;
     }
     t.body_bytes += n;
+    // Every byte off the wire counts against the limit, discarded ones too.
+    if (rate != nullptr) rate->Consume(n, Clock::now());
     if (!t.checked) {
       t.checked = true;
       const std::uint64_t want_len = t.want_end - t.want_start + 1;
@@ -682,7 +678,6 @@ struct RangeFetcher::Impl {
         return 0;
       }
       j.delivered += take;
-      run_bytes += take;
       Inc(counters.bytes_received, take);
     }
     if (off + take < n) {
@@ -922,8 +917,9 @@ struct RangeFetcher::Impl {
     }
     failed_this_run = 0;
     first_failure = Status::Ok();
-    run_start = Clock::now();
-    run_bytes = 0;
+    rate = opts.shared_rate;
+    if (rate == nullptr && opts.max_bytes_per_second > 0)
+      rate = std::make_shared<RateLimiter>(opts.max_bytes_per_second);
 
     Status result;
     while (true) {

@@ -52,6 +52,7 @@
 #include <string>
 
 #include "daemon/hub/hub_client.h"
+#include "daemon/hub/rate_limiter.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -165,6 +166,9 @@ struct RangeFetcherOptions {
   std::chrono::milliseconds max_throttle_wait{std::chrono::minutes(5)};
   // 0 = unlimited; else the total receive rate over all transfers, bytes/s.
   std::uint64_t max_bytes_per_second = 0;
+  // A rate shared with other fetchers (rate_limiter.h): when set, it limits
+  // this fetcher instead of max_bytes_per_second.
+  std::shared_ptr<RateLimiter> shared_rate;
   // If true, the first failed request cancels the rest (they fail with
   // Cancelled) and Run returns that failure.
   bool stop_on_failure = false;

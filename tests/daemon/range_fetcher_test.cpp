@@ -584,6 +584,58 @@ TEST(RangeFetcherTest, BandwidthLimitIsRoughlyRespected) {
   EXPECT_LE(secs, 3.0);
 }
 
+TEST(RateLimiterTest, FillsAtItsRateUpToABurstOf50Ms) {
+  RateLimiter limit(1'000'000);  // burst: 50,000 bytes
+  const auto t0 = RateLimiter::Clock::now() + std::chrono::seconds(1);
+  EXPECT_FALSE(limit.Exhausted(t0));  // starts full
+  limit.Consume(49'000, t0);
+  EXPECT_FALSE(limit.Exhausted(t0));
+  limit.Consume(16'384, t0);  // one chunk past it: in debt
+  EXPECT_TRUE(limit.Exhausted(t0));
+  EXPECT_TRUE(limit.Exhausted(t0 + std::chrono::milliseconds(15)));  // 15,000 of 15,384 repaid
+  EXPECT_FALSE(limit.Exhausted(t0 + std::chrono::milliseconds(16)));
+  // A minute idle earns the burst, not a minute's worth.
+  const auto t1 = t0 + std::chrono::seconds(60);
+  limit.Consume(50'000, t1);
+  EXPECT_TRUE(limit.Exhausted(t1));
+  // An earlier time than one already seen (another thread's) takes nothing back.
+  EXPECT_TRUE(limit.Exhausted(t0));
+}
+
+// One limiter shared by two fetchers running at once caps their total, as
+// `exlr8d serve --limit-rate` does for the jobs it runs side by side.
+TEST(RangeFetcherTest, ASharedLimitCapsTheTotalOfSeveralFetchers) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(2 << 20, 15);
+  hub.lfs_files["b.bin"] = MakeBlob(2 << 20, 16);
+  auto client_a = OpenHub(hub, TestHubOptions(hub));
+  auto client_b = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client_a, nullptr);
+  ASSERT_NE(client_b, nullptr);
+  TestConsumer ca, cb;
+  AddSplit(ca, "a.bin", 2 << 20, 16);
+  AddSplit(cb, "b.bin", 2 << 20, 16);
+  RangeFetcherOptions o = FastOptions();
+  o.max_bytes_per_second = 64 << 20;  // ignored: the shared limit wins
+  o.shared_rate = std::make_shared<RateLimiter>(4 << 20);  // 4 MiB in all: ~1 s; 0.5 s each alone
+  RangeFetcher fa(*client_a, o), fb(*client_b, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status sa, sb;
+  std::thread ta([&] { sa = fa.Run(ca); });
+  std::thread tb([&] { sb = fb.Run(cb); });
+  ta.join();
+  tb.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_EQ(ca.accepted.size(), 16u);
+  EXPECT_EQ(cb.accepted.size(), 16u);
+  ca.ExpectBytes(hub.lfs_files);
+  cb.ExpectBytes(hub.lfs_files);
+  EXPECT_GE(secs, 0.85);
+  EXPECT_LE(secs, 4.0);
+}
+
 TEST(RangeFetcherTest, StalledTransferIsRetried) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 14);

@@ -29,16 +29,18 @@ namespace exlr8 {
 namespace {
 
 constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PATH | --no-socket] [--listen ADDR:PORT]
-                    [pull options]
+                    [--max-jobs N] [pull options]
 
 Serves the local REST API (JSON): what the cache holds and what is being pulled
 (GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}), and runs pulls asked
 of it (POST /v1/pulls queues a job; GET /v1/jobs, /v1/jobs/{id}; DELETE
-/v1/jobs/{id} cancels). Jobs run one after another with the engine of
-'exlr8d pull'; they are kept in DIR/exlr8d.jobs.db, so a job interrupted by a
-stop or a crash resumes at the next start. The server takes the cache's lock
-only while it runs a job: between jobs, 'exlr8d pull', gc and the systemd units
-use the cache as before, and a job waits while one of them owns it.
+/v1/jobs/{id} cancels; POST /v1/verify queues a scrub). Jobs run with the
+engine of 'exlr8d pull', several at once, but those of one repo one after
+another in the order asked. They are kept in DIR/exlr8d.jobs.db, so a job
+interrupted by a stop or a crash resumes at the next start. The server takes
+the cache's lock only while it runs jobs: between them, 'exlr8d pull', gc and
+the systemd units use the cache as before, and jobs wait while one of them
+owns it.
 
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8)
@@ -47,6 +49,8 @@ use the cache as before, and a job waits while one of them owns it.
   --listen ADDR:PORT  also serve HTTP on a loopback address, e.g. 127.0.0.1:8478
                       (port 0: any free one); never beyond this machine, as the
                       API has no authentication
+  --max-jobs N        jobs running at once, each of another repo (default 4;
+                      1 runs the queue strictly in order)
 
 Pull options (for every job; as for 'exlr8d pull'):
   --endpoint URL      hub or mirror (default $HF_ENDPOINT, else https://huggingface.co).
@@ -54,12 +58,13 @@ Pull options (for every job; as for 'exlr8d pull'):
   --token-file FILE   token file (default: $HF_TOKEN, else $HF_HOME/token)
   --proxy URL         proxy for every request (default: HTTPS_PROXY etc.)
   --jobs J            parallel transfers per pull (default 16)
-  --limit-rate BYTES  total download rate limit, e.g. 200M (bytes/s)
+  --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
+                      running jobs together
   --budget BYTES      refuse to grow the cache past this size
 
 Prints one line "exlr8d serve: listening on ..." when ready, and a line per job
-start and end on stderr. Stops on SIGINT or SIGTERM (exit 0): a running pull is
-cancelled and its job resumes at the next start. Exit status 2 for a bad option
+start and end on stderr. Stops on SIGINT or SIGTERM (exit 0): running jobs are
+cancelled and resume at the next start. Exit status 2 for a bad option
 or a non-loopback address, 4 when it cannot bind, 7 when another server answers
 on the socket or serves the same cache (DIR/exlr8d.serve.lock).
 )";
@@ -90,6 +95,8 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   if (auto r = args.Get("limit-rate")) {
     EXLR8_ASSIGN_OR_RETURN(p.fetch.max_bytes_per_second, ParseByteCount(*r));
   }
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t max_jobs, args.GetInt("max-jobs", 4, 1, 64));
+  jobs->max_running = static_cast<int>(max_jobs);
   if (auto b = args.Get("budget")) {
     EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
     jobs->cache.byte_budget = budget;
@@ -109,8 +116,8 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   constexpr const char* kProg = "exlr8d serve";
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
-                                   {"cache", "socket", "listen", "endpoint", "token-file", "proxy", "jobs",
-                                    "limit-rate", "budget"},
+                                   {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy",
+                                    "jobs", "limit-rate", "budget"},
                                    {"no-socket"}, 0, &args))
     return *exit;
   const std::filesystem::path cache_dir = args.GetOr("cache", DefaultCacheDir());

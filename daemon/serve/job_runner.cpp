@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -33,6 +34,21 @@ void LogIfFailed(const Status& s, JobId job, const char* step) {
                  s.ToString().c_str());
 }
 
+// A job this server runs now, on a thread of its own.
+struct RunningJob {
+  JobInfo job;
+  std::thread thread;
+  bool finished = false;         // its thread is done; the scheduler joins it (guarded by Rep::mu)
+  bool cancel_requested = false;  // a client cancelled it (guarded by Rep::mu)
+  std::unique_ptr<PullJob> pull;  // a pull's engine once created (guarded by Rep::mu)
+  // A verify job's scrub: cancelled through the flag, watched through the
+  // counters (read by Snapshot).
+  std::atomic<bool> scrub_cancel{false};
+  ScrubCounters scrub;
+  bool verifying = false;  // a verify job, checking (guarded by Rep::mu)
+  std::chrono::steady_clock::time_point verify_started;
+};
+
 }  // namespace
 
 struct JobRunner::Rep {
@@ -42,31 +58,35 @@ struct JobRunner::Rep {
   mutable std::mutex mu;
   std::condition_variable wake;
   bool stopping = false;                    // guarded by mu
-  // Set (under mu) by Submit and Stop, cleared by the runner when it looks
-  // at the queue again: a wake-up sent while the runner was reading the
-  // queue is not lost.
+  // Set (under mu) by Submit, Cancel, Stop and every job that ends, cleared
+  // by the scheduler when it looks at the queue again: a wake-up sent while
+  // it was reading the queue is not lost.
   bool kicked = false;
-  JobId current = 0;                        // the job being started or run; 0 = none
-  std::unique_ptr<PullJob> pull;            // its pull once created
-  // A verify job's scrub: cancelled through the flag, watched through the
-  // counters (reset when a job starts; read by Snapshot).
-  std::atomic<bool> scrub_cancel{false};
-  ScrubCounters scrub;
-  bool verifying = false;                   // `current` is a verify job, running
-  std::chrono::steady_clock::time_point verify_started;
-  bool cancel_current = false;              // a client cancelled `current`
-  std::string waiting;                      // why the head of the queue waits
-  std::thread thread;
+  std::map<JobId, std::unique_ptr<RunningJob>> running;  // guarded by mu
+  std::map<JobId, std::string> waiting;  // queued job -> why it has not started (guarded by mu)
+  std::thread scheduler;
 
   void Loop();
+  // Which of `queued` (oldest first) start now, given the running jobs and
+  // max_running; the others get their reason in `why`. REQUIRES: mu held.
+  std::vector<JobInfo> Pick(const std::vector<JobInfo>& queued, std::map<JobId, std::string>& why) const;
+  // Joins the threads of jobs that ended.
+  void Reap();
   // Runs one job to its end on the open cache and records how it ended
   // (done, failed, cancelled, or queued again when the server is stopping).
-  void RunJob(Cache& cache, const JobInfo& job);
-  void RunPull(Cache& cache, const JobInfo& job);
-  void RunVerify(Cache& cache, const JobInfo& job);
+  void RunJob(Cache& cache, RunningJob& rj);
+  void RunPull(Cache& cache, RunningJob& rj);
+  void RunVerify(Cache& cache, RunningJob& rj);
   // How a job whose work returned `status` ends: Finish or, when the server
   // stopped it, Requeue.
-  void RecordEnd(const JobInfo& job, const Status& status, const std::string& result);
+  void RecordEnd(const RunningJob& rj, const Status& status, const std::string& result);
+  void Kick() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      kicked = true;
+    }
+    wake.notify_all();
+  }
   JobSnapshot SnapshotOf(JobInfo info) const;  // REQUIRES: mu held
 };
 
@@ -94,6 +114,11 @@ PullOptions JobRunner::OptionsFor(const PullOptions& defaults, const JobRequest&
 Result<std::unique_ptr<JobRunner>> JobRunner::Start(JobRunnerOptions options) {
   auto rep = std::make_unique<Rep>();
   rep->opt = std::move(options);
+  if (rep->opt.max_running < 1) return InvalidArgumentError("max_running must be at least 1");
+  // One limit for every job at once, not one each.
+  RangeFetcherOptions& fetch = rep->opt.pull.fetch;
+  if (fetch.max_bytes_per_second > 0 && fetch.shared_rate == nullptr)
+    fetch.shared_rate = std::make_shared<RateLimiter>(fetch.max_bytes_per_second);
   std::error_code ec;
   std::filesystem::create_directories(rep->opt.cache_dir, ec);
   if (ec) return IOError("create " + rep->opt.cache_dir.string() + ": " + ec.message());
@@ -103,21 +128,61 @@ Result<std::unique_ptr<JobRunner>> JobRunner::Start(JobRunnerOptions options) {
     std::fprintf(stderr, "exlr8d serve: %d job%s interrupted by a stop queued again; resuming\n", requeued,
                  requeued == 1 ? "" : "s");
   Rep* r = rep.get();
-  rep->thread = std::thread([r] { r->Loop(); });
+  rep->scheduler = std::thread([r] { r->Loop(); });
   return std::unique_ptr<JobRunner>(new JobRunner(std::move(rep)));
 }
 
 void JobRunner::Stop() {
   {
     std::lock_guard<std::mutex> l(rep_->mu);
-    if (rep_->stopping && !rep_->thread.joinable()) return;
+    if (rep_->stopping && !rep_->scheduler.joinable()) return;
     rep_->stopping = true;
     rep_->kicked = true;
-    if (rep_->pull) rep_->pull->Cancel();
-    rep_->scrub_cancel.store(true);
+    for (auto& [id, rj] : rep_->running) {
+      if (rj->pull) rj->pull->Cancel();
+      rj->scrub_cancel.store(true);
+    }
   }
   rep_->wake.notify_all();
-  if (rep_->thread.joinable()) rep_->thread.join();
+  if (rep_->scheduler.joinable()) rep_->scheduler.join();
+}
+
+std::vector<JobInfo> JobRunner::Rep::Pick(const std::vector<JobInfo>& queued, std::map<JobId, std::string>& why) const {
+  std::map<std::string, JobId> repo_busy;  // repo -> the job before which later ones of it wait
+  for (const auto& [id, rj] : running) repo_busy.emplace(rj->job.request.repo, id);
+  std::size_t slots = running.size() < static_cast<std::size_t>(opt.max_running)
+                          ? static_cast<std::size_t>(opt.max_running) - running.size()
+                          : 0;
+  std::vector<JobInfo> start;
+  for (const JobInfo& job : queued) {
+    auto [busy, first_of_repo] = repo_busy.emplace(job.request.repo, job.id);
+    if (!first_of_repo) {
+      why[job.id] = "after job " + std::to_string(busy->second) + " of the same repo";
+    } else if (slots == 0) {
+      why[job.id] = "waiting for a free slot: " + std::to_string(opt.max_running) + " job" +
+                    (opt.max_running == 1 ? "" : "s") + " running (--max-jobs)";
+    } else {
+      start.push_back(job);
+      --slots;
+    }
+  }
+  return start;
+}
+
+void JobRunner::Rep::Reap() {
+  std::vector<std::unique_ptr<RunningJob>> ended;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto it = running.begin(); it != running.end();) {
+      if (it->second->finished) {
+        ended.push_back(std::move(it->second));
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& rj : ended) rj->thread.join();
 }
 
 void JobRunner::Rep::Loop() {
@@ -128,69 +193,97 @@ void JobRunner::Rep::Loop() {
       if (stopping) break;
       kicked = false;
     }
-    auto next = store->NextQueued();
-    if (!next.ok() || !next->has_value()) {
-      if (!next.ok()) std::fprintf(stderr, "exlr8d serve: job queue: %s\n", next.status().ToString().c_str());
-      cache.reset();  // nothing to do: let other exlr8d commands have the cache
-      std::unique_lock<std::mutex> l(mu);
-      waiting.clear();
-      // Woken by Submit/Stop; the timeout also retries a failing queue read.
-      wake.wait_for(l, next.ok() ? std::chrono::milliseconds(60'000) : opt.lock_retry,
-                    [this] { return kicked || stopping; });
+    Reap();
+    auto queued = store->Queued();
+    std::unique_lock<std::mutex> l(mu);
+    if (!queued.ok()) {
+      std::fprintf(stderr, "exlr8d serve: job queue: %s\n", queued.status().ToString().c_str());
+      wake.wait_for(l, opt.lock_retry, [this] { return kicked || stopping; });
       continue;
     }
-    const JobInfo& job = **next;
-    if (!cache) {
+    if (queued->empty() && running.empty() && cache) {
+      l.unlock();
+      cache.reset();  // nothing to do: let other exlr8d commands have the cache
+      l.lock();
+    }
+    std::map<JobId, std::string> why;
+    std::vector<JobInfo> start = Pick(*queued, why);
+    if (!start.empty() && !cache) {
+      l.unlock();
       auto opened = Cache::Open(opt.cache_dir, opt.cache);
       if (!opened.ok()) {
         // Most often another exlr8d owns the cache (FailedPrecondition,
-        // naming the pid): the job waits for it. Anything else fails the
-        // job, which a client can see, rather than spinning.
+        // naming the pid): the jobs wait for it. Anything else fails the
+        // jobs that would start, which a client can see, rather than
+        // spinning.
         if (opened.status().code() != StatusCode::kFailedPrecondition) {
-          LogIfFailed(store->Finish(job.id, JobState::kFailed, "cannot open the cache: " + opened.status().ToString()),
-                      job.id, "its failure");
+          for (const JobInfo& job : start)
+            LogIfFailed(
+                store->Finish(job.id, JobState::kFailed, "cannot open the cache: " + opened.status().ToString()),
+                job.id, "its failure");
           continue;
         }
-        std::unique_lock<std::mutex> l(mu);
-        waiting = "waiting for the cache: " + opened.status().message() + "; retrying every " +
-                  std::to_string(opt.lock_retry.count()) + " ms";
+        l.lock();
+        const std::string message = "waiting for the cache: " + opened.status().message() + "; retrying every " +
+                                    std::to_string(opt.lock_retry.count()) + " ms";
+        waiting.clear();
+        for (const JobInfo& job : *queued) waiting[job.id] = message;
         wake.wait_for(l, opt.lock_retry, [this] { return stopping; });
         continue;
       }
       cache = std::move(*opened);
+      l.lock();
     }
-    RunJob(*cache, job);
+    waiting = std::move(why);
+    if (stopping) break;
+    for (const JobInfo& job : start) {
+      auto rj = std::make_unique<RunningJob>();
+      rj->job = job;
+      RunningJob* raw = rj.get();
+      Cache* c = cache.get();
+      raw->thread = std::thread([this, c, raw] { RunJob(*c, *raw); });
+      running.emplace(job.id, std::move(rj));
+    }
+    // Woken by Submit, Cancel, Stop and every job that ends; the timeout
+    // also retries a failing queue read.
+    wake.wait_for(l, std::chrono::milliseconds(60'000), [this] { return kicked || stopping; });
   }
+  // Stopping: Stop() cancelled the running jobs; wait for them to record
+  // how they ended before the cache closes.
+  std::vector<std::unique_ptr<RunningJob>> left;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto& [id, rj] : running) left.push_back(std::move(rj));
+    running.clear();
+  }
+  for (auto& rj : left) rj->thread.join();
   cache.reset();
 }
 
-void JobRunner::Rep::RunJob(Cache& cache, const JobInfo& job) {
-  {
-    std::lock_guard<std::mutex> l(mu);
-    if (stopping) return;
-    waiting.clear();
-    current = job.id;
-    cancel_current = false;
-    scrub_cancel.store(false);
-  }
-  if (Status s = store->MarkRunning(job.id); s.ok()) {  // not cancelled meanwhile
-    if (job.request.kind == JobKind::kVerify) {
-      RunVerify(cache, job);
+void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
+  if (Status s = store->MarkRunning(rj.job.id); s.ok()) {  // not cancelled meanwhile
+    if (rj.job.request.kind == JobKind::kVerify) {
+      RunVerify(cache, rj);
     } else {
-      RunPull(cache, job);
+      RunPull(cache, rj);
     }
   }
-  std::lock_guard<std::mutex> l(mu);
-  current = 0;
-  pull.reset();
-  verifying = false;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    rj.pull.reset();
+    rj.verifying = false;
+    rj.finished = true;
+    kicked = true;
+  }
+  wake.notify_all();
 }
 
-void JobRunner::Rep::RecordEnd(const JobInfo& job, const Status& status, const std::string& result) {
+void JobRunner::Rep::RecordEnd(const RunningJob& rj, const Status& status, const std::string& result) {
+  const JobInfo& job = rj.job;
   bool by_client = false, by_stop = false;
   {
     std::lock_guard<std::mutex> l(mu);
-    by_client = cancel_current;
+    by_client = rj.cancel_requested;
     by_stop = stopping && !by_client;
   }
   if (status.ok()) {
@@ -204,7 +297,8 @@ void JobRunner::Rep::RecordEnd(const JobInfo& job, const Status& status, const s
   }
 }
 
-void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
+void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
+  const JobInfo& job = rj.job;
   PullOptions o = JobRunner::OptionsFor(opt.pull, job.request);
   const JobRequest& r = job.request;
   std::fprintf(stderr, "exlr8d serve: job %lld: pulling %s@%s, manifest %s, TP %d rank %d (attempt %d)\n",
@@ -212,8 +306,8 @@ void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
                job.attempts + 1);
   {
     std::lock_guard<std::mutex> l(mu);
-    pull = std::make_unique<PullJob>(cache, o);
-    if (cancel_current || stopping) pull->Cancel();
+    rj.pull = std::make_unique<PullJob>(cache, o);
+    if (rj.cancel_requested || stopping) rj.pull->Cancel();
   }
   // Links the attempt to its pull row as soon as the engine records it
   // (after planning), so GET /v1/jobs/{id} can point at /v1/pulls/{id}.
@@ -221,7 +315,7 @@ void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
   std::thread linker([&] {
     std::unique_lock<std::mutex> l(mu);
     while (!ran.load()) {
-      const PullId id = pull->Progress().pull_id;
+      const PullId id = rj.pull->Progress().pull_id;
       if (id != 0) {
         l.unlock();
         LogIfFailed(store->SetPull(job.id, id), job.id, "its pull");
@@ -230,11 +324,11 @@ void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
       wake.wait_for(l, std::chrono::milliseconds(100));
     }
   });
-  Result<PullSummary> result = pull->Run();
+  Result<PullSummary> result = rj.pull->Run();
   ran.store(true);
   wake.notify_all();
   linker.join();
-  const PullId pull_id = pull->Progress().pull_id;
+  const PullId pull_id = rj.pull->Progress().pull_id;
   if (pull_id != 0) LogIfFailed(store->SetPull(job.id, pull_id), job.id, "its pull");
 
   if (result.ok()) {
@@ -260,19 +354,19 @@ void JobRunner::Rep::RunPull(Cache& cache, const JobInfo& job) {
       return;
     }
   }
-  RecordEnd(job, result.status(), "");
+  RecordEnd(rj, result.status(), "");
 }
 
-void JobRunner::Rep::RunVerify(Cache& cache, const JobInfo& job) {
+void JobRunner::Rep::RunVerify(Cache& cache, RunningJob& rj) {
+  const JobInfo& job = rj.job;
   const JobRequest& r = job.request;
   std::fprintf(stderr, "exlr8d serve: job %lld: verifying %s@%s (attempt %d)\n", static_cast<long long>(job.id),
                r.repo.c_str(), r.revision.c_str(), job.attempts + 1);
   {
     std::lock_guard<std::mutex> l(mu);
-    scrub.bytes_total = scrub.bytes_checked = scrub.failures = 0;
-    verifying = true;
-    verify_started = std::chrono::steady_clock::now();
-    if (cancel_current || stopping) scrub_cancel.store(true);
+    rj.verifying = true;
+    rj.verify_started = std::chrono::steady_clock::now();
+    if (rj.cancel_requested || stopping) rj.scrub_cancel.store(true);
   }
   auto scrubbed = [&]() -> Result<ScrubReport> {
     auto commit = cache.LookupCommit(r.repo, r.revision);
@@ -283,8 +377,8 @@ void JobRunner::Rep::RunVerify(Cache& cache, const JobInfo& job) {
       if (set.repo != r.repo || set.commit != *commit) continue;
       ScrubOptions o;
       o.repair = true;
-      o.cancel = &scrub_cancel;
-      o.counters = &scrub;
+      o.cancel = &rj.scrub_cancel;
+      o.counters = &rj.scrub;
       return ScrubFileset(cache, set.id, o);
     }
     return NotFoundError(r.repo + " commit " + *commit + " is not in " + cache.dir().string());
@@ -298,42 +392,45 @@ void JobRunner::Rep::RunVerify(Cache& cache, const JobInfo& job) {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
                  scrubbed.status().ToString().c_str());
   }
-  RecordEnd(job, scrubbed.status(), scrubbed.ok() ? ScrubReportJson(*scrubbed).Dump() : "");
+  RecordEnd(rj, scrubbed.status(), scrubbed.ok() ? ScrubReportJson(*scrubbed).Dump() : "");
 }
 
 JobSnapshot JobRunner::Rep::SnapshotOf(JobInfo info) const {
   JobSnapshot s;
-  if (info.id == current && pull && info.state == JobState::kRunning) s.progress = pull->Progress();
-  if (info.id == current && verifying && info.state == JobState::kRunning) {
-    VerifyProgress v;
-    v.bytes_total = scrub.bytes_total.load(std::memory_order_relaxed);
-    v.bytes_checked = scrub.bytes_checked.load(std::memory_order_relaxed);
-    v.failures = scrub.failures.load(std::memory_order_relaxed);
-    v.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - verify_started).count();
-    s.verify_progress = v;
+  if (auto it = running.find(info.id); it != running.end()) {
+    const RunningJob& rj = *it->second;
+    if (rj.pull && info.state == JobState::kRunning) s.progress = rj.pull->Progress();
+    if (rj.verifying && info.state == JobState::kRunning) {
+      VerifyProgress v;
+      v.bytes_total = rj.scrub.bytes_total.load(std::memory_order_relaxed);
+      v.bytes_checked = rj.scrub.bytes_checked.load(std::memory_order_relaxed);
+      v.failures = rj.scrub.failures.load(std::memory_order_relaxed);
+      v.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - rj.verify_started).count();
+      s.verify_progress = v;
+    }
+    s.cancel_requested = rj.cancel_requested;
   }
-  if (info.id == current) s.cancel_requested = cancel_current;
+  if (info.state == JobState::kQueued) {
+    if (auto w = waiting.find(info.id); w != waiting.end()) s.waiting = w->second;
+  }
   s.info = std::move(info);
   return s;
 }
 
 Result<JobSnapshot> JobRunner::Submit(const JobRequest& request) {
   EXLR8_ASSIGN_OR_RETURN(JobId id, rep_->store->Add(request));
-  {
-    std::lock_guard<std::mutex> l(rep_->mu);
-    rep_->kicked = true;
-  }
-  rep_->wake.notify_all();
+  rep_->Kick();
   return Snapshot(id);
 }
 
 Result<JobSnapshot> JobRunner::Cancel(JobId id) {
   {
     std::lock_guard<std::mutex> l(rep_->mu);
-    if (rep_->current == id) {
-      rep_->cancel_current = true;
-      if (rep_->pull) rep_->pull->Cancel();
-      rep_->scrub_cancel.store(true);
+    if (auto it = rep_->running.find(id); it != rep_->running.end()) {
+      RunningJob& rj = *it->second;
+      rj.cancel_requested = true;
+      if (rj.pull) rj.pull->Cancel();
+      rj.scrub_cancel.store(true);
     }
   }
   EXLR8_ASSIGN_OR_RETURN(JobInfo info, rep_->store->Get(id));
@@ -342,6 +439,7 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
     // Lost a race with the runner starting it: it is running now, and the
     // flag set above cancels it.
     if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) return s;
+    rep_->Kick();  // jobs of its repo waited for it
   } else if (IsFinished(info.state)) {
     return FailedPreconditionError("job " + std::to_string(id) + " has already finished (" +
                                    std::string(JobStateName(info.state)) + ")");
@@ -351,27 +449,22 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
 
 std::optional<JobId> JobRunner::RunningJobOfPull(std::int64_t pull) const {
   std::lock_guard<std::mutex> l(rep_->mu);
-  if (rep_->current != 0 && rep_->pull && rep_->pull->Progress().pull_id == pull) return rep_->current;
+  for (const auto& [id, rj] : rep_->running)
+    if (rj->pull && rj->pull->Progress().pull_id == pull) return id;
   return std::nullopt;
 }
 
 Result<JobSnapshot> JobRunner::Snapshot(JobId id) const {
   EXLR8_ASSIGN_OR_RETURN(JobInfo info, rep_->store->Get(id));
   std::lock_guard<std::mutex> l(rep_->mu);
-  JobSnapshot s = rep_->SnapshotOf(std::move(info));
-  if (s.info.state == JobState::kQueued) s.waiting = rep_->waiting;
-  return s;
+  return rep_->SnapshotOf(std::move(info));
 }
 
 Result<std::vector<JobSnapshot>> JobRunner::List(std::size_t limit) const {
   EXLR8_ASSIGN_OR_RETURN(std::vector<JobInfo> jobs, rep_->store->List(limit));
   std::lock_guard<std::mutex> l(rep_->mu);
   std::vector<JobSnapshot> out;
-  for (auto& j : jobs) {
-    JobSnapshot s = rep_->SnapshotOf(std::move(j));
-    if (s.info.state == JobState::kQueued) s.waiting = rep_->waiting;
-    out.push_back(std::move(s));
-  }
+  for (auto& j : jobs) out.push_back(rep_->SnapshotOf(std::move(j)));
   return out;
 }
 

@@ -1,22 +1,29 @@
-// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h), one after
-// another, on a thread of its own: pulls with the pull engine (PullJob),
-// verify jobs with the scrub (daemon/scrub/scrub.h), which forgets what no
-// longer matches.
+// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h) on threads
+// of its own: pulls with the pull engine (PullJob), verify jobs with the
+// scrub (daemon/scrub/scrub.h), which forgets what no longer matches.
 //
-// One at a time, on purpose: pulls of one node share its network link, so
-// two at once finish no sooner in total and the first one later; in order,
-// the first rank asked for is ready first.
+// Several at once, one repo at a time. Up to `max_running` jobs run side by
+// side, so a small pull does not wait an hour behind a large one, and a
+// verify job (disk-bound) runs beside a pull (network-bound). Jobs of one
+// repo run in the order they were asked for, one at a time: ranks of one
+// release share files (the dense ones), and in order the first rank asked
+// for is ready first and the second reuses its bytes instead of fetching
+// them at the same moment. A scheduler thread starts what may start and
+// says of every other queued job why it waits (Snapshot's `waiting`).
 //
 // The cache. The runner opens it (taking its lock) only while it has work,
-// and closes it when the queue is empty, so `exlr8d pull`, `gc`, `pin` and
-// the systemd units still run between jobs. While another process owns the
-// cache, the next job waits (Snapshot says why) and the runner tries again
-// every `lock_retry`.
+// and closes it when nothing is queued or running, so `exlr8d pull`, `gc`,
+// `pin` and the systemd units still run between jobs. While another process
+// owns the cache, queued jobs wait and the runner tries again every
+// `lock_retry`. Running jobs share one Cache (thread-safe).
 //
-// Restarts. Stop() cancels a running pull and queues its job again; a
-// server that dies leaves the job 'running', and the next Start() queues it
-// again. Either way the job resumes at the next start, fetching only what
-// the cache does not hold yet.
+// Bandwidth. A limit in `pull.fetch.max_bytes_per_second` is the total of
+// every running job: Start makes one RateLimiter that all of them share.
+//
+// Restarts. Stop() cancels the running jobs and queues them again; a
+// server that dies leaves them 'running', and the next Start() queues them
+// again. Either way each resumes at the next start, fetching only what the
+// cache does not hold yet.
 //
 // Thread-safe: Submit, Cancel and Snapshot may be called from any thread
 // (the REST handler's) while the runner works.
@@ -44,6 +51,9 @@ struct JobRunnerOptions {
   // OptionsFor) and the same fetch settings.
   PullOptions pull;
   std::chrono::milliseconds lock_retry{2000};
+  // Jobs running at once (of different repos); 1 runs the queue strictly
+  // in order.
+  int max_running = 4;
 };
 
 // How far a running verify job got.
@@ -85,8 +95,8 @@ class JobRunner {
   Result<JobSnapshot> Snapshot(JobId id) const;
   Result<std::vector<JobSnapshot>> List(std::size_t limit = 100) const;
 
-  // Idempotent: cancels the running pull (its job is queued again, to
-  // resume at the next start), joins the thread and releases the cache.
+  // Idempotent: cancels the running jobs (each is queued again, to resume
+  // at the next start), joins the threads and releases the cache.
   void Stop();
 
   // The options a job runs with: the server's, with the job's repo,

@@ -195,14 +195,19 @@ Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
   return out;
 }
 
-Result<std::optional<JobInfo>> JobStore::NextQueued() {
+Result<std::vector<JobInfo>> JobStore::Queued(std::size_t limit) {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(std::string("SELECT ") + kColumns +
-                                                         " FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1"));
-  EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row) return std::optional<JobInfo>();
-  EXLR8_ASSIGN_OR_RETURN(JobInfo j, ReadRow(q));
-  return std::optional<JobInfo>(std::move(j));
+                                                         " FROM jobs WHERE state = 'queued' ORDER BY id LIMIT ?1"));
+  q.Bind(1, static_cast<std::int64_t>(limit));
+  std::vector<JobInfo> out;
+  for (;;) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    EXLR8_ASSIGN_OR_RETURN(JobInfo j, ReadRow(q));
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 Status JobStore::MarkRunning(JobId id) {

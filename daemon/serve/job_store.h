@@ -83,8 +83,8 @@ class JobStore {
   Result<JobInfo> Get(JobId id);
   // Newest first, at most `limit`.
   Result<std::vector<JobInfo>> List(std::size_t limit = 100);
-  // The oldest queued job, if any.
-  Result<std::optional<JobInfo>> NextQueued();
+  // Queued jobs, oldest first, at most `limit`.
+  Result<std::vector<JobInfo>> Queued(std::size_t limit = 1000);
 
   // queued -> running, one more attempt. FailedPrecondition if not queued.
   Status MarkRunning(JobId id);

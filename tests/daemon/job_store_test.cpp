@@ -46,11 +46,17 @@ TEST(JobStoreTest, KeepsJobsInOrderAcrossReopen) {
   }
   auto store = JobStore::Open(path);  // what a restarted server finds
   ASSERT_TRUE(store.ok());
-  auto next = (*store)->NextQueued();
-  ASSERT_TRUE(next.ok() && next->has_value());
-  EXPECT_EQ((*next)->id, first);  // oldest first
-  EXPECT_EQ((*next)->request.rank, 1);
-  EXPECT_EQ((*next)->request.revision, "main");
+  auto queued = (*store)->Queued();
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->size(), 2u);
+  EXPECT_EQ((*queued)[0].id, first);  // oldest first
+  EXPECT_EQ((*queued)[0].request.rank, 1);
+  EXPECT_EQ((*queued)[0].request.revision, "main");
+  EXPECT_EQ((*queued)[1].id, second);
+  auto head = (*store)->Queued(1);
+  ASSERT_TRUE(head.ok());
+  ASSERT_EQ(head->size(), 1u);
+  EXPECT_EQ((*head)[0].id, first);
   auto list = (*store)->List();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);
@@ -93,9 +99,9 @@ TEST(JobStoreTest, StatesMoveOnlyForward) {
   const JobId other = *s.Add(Request());
   ASSERT_TRUE(s.Finish(other, JobState::kCancelled, "by a client").ok());
   EXPECT_EQ(s.Get(other)->error, "by a client");
-  auto next = s.NextQueued();
-  ASSERT_TRUE(next.ok());
-  EXPECT_FALSE(next->has_value());
+  auto queued = s.Queued();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_TRUE(queued->empty());
 }
 
 TEST(JobStoreTest, RunningJobsOfADeadServerAreQueuedAgain) {
@@ -258,11 +264,11 @@ TEST(JobStoreTest, AVersion1QueueIsUpgradedInPlace) {
   }
   auto store = JobStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto next = (*store)->NextQueued();
-  ASSERT_TRUE(next.ok() && next->has_value());
-  EXPECT_EQ((*next)->request.kind, JobKind::kPull);
-  EXPECT_EQ((*next)->request.repo, "org/old");
-  EXPECT_EQ((*next)->request.rank, 1);
+  auto queued = (*store)->Queued();
+  ASSERT_TRUE(queued.ok() && queued->size() == 1u);
+  EXPECT_EQ((*queued)[0].request.kind, JobKind::kPull);
+  EXPECT_EQ((*queued)[0].request.repo, "org/old");
+  EXPECT_EQ((*queued)[0].request.rank, 1);
 }
 
 TEST(JobRequestTest, ParsesVerifyBodies) {

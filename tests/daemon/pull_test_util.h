@@ -58,9 +58,10 @@ inline SynthOptions OtherChoicesRelease(std::uint64_t seed) {
 }
 
 inline std::unique_ptr<hubsim::HubSim> StartSim(const fs::path& dir, const std::string& token = "",
-                                         hubsim::FaultConfig faults = {}) {
+                                         hubsim::FaultConfig faults = {},
+                                         const std::vector<std::string>& repos = {"exlr8/test"}) {
   hubsim::HubSimOptions o;
-  o.repos.push_back({"exlr8/test", dir.string()});
+  for (const std::string& repo : repos) o.repos.push_back({repo, dir.string()});
   o.token = token;
   o.faults = faults;
   o.tree_page_size = 7;  // exercise paging
@@ -118,13 +119,21 @@ inline bool WhilePullRuns(const fs::path& cache_dir, const PullOptions& o, const
 // The cache holds exactly the plan's bytes: each recorded extent set equals
 // the union of the plan's ranges (whole files: the file), every recorded
 // byte equals the source, and nothing else was written (zeros elsewhere).
-inline void ExpectCacheHoldsExactlyThePlan(const fs::path& cache_dir, const fs::path& source, const PullSummary& s) {
+// `repo`: the fileset of that repo, in a cache that may hold others; empty:
+// the cache's only fileset.
+inline void ExpectCacheHoldsExactlyThePlan(const fs::path& cache_dir, const fs::path& source, const PullSummary& s,
+                                           const std::string& repo = "") {
   auto cache = Cache::Open(cache_dir);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   auto filesets = (*cache)->ListFilesets();
   ASSERT_TRUE(filesets.ok());
-  ASSERT_EQ(filesets->size(), 1u);
-  const FilesetId fs_id = (*filesets)[0].id;
+  if (repo.empty()) {
+    ASSERT_EQ(filesets->size(), 1u);
+  }
+  FilesetId fs_id = repo.empty() ? (*filesets)[0].id : 0;
+  for (const FilesetInfo& set : *filesets)
+    if (set.repo == repo) fs_id = set.id;
+  ASSERT_NE(fs_id, 0) << repo << " is not in the cache";
   std::map<std::string, const PlanFile*> planned;
   for (const auto& pf : s.plan.files) planned[pf.path] = &pf;
   auto files = (*cache)->ListFiles(fs_id);

@@ -232,7 +232,9 @@ TEST(ServeJobsTest, CancelsQueuedAndRunningJobs) {
     last = Job(serve, a);
     return State(last) == "running" && Progress(last, "bytes_received") > 0;
   })) << State(last);
-  EXPECT_EQ(State(Job(serve, b)), "queued");  // one job at a time
+  last = Job(serve, b);
+  EXPECT_EQ(State(last), "queued");  // one job of a repo at a time
+  EXPECT_EQ(last.Find("waiting")->as_string(), "after job " + std::to_string(a) + " of the same repo");
 
   // Queued: cancelled at once, never run.
   HttpAnswer cancel_b = Http(serve.base() + "/v1/jobs/" + std::to_string(b), "DELETE");
@@ -329,6 +331,131 @@ TEST(ServeJobsTest, ResumesAfterAStopAndAKill) {
 
 // The server's token goes to the server's hub only: a job naming another
 // endpoint runs anonymously there.
+std::string Waiting(const JsonValue& job) {
+  const JsonValue* w = job.is_object() ? job.Find("waiting") : nullptr;
+  return w != nullptr && w->is_string() ? w->as_string() : "";
+}
+
+// Jobs of two repos run at once, within one --limit-rate for both; jobs of
+// one repo run in order, the second reusing what the first fetched.
+TEST(ServeJobsTest, RunsTwoReposAtOnceUnderOneRateLimitAndOneRepoInOrder) {
+  auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/test", "exlr8/other"});
+  const PullSummary plan = PlanOf(*sim, 2, 0);
+  ASSERT_GT(plan.bytes_planned, 0u);
+  // Both first pulls together take about 3 s at this rate; each alone at
+  // the full rate would take 1.5 s.
+  const std::uint64_t rate = 2 * plan.bytes_planned / 3;
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
+                                    "--limit-rate", std::to_string(rate)});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t a = Submit(serve, Body(2, 0));
+  const std::uint64_t b = Submit(serve, Body(2, 1));
+  const std::uint64_t c =
+      Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0})");
+  JsonValue ja, jb, jc;
+  ASSERT_TRUE(WaitFor([&] {
+    ja = Job(serve, a);
+    jb = Job(serve, b);
+    jc = Job(serve, c);
+    return Progress(ja, "bytes_received") > 0 && Progress(jc, "bytes_received") > 0;
+  })) << State(ja) << " " << State(jc);
+  EXPECT_EQ(State(jb), "queued");
+  EXPECT_EQ(Waiting(jb), "after job " + std::to_string(a) + " of the same repo");
+
+  ASSERT_TRUE(WaitFor([&] {
+    return State(ja = Job(serve, a)) == "done" && State(jc = Job(serve, c)) == "done";
+  })) << State(ja) << " " << State(jc);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto pull_of = [&](const JsonValue& job) {
+    const JsonValue p = Parse(Http(serve.base() + "/v1/pulls/" + std::to_string(*job.Find("pull")->as_uint64())));
+    return p.is_object() && p.Find("pull") != nullptr ? *p.Find("pull") : JsonValue();
+  };
+  const std::uint64_t fetched =
+      *pull_of(ja).Find("bytes_fetched")->as_uint64() + *pull_of(jc).Find("bytes_fetched")->as_uint64();
+  // Each job with a limit of its own would be done in half of this.
+  EXPECT_GE(seconds, 0.8 * static_cast<double>(fetched) / static_cast<double>(rate))
+      << fetched << " bytes at " << rate << " B/s";
+
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(jb = Job(serve, b))); })) << State(jb);
+  ASSERT_EQ(State(jb), "done") << jb.Find("error")->as_string();
+  EXPECT_GT(*pull_of(jb).Find("bytes_reused")->as_uint64(), 0u) << "rank 1 fetched the dense files again";
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), plan, "exlr8/other");
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// --max-jobs 1: the queue runs strictly in order, whatever the repo.
+TEST(ServeJobsTest, OneJobAtATimeWithMaxJobs1) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;
+  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+  TempDir cache;
+  ServeProcess serve(cache.path(),
+                     {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0", "--max-jobs", "1"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t a = Submit(serve, Body(2, 0));
+  const std::uint64_t c = Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0})");
+  JsonValue ja, jc;
+  ASSERT_TRUE(WaitFor([&] { return Progress(ja = Job(serve, a), "bytes_received") > 0; })) << State(ja);
+  jc = Job(serve, c);
+  EXPECT_EQ(State(jc), "queued");
+  EXPECT_EQ(Waiting(jc), "waiting for a free slot: 1 job running (--max-jobs)");
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(a), "DELETE").status, 202);
+  // The slot freed, the other repo's job starts.
+  ASSERT_TRUE(WaitFor([&] { return Progress(jc = Job(serve, c), "bytes_received") > 0; })) << State(jc);
+  EXPECT_EQ(State(Job(serve, a)), "cancelled");
+  EXPECT_EQ(serve.Stop(), 0);
+  auto store = JobStore::Open(cache.path() / "exlr8d.jobs.db");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->Get(static_cast<JobId>(c))->state, JobState::kQueued) << "a stop queues a running job again";
+}
+
+// Two jobs running when the server stops are both queued again, and both
+// resume at the next start.
+TEST(ServeJobsTest, AStopQueuesEveryRunningJobAgain) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 200'000;
+  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+  TempDir cache;
+  const std::vector<std::string> args = {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
+                                         "--jobs", "4"};
+  std::uint64_t a = 0, c = 0;
+  {
+    ServeProcess serve(cache.path(), args);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    a = Submit(serve, Body(2, 1));
+    c = Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":1})");
+    JsonValue ja, jc;
+    ASSERT_TRUE(WaitFor([&] {
+      return Progress(ja = Job(serve, a), "bytes_verified") > 0 && Progress(jc = Job(serve, c), "bytes_verified") > 0;
+    })) << State(ja) << " " << State(jc);
+    EXPECT_EQ(serve.Stop(), 0);
+  }
+  {
+    auto store = JobStore::Open(cache.path() / "exlr8d.jobs.db");
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->Get(static_cast<JobId>(a))->state, JobState::kQueued);
+    EXPECT_EQ((*store)->Get(static_cast<JobId>(c))->state, JobState::kQueued);
+  }
+  sim->SetFaults(hubsim::FaultConfig());  // full speed now
+  ServeProcess serve(cache.path(), args);
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  JsonValue ja, jc;
+  ASSERT_TRUE(WaitFor([&] {
+    return IsFinishedState(State(ja = Job(serve, a))) && IsFinishedState(State(jc = Job(serve, c)));
+  })) << State(ja) << " " << State(jc);
+  EXPECT_EQ(State(ja), "done") << ja.Find("error")->as_string();
+  EXPECT_EQ(State(jc), "done") << jc.Find("error")->as_string();
+  EXPECT_EQ(*ja.Find("attempts")->as_uint64(), 2u);
+  EXPECT_EQ(*jc.Find("attempts")->as_uint64(), 2u);
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 2, 1), "exlr8/test");
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 2, 1), "exlr8/other");
+}
+
 TEST(ServeJobsTest, ATokenNeverFollowsAJobToAnotherEndpoint) {
   auto own = StartSim(TinyRelease(), "hf_servers_secret");
   auto other = StartSim(TinyRelease());

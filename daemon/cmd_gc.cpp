@@ -1,4 +1,5 @@
-// exlr8d gc [--cache DIR] --budget BYTES
+// exlr8d gc [--cache DIR] [--budget BYTES]
+// exlr8d gc --repo ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
 #include <cstdio>
 #include <iostream>
 
@@ -6,32 +7,58 @@
 #include "client/cli.h"
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"
+#include "daemon/fileset_arg.h"
 
 namespace exlr8 {
 
 namespace {
+constexpr const char* kProg = "exlr8d gc";
 constexpr const char* kUsage = R"(usage: exlr8d gc [--cache DIR] [--budget BYTES]
+       exlr8d gc --repo ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
 
 Evicts unpinned filesets, least recently used first, until the cache holds at
-most BYTES of verified data (default: the cache's configured budget, else 0,
-which evicts every unpinned fileset). Pinned filesets are never evicted.
+most BYTES of verified data (default 0, which evicts every unpinned fileset).
+Pinned filesets, and those a pull is writing, are never evicted.
+
+With --repo it evicts that one fileset now, whatever its place in the order:
+the commit REV (default main) resolved to when it was last pulled, or the
+commit SHA (40 hex digits, or a unique prefix of at least 7). Exit status 3
+when the cache has no such fileset, 7 when it is pinned (unpin it first) or
+when another process owns the cache.
+
+Eviction is crash-safe: the index forgets the fileset durably first, and its
+files are removed after; files a crash left behind go at the next gc.
 )";
 }  // namespace
 
 int RunGcCommand(const std::vector<std::string>& argv) {
-  Args parsed;
-  if (auto exit = ParseCommandLine("exlr8d gc", kUsage, argv, {"cache", "budget"}, {}, 0, &parsed)) return *exit;
-  const Args* args = &parsed;
+  Args args;
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "budget", "repo", "revision", "commit"}, {}, 0,
+                                   &args))
+    return *exit;
+  if (args.Has("repo") && args.Has("budget"))
+    return ReportError(kProg, InvalidArgumentError("--budget and --repo: give one or the other"));
+  if (!args.Has("repo") && (args.Has("revision") || args.Has("commit")))
+    return ReportError(kProg, InvalidArgumentError("--revision and --commit name a fileset of --repo"));
   std::uint64_t budget = 0;
-  if (auto b = args->Get("budget")) {
+  if (auto b = args.Get("budget")) {
     auto v = ParseByteCount(*b);
-    if (!v.ok()) return ReportError("exlr8d gc", v.status().WithContext("--budget"));
+    if (!v.ok()) return ReportError(kProg, v.status().WithContext("--budget"));
     budget = *v;
   }
-  auto cache = Cache::Open(args->GetOr("cache", DefaultCacheDir()));
-  if (!cache.ok()) return ReportError("exlr8d gc", cache.status());
+  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  if (!cache.ok()) return ReportError(kProg, cache.status());
+  if (args.Has("repo")) {
+    auto set = FindFilesetArg(**cache, args);
+    if (!set.ok()) return ReportError(kProg, set.status());
+    auto r = (*cache)->Evict(set->id);
+    if (!r.ok()) return ReportError(kProg, r.status());
+    std::printf("evicted %s@%s (commit %s), freed %s; %s remain cached\n", set->repo.c_str(), set->revision.c_str(),
+                set->commit.c_str(), HumanBytes(r->bytes_freed).c_str(), HumanBytes(r->bytes_remaining).c_str());
+    return 0;
+  }
   auto r = (*cache)->Gc(budget);
-  if (!r.ok()) return ReportError("exlr8d gc", r.status());
+  if (!r.ok()) return ReportError(kProg, r.status());
   std::printf("evicted %zu filesets, freed %s; %s remain cached\n", r->evicted.size(), HumanBytes(r->bytes_freed).c_str(),
               HumanBytes(r->bytes_remaining).c_str());
   return 0;

@@ -14,7 +14,8 @@ constexpr const char* kUsage = R"(usage: exlr8d COMMAND [options]
 
 Commands:
   pull     fetch exactly one TP rank's bytes from a hub into the verified cache
-  gc       evict least recently used, unpinned filesets down to a byte budget
+  gc       evict least recently used, unpinned filesets down to a byte budget,
+           or one fileset by name
   list     the filesets in the cache: bytes verified, pins, latest pull
   pin      keep a fileset from gc (unpin: let it go again)
   verify   check every cached byte against the release's checksums again;

@@ -267,6 +267,10 @@ struct Cache::Rep {
   Result<std::vector<FilesetInfo>> QueryFilesets(std::optional<FilesetId> only) EXLR8_REQUIRES(mu);
   Result<std::vector<PullInfo>> QueryPulls(std::string_view where, std::int64_t arg) EXLR8_REQUIRES(mu);
   Status RemoveOrphanDirs() EXLR8_REQUIRES(mu);
+  // Deletes the filesets' rows in one durable transaction, then their data
+  // directories (and any other orphans), and adds them to `result`.
+  Status EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result)
+      EXLR8_REQUIRES(mu);
 };
 
 namespace {
@@ -931,16 +935,11 @@ Result<GcResult> Cache::Gc(std::uint64_t budget) {
   MutexLock l(&r.mu);
   GcResult result;
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, r.RecordedBytes());
-  struct Victim {
-    FilesetId id;
-    std::string dir;
-    std::uint64_t bytes;
-  };
-  std::vector<Victim> victims;
+  std::vector<std::pair<FilesetId, std::uint64_t>> victims;  // id, verified bytes
   if (total > budget) {
     EXLR8_ASSIGN_OR_RETURN(
         SqliteStmt q,
-        r.db->Prepare("SELECT s.id, s.repo, s.commit_sha, "
+        r.db->Prepare("SELECT s.id, "
                       "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
                       "  WHERE f.fileset_id = s.id) "
                       "FROM filesets s "
@@ -951,35 +950,61 @@ Result<GcResult> Cache::Gc(std::uint64_t budget) {
     while (left > budget) {
       EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
-      Victim v{q.Int(0), FilesetDir(q.Text(1), q.Text(2)), static_cast<std::uint64_t>(q.Int(3))};
-      left -= std::min(left, v.bytes);
-      victims.push_back(std::move(v));
+      const auto bytes = static_cast<std::uint64_t>(q.Int(1));
+      left -= std::min(left, bytes);
+      victims.emplace_back(q.Int(0), bytes);
     }
   }
+  EXLR8_RETURN_IF_ERROR(r.EvictFilesets(victims, &result));
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  return result;
+}
+
+Result<GcResult> Cache::Evict(FilesetId fileset) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> list, r.QueryFilesets(fileset));
+  if (list.empty())
+    return NotFoundError(r.shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+  const FilesetInfo& set = list.front();
+  const std::string name = set.repo + " commit " + set.commit;
+  if (!set.pins.empty()) {
+    std::string holders;
+    for (const std::string& h : set.pins) holders += (holders.empty() ? "" : ", ") + h;
+    return FailedPreconditionError(name + " is pinned by " + holders + "; unpin it first (exlr8d unpin)");
+  }
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t running,
+                         r.db->QueryInt("SELECT COUNT(*) FROM pulls WHERE fileset_id = " + std::to_string(fileset) +
+                                        " AND state = 'running'"));
+  if (running > 0) return FailedPreconditionError(name + " has a pull running");
+  GcResult result;
+  EXLR8_RETURN_IF_ERROR(r.EvictFilesets({{fileset, set.bytes_cached}}, &result));
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  return result;
+}
+
+Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result) {
   if (!victims.empty()) {
     // Rows first, durably (synchronous=FULL); files after. A crash in
     // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
-    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM filesets WHERE id = ?"));
-    for (const Victim& v : victims) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
+    for (const auto& [id, bytes] : victims) {
       del.Reset();
-      EXLR8_RETURN_IF_ERROR(del.Bind(1, v.id).Run());
+      EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
     }
     EXLR8_RETURN_IF_ERROR(txn.Commit());
     std::set<FilesetId> gone;
-    for (const Victim& v : victims) {
-      gone.insert(v.id);
-      result.evicted.push_back(v.id);
-      result.bytes_freed += v.bytes;
+    for (const auto& [id, bytes] : victims) {
+      gone.insert(id);
+      result->evicted.push_back(id);
+      result->bytes_freed += bytes;
     }
-    {
-      MutexLock open_lock(&r.open_mu);
-      std::erase_if(r.open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
-    }
+    MutexLock open_lock(&open_mu);
+    std::erase_if(open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
   }
-  EXLR8_RETURN_IF_ERROR(r.RemoveOrphanDirs());
-  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
-  return result;
+  return RemoveOrphanDirs();
 }
 
 Status Cache::Rep::RemoveOrphanDirs() {

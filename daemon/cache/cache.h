@@ -301,6 +301,10 @@ class Cache {
   // (check GcResult::bytes_remaining). Also removes leftover data
   // directories that no fileset row refers to (from a crash mid-eviction).
   Result<GcResult> Gc(std::uint64_t budget);
+  // Evicts one fileset now, whatever its place in LRU order: its rows
+  // durably first, then its data. FailedPrecondition naming the holders if
+  // it is pinned, or if a pull of it is running; NotFound for an unknown id.
+  Result<GcResult> Evict(FilesetId fileset);
 
   // ---- pulls ----
 

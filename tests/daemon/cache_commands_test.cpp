@@ -82,8 +82,12 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   ASSERT_EQ(Shell(Exlr8d() + " pin --repo exlr8/test --holder node-a" + c).status, 0);  // idempotent
   EXPECT_EQ(Pins(ListJson(cache.path())), (std::vector<std::string>{"node-a", "user"}));
 
-  // gc keeps a pinned fileset whatever the budget.
+  // gc keeps a pinned fileset whatever the budget, and will not evict it by name.
   ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_TRUE(fs::exists(s->root));
+  const ShellRun refused = Shell(Exlr8d() + " gc --repo exlr8/test" + c);
+  EXPECT_EQ(refused.status, 7) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("pinned by node-a, user; unpin it first"));
   EXPECT_TRUE(fs::exists(s->root));
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test --holder node-a" + c).status, 0);
   ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
@@ -94,6 +98,34 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   EXPECT_FALSE(fs::exists(s->root));
   EXPECT_TRUE(ListJson(cache.path()).Find("filesets")->as_array().empty());
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));
+}
+
+// gc --repo evicts one named fileset, whatever its place in LRU order.
+TEST(CacheCommandsTest, GcByNameEvictsThatFilesetOnly) {
+  auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/test", "exlr8/other"});
+  TempDir cache;
+  auto first = Pull(cache.path(), Options(*sim, "home", 3, 2));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  PullOptions o = Options(*sim, "home", 3, 1);
+  o.repo = "exlr8/other";
+  auto second = Pull(cache.path(), o);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  const std::string c = " --cache " + Quote(cache.path().string());
+
+  EXPECT_EQ(Shell(Exlr8d() + " gc --repo exlr8/test --budget 0" + c).status, 2);
+  EXPECT_EQ(Shell(Exlr8d() + " gc --commit " + first->commit + c).status, 2);
+  const ShellRun unknown = Shell(Exlr8d() + " gc --repo exlr8/none" + c);
+  EXPECT_EQ(unknown.status, 3) << unknown.out;
+  // exlr8/other is the most recently used; gc --budget would take exlr8/test first.
+  const ShellRun evicted = Shell(Exlr8d() + " gc --repo exlr8/other --commit " + second->commit.substr(0, 7) + c);
+  ASSERT_EQ(evicted.status, 0) << evicted.out;
+  EXPECT_THAT(evicted.out, HasSubstr("evicted exlr8/other@main (commit " + second->commit + ")"));
+  EXPECT_FALSE(fs::exists(second->root));
+  EXPECT_TRUE(fs::exists(first->root));
+  const JsonValue list = ListJson(cache.path());
+  ASSERT_EQ(list.Find("filesets")->as_array().size(), 1u);
+  EXPECT_EQ(list.Find("filesets")->as_array()[0].Find("repo")->as_string(), "exlr8/test");
+  EXPECT_EQ(*list.Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), first->bytes_planned);
 }
 
 TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
@@ -170,7 +202,7 @@ TEST(CacheCommandsTest, ReadOnlyViewRefusesEveryChange) {
   for (const Status& st : {v.Pin(id, "x"), v.Unpin(id, "x"), v.Touch(id), v.WriteAt(f.id, 0, {&b, 1}),
                            v.CommitVerified({{VerifiedExtent{f.id, 0, 1}}}), v.MarkWholeFileVerified(f.id),
                            v.PutFileset("exlr8/test", "main", s->commit).status(),
-                           v.PutFile(id, "new.bin", 1).status(), v.Gc(0).status(),
+                           v.PutFile(id, "new.bin", 1).status(), v.Gc(0).status(), v.Evict(id).status(),
                            v.StartPull(PullSpec{id, "m", 1, 0, "{}"}).status(), v.UpdatePull(1, {}),
                            v.FinishPull(1, PullState::kFailed)}) {
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();

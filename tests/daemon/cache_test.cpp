@@ -676,6 +676,40 @@ TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "exlr8d.lock"));
 }
 
+TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
+  TempDir tmp;
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  auto make = [&](const char* repo, const char* commit) {
+    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
+    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
+    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
+    const VerifiedExtent e{f, 0, 700};
+    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    return fs;
+  };
+  const FilesetId a = make("org/a", kCommitA);
+  const FilesetId b = make("org/b", kCommitB);  // the most recently used: gc would take a first
+  ASSERT_TRUE(cache->Pin(a, "svc").ok());
+  Status pinned = cache->Evict(a).status();
+  EXPECT_EQ(pinned.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(pinned.message().find("pinned by svc"), std::string::npos) << pinned.ToString();
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "a" / kCommitA / "w.bin"));
+
+  const PullId p = *cache->StartPull({b, "m.json", 1, 0, "{}"});
+  EXPECT_EQ(cache->Evict(b).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(cache->FinishPull(p, PullState::kDone, "").ok());
+
+  GcResult r = *cache->Evict(b);
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{b});
+  EXPECT_EQ(r.bytes_freed, 700u);
+  EXPECT_EQ(r.bytes_remaining, 700u);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "org" / "b"));
+  EXPECT_EQ(cache->GetFileset(b).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cache->Evict(b).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "a" / kCommitA / "w.bin"));
+  EXPECT_EQ(*cache->RecordedBytes(), 700u);
+}
+
 TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {
   Fixture fx(100);
   fx.WriteVerified(0, 100);

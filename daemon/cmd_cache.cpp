@@ -25,7 +25,8 @@ constexpr const char* kListUsage = R"(usage: exlr8d list [--cache DIR] [--json]
 
 Lists the filesets in the cache, most recently used first: repo, the revision
 last resolved to the commit, how many of the release's bytes are verified in
-the cache, pins, and the fileset's latest pull (manifest, TP rank, state;
+the cache, pins, when 'exlr8d verify' last checked it (and how many checks
+failed then), and the fileset's latest pull (manifest, TP rank, state;
 while it runs, its bytes done as of its last commit). Works while a pull owns
 the cache (a read-only view of its index).
 )";
@@ -55,8 +56,8 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
     std::printf("%s: no filesets\n", cache.dir().c_str());
     return;
   }
-  std::printf("%-28s %-10s %-8s %10s %10s %6s  %-20s  %-12s %s\n", "REPO", "REVISION", "COMMIT", "CACHED",
-              "OF", "FILES", "LAST USED", "PINS", "LATEST PULL");
+  std::printf("%-28s %-10s %-8s %10s %10s %6s  %-20s  %-12s %-31s %s\n", "REPO", "REVISION", "COMMIT", "CACHED",
+              "OF", "FILES", "LAST USED", "PINS", "VERIFIED", "LATEST PULL");
   for (std::size_t i = 0; i < report.filesets.size(); ++i) {
     const FilesetInfo& s = report.filesets[i];
     std::string pull = "-";
@@ -70,10 +71,14 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
         if (const std::uint64_t rate = FetchRate(p)) pull += " at " + HumanBytes(rate) + "/s";
       }
     }
-    std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %s\n", s.repo.c_str(), s.revision.c_str(),
+    std::string verified = "-";
+    if (s.verified_ms)
+      verified = UtcTime(*s.verified_ms) + (s.verify_failures == 0 ? " clean"
+                                                                    : " " + std::to_string(s.verify_failures) + " failed");
+    std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %-31s %s\n", s.repo.c_str(), s.revision.c_str(),
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
                 static_cast<unsigned long long>(s.file_count), UtcTime(s.last_used_ms).c_str(),
-                JoinPins(s.pins).c_str(), pull.c_str());
+                JoinPins(s.pins).c_str(), verified.c_str(), pull.c_str());
   }
 }
 

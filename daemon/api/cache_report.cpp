@@ -77,7 +77,15 @@ std::string CacheReportJson(const CacheReport& r) {
       if (p > 0) o += ',';
       AppendJsonString(o, s.pins[p]);
     }
-    o += "],\"latest_pull\":" + (r.latest_pull[i] ? PullJson(*r.latest_pull[i]) : std::string("null")) + "}";
+    o += "],\"verified\":";
+    if (s.verified_ms) {
+      o += "{\"at\":";
+      AppendJsonString(o, UtcTime(*s.verified_ms));
+      o += ",\"failures\":" + std::to_string(s.verify_failures) + "}";
+    } else {
+      o += "null";
+    }
+    o += ",\"latest_pull\":" + (r.latest_pull[i] ? PullJson(*r.latest_pull[i]) : std::string("null")) + "}";
   }
   return o + "]}";
 }

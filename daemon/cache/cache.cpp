@@ -425,6 +425,16 @@ Status Cache::Pin(FilesetId fileset, std::string_view holder) {
   return q.Bind(1, fileset).Bind(2, holder).Bind(3, r.Now()).Run();
 }
 
+Status Cache::RecordVerified(FilesetId fileset, std::uint64_t checks_failed) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         r.db->Prepare("UPDATE filesets SET verified = ?, verify_failures = ? WHERE id = ?"));
+  return q.Bind(1, r.Now()).Bind(2, static_cast<std::int64_t>(checks_failed)).Bind(3, fileset).Run();
+}
+
 Status Cache::Unpin(FilesetId fileset, std::string_view holder) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   EXLR8_RETURN_IF_ERROR(ValidateHolder(holder));
@@ -442,7 +452,8 @@ Result<std::vector<FilesetInfo>> Cache::Rep::QueryFilesets(std::optional<Fileset
                   "(SELECT COUNT(*) FROM files f WHERE f.fileset_id = s.id), "
                   "(SELECT COALESCE(SUM(f.size), 0) FROM files f WHERE f.fileset_id = s.id), "
                   "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
-                  "  WHERE f.fileset_id = s.id) "
+                  "  WHERE f.fileset_id = s.id), "
+                  "s.verified, s.verify_failures "
                   "FROM filesets s WHERE ?1 IS NULL OR s.id = ?1 ORDER BY s.last_used DESC, s.id DESC"));
   if (only) q.Bind(1, *only);
   std::vector<FilesetInfo> out;
@@ -460,6 +471,8 @@ Result<std::vector<FilesetInfo>> Cache::Rep::QueryFilesets(std::optional<Fileset
     f.file_count = static_cast<std::uint64_t>(q.Int(6));
     f.bytes_total = static_cast<std::uint64_t>(q.Int(7));
     f.bytes_cached = static_cast<std::uint64_t>(q.Int(8));
+    if (!q.IsNull(9)) f.verified_ms = q.Int(9);
+    f.verify_failures = static_cast<std::uint64_t>(q.Int(10));
     index[f.id] = out.size();
     out.push_back(std::move(f));
   }

@@ -102,6 +102,11 @@ struct FilesetInfo {
   std::uint64_t file_count = 0;
   std::uint64_t bytes_total = 0;   // sum of remote file sizes
   std::uint64_t bytes_cached = 0;  // sum of verified extents
+  // When a scrub (exlr8d verify) last checked every recorded byte and
+  // forgot what failed; nullopt = never. verify_failures: checks that failed
+  // then.
+  std::optional<std::int64_t> verified_ms;
+  std::uint64_t verify_failures = 0;
 };
 
 struct FileInfo {
@@ -269,6 +274,9 @@ class Cache {
   // recorded bytes were forgotten. InvalidArgument for a range outside its
   // file; NotFound for an unknown file; nothing changes on error.
   Result<std::uint64_t> ForgetExtents(std::span<const VerifiedExtent> ranges);
+  // Records that a scrub just checked every recorded byte of `fileset`, and
+  // that `checks_failed` checks failed (their bytes already forgotten).
+  Status RecordVerified(FilesetId fileset, std::uint64_t checks_failed);
 
   // ---- reading ----
 

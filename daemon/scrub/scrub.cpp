@@ -381,6 +381,9 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
     EXLR8_ASSIGN_OR_RETURN(report.bytes_forgotten, cache.ForgetExtents(runner.failed()));
     report.repaired = true;
   }
+  // ... and the fileset remembers when it was last checked (`exlr8d list`).
+  // A check-only scrub changed nothing, and records nothing either.
+  if (options.repair) EXLR8_RETURN_IF_ERROR(cache.RecordVerified(set.id, report.checks_failed));
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }

@@ -387,8 +387,17 @@ TEST(ScrubTest, ACancelledScrubForgetsNothing) {
 TEST(ScrubTest, VerifyCommand) {
   Pulled p;
   const std::string c = " --no-progress --cache " + Quote(p.dir.path().string());
+  // When each fileset was last checked, as `exlr8d list --json` shows it.
+  auto verified = [&] {
+    auto list = ParseJson(Shell(Exlr8d() + " list --json --cache " + Quote(p.dir.path().string())).out);
+    return list.ok() ? *list->Find("filesets")->as_array().at(0).Find("verified") : JsonValue();
+  };
+  EXPECT_TRUE(verified().is_null());  // never
   ShellRun r = Shell(Exlr8d() + " verify" + c);
   EXPECT_EQ(r.status, 0) << r.out;
+  ASSERT_TRUE(verified().is_object());
+  const std::string clean_at = verified().Find("at")->as_string();
+  EXPECT_EQ(*verified().Find("failures")->as_uint64(), 0u);
   EXPECT_THAT(r.out, HasSubstr("exlr8/test@"));
   EXPECT_THAT(r.out, HasSubstr("halves"));
 
@@ -416,13 +425,28 @@ TEST(ScrubTest, VerifyCommand) {
   }
   EXPECT_EQ(RecordedBytes(p.dir.path()), before);
 
+  // A check-only scrub records nothing: the one above found a failure.
+  EXPECT_EQ(*verified().Find("failures")->as_uint64(), 0u);
   r = Shell(Exlr8d() + " verify --repo exlr8/test" + c);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("FAILED " + half.What()));
   EXPECT_THAT(r.out, HasSubstr("forgot"));
   EXPECT_EQ(RecordedBytes(p.dir.path()), before - half.length);
+  JsonValue v = verified();
+  ASSERT_TRUE(v.is_object());
+  EXPECT_EQ(*v.Find("failures")->as_uint64(), 1u);
+  const std::string first_at = v.Find("at")->as_string();
+  EXPECT_GE(first_at, clean_at);
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c.substr(std::string(" --no-progress").size())).out,
+              HasSubstr(first_at + " 1 failed"));
   r = Shell(Exlr8d() + " verify" + c);
   EXPECT_EQ(r.status, 0) << r.out;  // what is left is sound
+  v = verified();
+  ASSERT_TRUE(v.is_object());
+  EXPECT_EQ(*v.Find("failures")->as_uint64(), 0u);
+  EXPECT_GE(v.Find("at")->as_string(), first_at);
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c.substr(std::string(" --no-progress").size())).out,
+              HasSubstr(v.Find("at")->as_string() + " clean"));
 
   r = Shell(Exlr8d() + " verify --repo nobody/nothing" + c);
   EXPECT_EQ(r.status, 3) << r.out;

@@ -399,6 +399,37 @@ TEST(CacheTest, OpenFromForkedChildFailsNamingParentPid) {
   EXPECT_NE(report.find("exlr8d.lock"), std::string::npos) << report;
 }
 
+// A cache an exlr8d of session 7 wrote (index version 2) is upgraded in
+// place: its filesets and verified bytes stay, never checked again yet.
+TEST(CacheTest, AVersion2IndexIsUpgradedKeepingItsData) {
+  TempDir tmp;
+  FileId file = 0;
+  {
+    std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+    ASSERT_TRUE(ApplyMigrations(db.get(), BuiltinMigrations().first(2)).ok());
+    ASSERT_TRUE(db->Exec("INSERT INTO filesets (id, repo, revision, commit_sha, created, last_used) "
+                         "VALUES (1, 'org/old', 'main', '" + std::string(kCommitA) + "', 5, 5)")
+                    .ok());
+  }
+  {
+    std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+    file = *cache->PutFile(1, "w.bin", 100);
+    ASSERT_TRUE(cache->WriteAt(file, 0, Pattern(file, 0, 100)).ok());
+    const VerifiedExtent e{file, 0, 100};
+    ASSERT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    const FilesetInfo set = *cache->GetFileset(1);
+    EXPECT_EQ(set.repo, "org/old");
+    EXPECT_EQ(set.bytes_cached, 100u);
+    EXPECT_FALSE(set.verified_ms.has_value());
+    ASSERT_TRUE(cache->RecordVerified(1, 2).ok());
+    EXPECT_EQ(cache->RecordVerified(99, 0).code(), StatusCode::kNotFound);
+  }
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  const FilesetInfo set = *cache->GetFileset(1);
+  EXPECT_TRUE(set.verified_ms.has_value());
+  EXPECT_EQ(set.verify_failures, 2u);
+}
+
 TEST(CacheTest, MigratesEmptyDbAndReopensIdempotently) {
   TempDir tmp;
   const auto latest = static_cast<std::int64_t>(BuiltinMigrations().size());

@@ -1,5 +1,7 @@
 #include "daemon/api/status_api.h"
 
+#include <map>
+
 #include "daemon/api/api_util.h"
 #include "daemon/api/cache_report.h"
 #include "daemon/cache/cache.h"
@@ -21,7 +23,7 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   if (path != "/v1/health" && path != "/v1/filesets" && !is_pulls)
     return ErrorResponse(NotFoundError("no route " + EscapeForMessage(path) +
                                        "; routes: /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}, /v1/jobs, "
-                                       "/v1/jobs/{id}"));
+                                       "/v1/jobs/{id}, /metrics"));
   if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
   if (path == "/v1/health") {
     std::string body = "{\"status\":\"ok\",\"cache\":";
@@ -66,6 +68,51 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   body += ",\"commit\":";
   AppendJsonString(body, set->commit);
   return Json(body + ",\"pull\":" + PullJson(*pull) + "}");
+}
+
+Status StatusApi::AppendCacheMetrics(PrometheusText* out) const {
+  PrometheusText& m = *out;
+  m.Family("exlr8d_build_info", "gauge", "exlr8d's version, as a label.");
+  m.Sample("exlr8d_build_info", {{"version", version_}}, std::uint64_t{1});
+  auto cache = Cache::OpenReadOnly(cache_dir_);
+  if (!cache.ok() && cache.status().code() == StatusCode::kNotFound) return Status::Ok();  // nothing pulled yet
+  if (!cache.ok()) return cache.status();
+  EXLR8_ASSIGN_OR_RETURN(CacheReport report, ReadCacheReport(**cache));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t verified, (*cache)->RecordedBytes());
+  m.Family("exlr8d_cache_verified_bytes", "gauge", "Verified bytes the cache holds, all filesets.");
+  m.Sample("exlr8d_cache_verified_bytes", {}, verified);
+  if (auto free = (*cache)->FreeBytes(); free.ok()) {
+    m.Family("exlr8d_cache_free_bytes", "gauge", "Free bytes on the cache's file system.");
+    m.Sample("exlr8d_cache_free_bytes", {}, *free);
+  }
+  m.Family("exlr8d_cache_filesets", "gauge", "Filesets (repo, commit) in the cache.");
+  m.Sample("exlr8d_cache_filesets", {}, static_cast<std::uint64_t>(report.filesets.size()));
+  m.Family("exlr8d_fileset_verified_bytes", "gauge", "Verified bytes of the fileset in the cache.");
+  m.Family("exlr8d_fileset_release_bytes", "gauge", "Bytes of the whole release (every file of the commit).");
+  m.Family("exlr8d_fileset_pins", "gauge", "Pins on the fileset; gc never evicts a pinned one.");
+  m.Family("exlr8d_fileset_last_used_timestamp_seconds", "gauge", "When the fileset was last used (LRU order).");
+  m.Family("exlr8d_fileset_last_verified_timestamp_seconds", "gauge",
+           "When a scrub (exlr8d verify) last checked every recorded byte; absent if never.");
+  m.Family("exlr8d_fileset_verify_failures", "gauge", "Checks that failed (and were forgotten) in the last scrub.");
+  for (const FilesetInfo& s : report.filesets) {
+    const PrometheusText::Labels labels = {{"repo", s.repo}, {"revision", s.revision}, {"commit", s.commit}};
+    m.Sample("exlr8d_fileset_verified_bytes", labels, s.bytes_cached);
+    m.Sample("exlr8d_fileset_release_bytes", labels, s.bytes_total);
+    m.Sample("exlr8d_fileset_pins", labels, static_cast<std::uint64_t>(s.pins.size()));
+    m.Sample("exlr8d_fileset_last_used_timestamp_seconds", labels, static_cast<double>(s.last_used_ms) / 1000.0);
+    if (s.verified_ms) {
+      m.Sample("exlr8d_fileset_last_verified_timestamp_seconds", labels, static_cast<double>(*s.verified_ms) / 1000.0);
+      m.Sample("exlr8d_fileset_verify_failures", labels, s.verify_failures);
+    }
+  }
+  EXLR8_ASSIGN_OR_RETURN(std::vector<PullInfo> pulls, (*cache)->ListPulls());
+  std::map<std::string_view, std::uint64_t> by_state;
+  for (PullState st : {PullState::kRunning, PullState::kDone, PullState::kFailed, PullState::kCancelled})
+    by_state[PullStateName(st)] = 0;
+  for (const PullInfo& p : pulls) ++by_state[PullStateName(p.state)];
+  m.Family("exlr8d_pulls", "gauge", "Pulls recorded in the cache's index, by state (any process's).");
+  for (const auto& [state, n] : by_state) m.Sample("exlr8d_pulls", {{"state", state}}, n);
+  return Status::Ok();
 }
 
 }  // namespace exlr8

@@ -9,6 +9,8 @@
 //                        each one's latest pull
 //   GET /v1/pulls        {"pulls":[...]} newest first (at most 100)
 //   GET /v1/pulls/{id}   one pull, with its fileset's repo and commit
+//   GET /metrics         Prometheus text: AppendCacheMetrics and the jobs'
+//                        (jobs_api.h)
 // Other methods on these routes: 405. Starting and cancelling pulls
 // (POST /v1/pulls, DELETE /v1/pulls/{id}, /v1/jobs) is daemon/serve/
 // jobs_api.h, which hands every other request to this one.
@@ -21,6 +23,7 @@
 #include <string>
 
 #include "daemon/api/api_server.h"
+#include "daemon/api/prometheus_text.h"
 
 namespace exlr8 {
 
@@ -30,6 +33,10 @@ class StatusApi {
       : cache_dir_(std::move(cache_dir)), version_(std::move(version)) {}
 
   ApiResponse Handle(const ApiRequest& request) const;
+  // The cache's part of GET /metrics (daemon/serve/jobs_api.h serves it):
+  // per fileset its verified and release bytes, pins, last use and last
+  // scrub; the cache's free and verified bytes; pulls by state.
+  Status AppendCacheMetrics(PrometheusText* out) const;
 
  private:
   std::filesystem::path cache_dir_;

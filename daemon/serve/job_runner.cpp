@@ -64,6 +64,7 @@ struct JobRunner::Rep {
   bool kicked = false;
   std::map<JobId, std::unique_ptr<RunningJob>> running;  // guarded by mu
   std::map<JobId, std::string> waiting;  // queued job -> why it has not started (guarded by mu)
+  RunnerTotals finished_totals;          // of the jobs that ended (guarded by mu)
   std::thread scheduler;
 
   void Loop();
@@ -89,6 +90,25 @@ struct JobRunner::Rep {
   }
   JobSnapshot SnapshotOf(JobInfo info) const;  // REQUIRES: mu held
 };
+
+namespace {
+
+// What one job adds to the server's totals.
+void AddTo(RunnerTotals& t, const RunningJob& rj) {
+  if (rj.pull) {
+    const PullProgress p = rj.pull->Progress();
+    t.bytes_received += p.bytes_received;
+    t.bytes_verified += p.bytes_verified;
+    t.http_requests += p.fetch.transfers;
+    t.http_retries += p.fetch.retries;
+    t.hub_resolves += p.fetch.resolves;
+    t.checksum_failures += p.checksum_failures;
+  }
+  t.scrub_bytes_checked += rj.scrub.bytes_checked.load(std::memory_order_relaxed);
+  t.scrub_failures += rj.scrub.failures.load(std::memory_order_relaxed);
+}
+
+}  // namespace
 
 JobRunner::JobRunner(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 JobRunner::~JobRunner() { Stop(); }
@@ -270,6 +290,7 @@ void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
   }
   {
     std::lock_guard<std::mutex> l(mu);
+    AddTo(finished_totals, rj);
     rj.pull.reset();
     rj.verifying = false;
     rj.finished = true;
@@ -466,6 +487,26 @@ Result<std::vector<JobSnapshot>> JobRunner::List(std::size_t limit) const {
   std::vector<JobSnapshot> out;
   for (auto& j : jobs) out.push_back(rep_->SnapshotOf(std::move(j)));
   return out;
+}
+
+Result<RunnerMetrics> JobRunner::Metrics() const {
+  RunnerMetrics m;
+  EXLR8_ASSIGN_OR_RETURN(m.jobs_by_state, rep_->store->CountByState());
+  std::vector<JobId> ids;
+  {
+    std::lock_guard<std::mutex> l(rep_->mu);
+    m.totals = rep_->finished_totals;
+    m.max_running = rep_->opt.max_running;
+    for (const auto& [id, rj] : rep_->running) {
+      if (!rj->finished) AddTo(m.totals, *rj);
+      ids.push_back(id);
+    }
+  }
+  for (JobId id : ids) {
+    auto s = Snapshot(id);
+    if (s.ok() && s->info.state == JobState::kRunning) m.running.push_back(std::move(*s));
+  }
+  return m;
 }
 
 }  // namespace exlr8

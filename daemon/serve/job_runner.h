@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,26 @@ struct JobSnapshot {
   bool cancel_requested = false;
 };
 
+// Sums over every job this server ran since it started, the running ones
+// included: what GET /metrics exposes as Prometheus counters.
+struct RunnerTotals {
+  std::uint64_t bytes_received = 0;     // off the network, refetches included
+  std::uint64_t bytes_verified = 0;     // fetched, verified and recorded
+  std::uint64_t http_requests = 0;      // range GETs sent, retries included
+  std::uint64_t http_retries = 0;
+  std::uint64_t hub_resolves = 0;       // /resolve/ requests to the hub
+  std::uint64_t checksum_failures = 0;  // fetched bytes that failed and were refetched
+  std::uint64_t scrub_bytes_checked = 0;
+  std::uint64_t scrub_failures = 0;
+};
+
+struct RunnerMetrics {
+  RunnerTotals totals;
+  std::map<std::string, std::uint64_t> jobs_by_state;  // the queue's rows
+  std::vector<JobSnapshot> running;                    // with their progress
+  int max_running = 0;
+};
+
 class JobRunner {
  public:
   // Opens <cache_dir>/exlr8d.jobs.db, queues again any job a dead server
@@ -94,6 +115,7 @@ class JobRunner {
   std::optional<JobId> RunningJobOfPull(std::int64_t pull) const;
   Result<JobSnapshot> Snapshot(JobId id) const;
   Result<std::vector<JobSnapshot>> List(std::size_t limit = 100) const;
+  Result<RunnerMetrics> Metrics() const;
 
   // Idempotent: cancels the running jobs (each is queued again, to resume
   // at the next start), joins the threads and releases the cache.

@@ -210,6 +210,20 @@ Result<std::vector<JobInfo>> JobStore::Queued(std::size_t limit) {
   return out;
 }
 
+Result<std::map<std::string, std::uint64_t>> JobStore::CountByState() {
+  std::map<std::string, std::uint64_t> out;
+  for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed, JobState::kCancelled})
+    out[std::string(JobStateName(st))] = 0;
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
+  for (;;) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out[q.Text(0)] = static_cast<std::uint64_t>(q.Int(1));
+  }
+  return out;
+}
+
 Status JobStore::MarkRunning(JobId id) {
   return rep_->UpdateOne(id,
                          "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated = ?1 "

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,9 @@ class JobStore {
   Result<std::vector<JobInfo>> List(std::size_t limit = 100);
   // Queued jobs, oldest first, at most `limit`.
   Result<std::vector<JobInfo>> Queued(std::size_t limit = 1000);
+  // How many jobs the queue holds in each state ("queued", ...; every state
+  // present, 0 where none).
+  Result<std::map<std::string, std::uint64_t>> CountByState();
 
   // queued -> running, one more attempt. FailedPrecondition if not queued.
   Status MarkRunning(JobId id);

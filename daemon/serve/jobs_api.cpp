@@ -169,8 +169,53 @@ Result<JobRequest> ParseVerifyRequest(std::string_view text) {
   return r;
 }
 
+ApiResponse JobsApi::Metrics() const {
+  PrometheusText m;
+  if (Status s = status_.AppendCacheMetrics(&m); !s.ok()) return ErrorResponse(s);
+  auto r = runner_.Metrics();
+  if (!r.ok()) return ErrorResponse(r.status());
+  m.Family("exlr8d_jobs", "gauge", "Jobs of exlr8d serve's queue, by state.");
+  for (const auto& [state, n] : r->jobs_by_state) m.Sample("exlr8d_jobs", {{"state", state}}, n);
+  m.Family("exlr8d_jobs_max_running", "gauge", "Jobs this server runs at once (--max-jobs).");
+  m.Sample("exlr8d_jobs_max_running", {}, static_cast<std::uint64_t>(r->max_running));
+  const RunnerTotals& t = r->totals;
+  const std::pair<const char*, std::pair<std::uint64_t, const char*>> counters[] = {
+      {"exlr8d_received_bytes_total", {t.bytes_received, "Bytes received from hubs and CDNs by this server's pulls."}},
+      {"exlr8d_verified_bytes_total", {t.bytes_verified, "Bytes fetched, verified and recorded by this server's pulls."}},
+      {"exlr8d_http_requests_total", {t.http_requests, "Range requests sent by this server's pulls, retries included."}},
+      {"exlr8d_http_retries_total", {t.http_retries, "Range requests retried by this server's pulls."}},
+      {"exlr8d_hub_resolves_total", {t.hub_resolves, "/resolve/ requests to the hub by this server's pulls."}},
+      {"exlr8d_checksum_failures_total", {t.checksum_failures, "Fetched bytes that failed their checksum (refetched)."}},
+      {"exlr8d_scrubbed_bytes_total", {t.scrub_bytes_checked, "Cached bytes checked again by this server's verify jobs."}},
+      {"exlr8d_scrub_failures_total", {t.scrub_failures, "Checks that failed in this server's verify jobs (forgotten)."}},
+  };
+  for (const auto& [name, value] : counters) {
+    m.Family(name, "counter", value.second);
+    m.Sample(name, {}, value.first);
+  }
+  m.Family("exlr8d_job_planned_bytes", "gauge", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.");
+  m.Family("exlr8d_job_done_bytes", "gauge", "A running job's bytes done: verified or reused, or checked.");
+  for (const JobSnapshot& j : r->running) {
+    const std::string id = std::to_string(j.info.id);
+    const PrometheusText::Labels labels = {
+        {"job", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}};
+    if (j.progress) {
+      m.Sample("exlr8d_job_planned_bytes", labels, j.progress->bytes_planned);
+      m.Sample("exlr8d_job_done_bytes", labels, j.progress->bytes_verified + j.progress->bytes_reused);
+    } else if (j.verify_progress) {
+      m.Sample("exlr8d_job_planned_bytes", labels, j.verify_progress->bytes_total);
+      m.Sample("exlr8d_job_done_bytes", labels, j.verify_progress->bytes_checked);
+    }
+  }
+  return {200, m.text(), PrometheusText::kContentType};
+}
+
 ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   const std::string_view path = PathOf(req.target);
+  if (path == "/metrics") {
+    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
+    return Metrics();
+  }
   if ((path == "/v1/pulls" || path == "/v1/verify") && req.method == "POST") {
     auto request = path == "/v1/pulls" ? ParseJobRequest(req.body) : ParseVerifyRequest(req.body);
     if (!request.ok()) return ErrorResponse(request.status());

@@ -20,6 +20,7 @@
 //   DELETE /v1/jobs/{id}    cancels it (202; 409 once finished)
 //   DELETE /v1/pulls/{id}   cancels the job running pull {id} (409 for a
 //                            pull another process runs: stop that process)
+//   GET    /metrics         Prometheus text exposition (Metrics below)
 //
 // Bodies are JSON objects of at most 64 KiB (the server's bound); unknown
 // fields are refused (400 naming them), so a typo never goes unnoticed.
@@ -44,6 +45,11 @@ class JobsApi {
   ApiResponse Handle(const ApiRequest& request) const;
 
  private:
+  // GET /metrics: the cache's metrics (StatusApi::AppendCacheMetrics), the
+  // queue by state, the server's totals as counters, each running job's
+  // bytes planned and done.
+  ApiResponse Metrics() const;
+
   JobRunner& runner_;
   const StatusApi& status_;
 };

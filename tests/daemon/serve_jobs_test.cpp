@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "daemon/cache/cache.h"
@@ -454,6 +456,72 @@ TEST(ServeJobsTest, AStopQueuesEveryRunningJobAgain) {
   EXPECT_EQ(serve.Stop(), 0);
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 2, 1), "exlr8/test");
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), PlanOf(*sim, 2, 1), "exlr8/other");
+}
+
+// GET /metrics as Prometheus reads it: "series value" per line.
+std::map<std::string, std::string> Metrics(const ServeProcess& serve) {
+  const HttpAnswer a = Http(serve.base() + "/metrics");
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  std::map<std::string, std::string> out;
+  std::istringstream lines(a.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    if (space != std::string::npos) out[line.substr(0, space)] = line.substr(space + 1);
+  }
+  return out;
+}
+
+TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  auto m = Metrics(serve);  // nothing pulled yet
+  EXPECT_EQ(m["exlr8d_jobs{state=\"queued\"}"], "0");
+  EXPECT_EQ(m["exlr8d_received_bytes_total"], "0");
+  EXPECT_EQ(m["exlr8d_jobs_max_running"], "4");
+  EXPECT_EQ(m.count("exlr8d_cache_filesets"), 0u);
+  EXPECT_EQ(Http(serve.base() + "/metrics", "POST").status, 405);
+
+  const std::uint64_t id = Submit(serve, Body(3, 2));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, id))); })) << State(last);
+  ASSERT_EQ(State(last), "done") << last.Find("error")->as_string();
+  const JsonValue pull =
+      *Parse(Http(serve.base() + "/v1/pulls/" + std::to_string(*last.Find("pull")->as_uint64()))).Find("pull");
+  const PullSummary plan = PlanOf(*sim, 3, 2);
+  m = Metrics(serve);
+  const std::string set = "{repo=\"exlr8/test\",revision=\"main\",commit=\"" + plan.commit + "\"}";
+  EXPECT_EQ(m["exlr8d_fileset_verified_bytes" + set], std::to_string(plan.bytes_planned));
+  EXPECT_EQ(m["exlr8d_cache_verified_bytes"], std::to_string(plan.bytes_planned));
+  EXPECT_EQ(m["exlr8d_cache_filesets"], "1");
+  EXPECT_EQ(m["exlr8d_fileset_pins" + set], "0");
+  EXPECT_EQ(m.count("exlr8d_fileset_last_verified_timestamp_seconds" + set), 0u);  // never scrubbed
+  EXPECT_EQ(m["exlr8d_jobs{state=\"done\"}"], "1");
+  EXPECT_EQ(m["exlr8d_pulls{state=\"done\"}"], "1");
+  // Into a fresh cache: the whole plan (the pull fetched a little more:
+  // each width-file header twice).
+  EXPECT_EQ(m["exlr8d_verified_bytes_total"], std::to_string(plan.bytes_planned));
+  EXPECT_GE(std::stoull(m["exlr8d_received_bytes_total"]), *pull.Find("bytes_fetched")->as_uint64());
+  EXPECT_EQ(m["exlr8d_http_requests_total"], std::to_string(*pull.Find("requests")->as_uint64()));
+  EXPECT_GT(std::stoull(m["exlr8d_hub_resolves_total"]), 0u);
+  EXPECT_GT(std::stoull(m["exlr8d_cache_free_bytes"]), 0u);
+
+  // A verify job adds its checked bytes, and the fileset its last scrub.
+  const HttpAnswer v = Http(serve.base() + "/v1/verify", "POST", "", R"({"repo":"exlr8/test"})");
+  ASSERT_EQ(v.status, 202) << v.body;
+  const std::uint64_t vid = *Parse(v).Find("job")->Find("id")->as_uint64();
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, vid)) == "done"; })) << State(last);
+  m = Metrics(serve);
+  EXPECT_EQ(m["exlr8d_scrubbed_bytes_total"], std::to_string(plan.bytes_planned));
+  EXPECT_EQ(m["exlr8d_scrub_failures_total"], "0");
+  EXPECT_EQ(m["exlr8d_fileset_verify_failures" + set], "0");
+  EXPECT_EQ(m.count("exlr8d_fileset_last_verified_timestamp_seconds" + set), 1u);
+  EXPECT_EQ(m["exlr8d_jobs{state=\"done\"}"], "2");
+  EXPECT_EQ(serve.Stop(), 0);
 }
 
 TEST(ServeJobsTest, ATokenNeverFollowsAJobToAnotherEndpoint) {

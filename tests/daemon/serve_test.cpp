@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "daemon/api/api_server.h"
+#include "daemon/api/prometheus_text.h"
 #include "daemon/cache/cache.h"
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
@@ -192,6 +193,21 @@ TEST(ApiServerTest, BoundsGarbageAndFailingHandlers) {
   EXPECT_EQ(ApiServer::Start({}, nullptr).status().code(), StatusCode::kInvalidArgument);
   (*server)->Stop();
   EXPECT_NE(Http(base + "/c").status, 200);
+}
+
+TEST(PrometheusTextTest, WritesFamiliesOnceAndEscapesLabels) {
+  PrometheusText m;
+  m.Family("x_bytes", "gauge", "Bytes.\nTwo lines \\ here.");
+  m.Family("x_bytes", "gauge", "again: ignored");
+  m.Sample("x_bytes", {{"repo", "a/b"}, {"rev", "say \"hi\"\\\n"}}, std::uint64_t{18446744073709551615u});
+  m.Sample("x_bytes", {}, 0.5);
+  m.Sample("x_bytes", {}, 1.0 / 0.0);
+  EXPECT_EQ(m.text(),
+            "# HELP x_bytes Bytes.\\nTwo lines \\\\ here.\n"
+            "# TYPE x_bytes gauge\n"
+            "x_bytes{repo=\"a/b\",rev=\"say \\\"hi\\\"\\\\\\n\"} 18446744073709551615\n"
+            "x_bytes 0.5\n"
+            "x_bytes +Inf\n");
 }
 
 }  // namespace

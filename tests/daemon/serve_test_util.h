@@ -56,6 +56,7 @@ class ServeProcess {
 struct HttpAnswer {
   long status = 0;
   std::string body;
+  std::string content_type;
 };
 
 inline std::size_t CollectBody(char* p, std::size_t size, std::size_t n, void* ud) {
@@ -79,7 +80,12 @@ inline HttpAnswer Http(const std::string& url, const std::string& method = "GET"
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
   }
   if (!unix_socket.empty()) curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_socket.c_str());
-  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.status);
+  if (curl_easy_perform(c) == CURLE_OK) {
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a.status);
+    const char* type = nullptr;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type);
+    if (type != nullptr) a.content_type = type;
+  }
   curl_easy_cleanup(c);
   return a;
 }

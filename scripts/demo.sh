@@ -118,6 +118,9 @@ PY
 done
 echo "  GET $api/v1/jobs/1"
 echo "  $job"
+echo "  GET $api/metrics (Prometheus text; a few of its lines)"
+curl -sS "$api/metrics" | grep -E '^exlr8d_(fileset_verified_bytes|jobs\{state="done"|received_bytes_total|verified_bytes_total|http_requests_total)' |
+  sed 's/^/    /'
 kill $srv; wait $srv 2>/dev/null || true
 [[ $state == done ]] || { echo "job 1 ended $state"; cat "$work/serve.log"; exit 1; }
 "$bin/exlr8d" list --cache "$work/cache"

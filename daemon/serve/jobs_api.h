@@ -15,8 +15,9 @@
 //   GET    /v1/jobs/{id}    {"job":{...}}; a running job carries "progress"
 //                            (a pull: phase, bytes, ranges, rate, ETA; a
 //                            verify: bytes checked of total, failures, rate,
-//                            ETA), a queued one
-//                            "waiting" when the cache is owned elsewhere
+//                            ETA), a queued one "waiting": why it has not
+//                            started (a job of its repo before it, no free
+//                            slot, the cache owned by another process)
 //   DELETE /v1/jobs/{id}    cancels it (202; 409 once finished)
 //   DELETE /v1/pulls/{id}   cancels the job running pull {id} (409 for a
 //                            pull another process runs: stop that process)

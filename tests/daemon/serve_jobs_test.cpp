@@ -5,16 +5,19 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "daemon/cache/cache.h"
 #include "daemon/serve/job_store.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
+#include "tests/daemon/shell_util.h"
 
 namespace exlr8 {
 namespace {
@@ -522,6 +525,83 @@ TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
   EXPECT_EQ(m.count("exlr8d_fileset_last_verified_timestamp_seconds" + set), 1u);
   EXPECT_EQ(m["exlr8d_jobs{state=\"done\"}"], "2");
   EXPECT_EQ(serve.Stop(), 0);
+}
+
+// Many jobs of several repos at once, some cancelled, while two clients
+// poll the jobs and the metrics: never two of a repo at once, never more
+// than --max-jobs, every job ends as asked, and what the cache then holds
+// checks clean.
+TEST(ServeJobsTest, ManyJobsOfSeveralReposCancelledAndWatchedAtOnce) {
+  const std::vector<std::string> repos = {"exlr8/r0", "exlr8/r1", "exlr8/r2", "exlr8/r3", "exlr8/r4"};
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 2'000'000;
+  auto sim = StartSim(TinyRelease(), "", slow, repos);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
+                                    "--max-jobs", "3", "--jobs", "4"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  struct Asked {
+    std::uint64_t id;
+    std::string repo;
+    bool cancel;
+  };
+  std::vector<Asked> asked;
+  for (int rank = 0; rank < 3; ++rank) {
+    for (std::size_t r = 0; r < repos.size(); ++r) {
+      const std::string body = R"({"repo":")" + repos[r] + R"(","manifest":"home","tp":3,"rank":)" +
+                               std::to_string(rank) + "}";
+      asked.push_back({Submit(serve, body), repos[r], (rank + r) % 4 == 1});
+    }
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> most_running{0}, same_repo_at_once{0}, polls{0};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      const JsonValue jobs = Parse(Http(serve.base() + "/v1/jobs"));
+      if (!jobs.is_object() || jobs.Find("jobs") == nullptr) continue;
+      std::map<std::string, int> running_of;
+      int running = 0;
+      for (const JsonValue& j : jobs.Find("jobs")->as_array()) {
+        if (State(j) != "running") continue;
+        ++running;
+        if (++running_of[j.Find("repo")->as_string()] > 1) ++same_repo_at_once;
+      }
+      most_running = std::max(most_running.load(), running);
+      ++polls;
+    }
+  });
+  std::thread scraper([&] {
+    while (!done.load()) EXPECT_EQ(Http(serve.base() + "/metrics").status, 200);
+  });
+  for (const Asked& a : asked)
+    if (a.cancel) Http(serve.base() + "/v1/jobs/" + std::to_string(a.id), "DELETE");
+  const bool all_ended = WaitFor(
+      [&] {
+        for (const Asked& a : asked)
+          if (!IsFinishedState(State(Job(serve, a.id)))) return false;
+        return true;
+      },
+      120);
+  done = true;
+  watcher.join();
+  scraper.join();
+  ASSERT_TRUE(all_ended);
+  EXPECT_GT(polls.load(), 0);
+  EXPECT_EQ(same_repo_at_once.load(), 0);
+  EXPECT_LE(most_running.load(), 3);
+  for (const Asked& a : asked) {
+    const JsonValue j = Job(serve, a.id);
+    // A cancel can come after a quick job ended; otherwise it was honoured.
+    if (a.cancel) {
+      EXPECT_TRUE(State(j) == "cancelled" || State(j) == "done") << a.id << " " << State(j);
+    } else {
+      EXPECT_EQ(State(j), "done") << a.id << " " << j.Find("error")->as_string();
+    }
+  }
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+  const ShellRun scrub = Shell(Exlr8d() + " verify --no-progress --cache " + Quote(cache.path().string()));
+  EXPECT_EQ(scrub.status, 0) << scrub.out;
 }
 
 TEST(ServeJobsTest, ATokenNeverFollowsAJobToAnotherEndpoint) {

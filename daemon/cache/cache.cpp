@@ -126,6 +126,21 @@ struct Cache::Rep {
     auto it = open_files.find(file);
     return it == open_files.end() ? nullptr : it->second;
   }
+  // Space claims (Cache::SpaceClaim), by id; a lock of their own, taken
+  // without mu and never with it.
+  std::mutex claims_mu;
+  std::map<std::uint64_t, std::function<std::uint64_t()>> claims;  // guarded by claims_mu
+  std::uint64_t next_claim = 1;                                     // guarded by claims_mu
+
+  // Bytes every claim but `own` may still write.
+  std::uint64_t ClaimedByOthers(std::uint64_t own) {
+    std::lock_guard<std::mutex> l(claims_mu);
+    std::uint64_t sum = 0;
+    for (const auto& [id, remaining] : claims)
+      if (id != own) sum += remaining();
+    return sum;
+  }
+
   // Directories (relative, "" = root) holding a data file opened by this
   // process whose name has not been fsynced yet.
   std::set<std::string> unsynced_dirs EXLR8_GUARDED_BY(mu);
@@ -925,20 +940,37 @@ Result<std::uint64_t> Cache::RecordedBytes() {
   return rep_->RecordedBytes();
 }
 
-Status Cache::CheckSpace(std::uint64_t bytes_needed) {
+Cache::SpaceClaim::~SpaceClaim() {
+  std::lock_guard<std::mutex> l(cache_->rep_->claims_mu);
+  cache_->rep_->claims.erase(id_);
+}
+
+std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<std::uint64_t()> remaining) {
+  std::lock_guard<std::mutex> l(rep_->claims_mu);
+  const std::uint64_t id = rep_->next_claim++;
+  rep_->claims.emplace(id, std::move(remaining));
+  return std::unique_ptr<SpaceClaim>(new SpaceClaim(this, id));
+}
+
+Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, RecordedBytes());
+  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
+  // What others still write comes out of the free space and into the cache.
+  const std::uint64_t available = free - std::min(free, promised);
+  const std::uint64_t committed = used + promised;
   const std::optional<std::uint64_t>& budget = rep_->options.byte_budget;
-  const bool over_budget = budget && (used > *budget || bytes_needed > *budget - used);
-  if (bytes_needed <= free && !over_budget) return Status::Ok();
+  const bool over_budget = budget && (committed > *budget || bytes_needed > *budget - committed);
+  if (bytes_needed <= available && !over_budget) return Status::Ok();
   std::string msg = "need " + HumanBytes(bytes_needed) + ", " + HumanBytes(free) + " free on " + rep_->shown;
   if (budget) {
     msg += " (budget " + HumanBytes(*budget) + ", " + HumanBytes(used) + " used";
-    if (over_budget) msg += "; over budget: run gc or raise the budget";
-    msg += ")";
   } else {
-    msg += " (no budget)";
+    msg += " (no budget";
   }
+  if (promised > 0) msg += "; " + HumanBytes(promised) + " promised to pulls running now";
+  if (over_budget) msg += "; over budget: run gc or raise the budget";
+  msg += ")";
   return ResourceExhaustedError(std::move(msg));
 }
 

@@ -300,10 +300,34 @@ class Cache {
   Result<std::uint64_t> FreeBytes();
   // Sum of all verified extents.
   Result<std::uint64_t> RecordedBytes();
-  // OK if `bytes_needed` more bytes fit on disk and within the budget;
-  // ResourceExhausted "need X GB, Y GB free on <dir> (budget Z GB, W GB
-  // used)" otherwise.
-  Status CheckSpace(std::uint64_t bytes_needed);
+  // Space promised to work in progress. Several pulls may run on one Cache
+  // at once (`exlr8d serve`); each checks the space for its own plan before
+  // it writes, and without claims two of them could each find room for
+  // itself and together overrun the disk or the budget. A pull registers a
+  // claim whose `remaining` says how many bytes it may still write; every
+  // other caller's CheckSpace counts those as taken. Unregistered when
+  // destroyed. `remaining` is called from any thread, under the claims'
+  // lock: it must be quick and must not call into the Cache.
+  class SpaceClaim {
+   public:
+    ~SpaceClaim();
+    SpaceClaim(const SpaceClaim&) = delete;
+    SpaceClaim& operator=(const SpaceClaim&) = delete;
+
+   private:
+    friend class Cache;
+    SpaceClaim(Cache* cache, std::uint64_t id) : cache_(cache), id_(id) {}
+    Cache* cache_;
+    std::uint64_t id_;
+  };
+  // REQUIRES: the claim does not outlive this Cache.
+  std::unique_ptr<SpaceClaim> ClaimSpace(std::function<std::uint64_t()> remaining);
+
+  // OK if `bytes_needed` more bytes fit on disk and within the budget,
+  // besides what other claims than `own` still hold; ResourceExhausted
+  // "need X GB, Y GB free on <dir> (budget Z GB, W GB used; V GB promised
+  // to pulls running now)" otherwise.
+  Status CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own = nullptr);
   // Evicts unpinned filesets without a running pull, least recently used
   // first, until RecordedBytes() <= budget or nothing evictable is left
   // (check GcResult::bytes_remaining). Also removes leftover data

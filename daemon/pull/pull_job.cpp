@@ -121,6 +121,23 @@ struct PullJob::Rep {
 
   Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
 
+  // The space this pull may still write, claimed in the Cache so that
+  // other pulls running on it at once count it as taken: every byte it
+  // checked space for, less what it has verified (and so written) since.
+  std::atomic<std::uint64_t> claimed{0};
+  std::unique_ptr<Cache::SpaceClaim> space_claim;  // while Run runs; declared after `counters`
+  std::uint64_t StillToWrite() const {
+    const std::uint64_t c = claimed.load(std::memory_order_relaxed);
+    return c - std::min(c, counters.bytes_verified.load(std::memory_order_relaxed));
+  }
+  // Checks that `needed` bytes fit besides what other pulls claimed, then
+  // claims `adds` more (`needed` may count bytes claimed before).
+  Status CheckAndClaimSpace(std::uint64_t needed, std::uint64_t adds) {
+    EXLR8_RETURN_IF_ERROR(cache.CheckSpace(needed, space_claim.get()));
+    claimed.fetch_add(adds, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
   // Time spent per phase, accumulated on the Run() thread only.
   std::array<double, kPullPhaseCount> phase_s{};
   std::chrono::steady_clock::time_point phase_start = start;
@@ -316,7 +333,7 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
     return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
                                    std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
                                    ") are not in the cache");
-  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(missing_bytes));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(missing_bytes, missing_bytes));
   WholeFileConsumer consumer(*fetcher, cache, StepBatch(), counters, std::move(targets));
   Status s = RunStep(consumer, consumer);
   // Readable by the planner now; flagged verified once durable, at the end.
@@ -526,7 +543,7 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
     st.file_bytes += t.size - t.resume_from;
     (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
   }
-  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(st.file_bytes));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(st.file_bytes, st.file_bytes));
   st.files_batch =
       std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   const int cap = BackgroundCap();
@@ -573,7 +590,7 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
   for (const auto* c : {st.files.get(), st.resumed.get()})
     if (c) written += c->bytes_written();
   const std::uint64_t files_pending = st.file_bytes - std::min(st.file_bytes, written);
-  EXLR8_RETURN_IF_ERROR(cache.CheckSpace(half_bytes + files_pending));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(half_bytes + files_pending, half_bytes));
   st.halves_batch =
       std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   st.halves = std::make_unique<HalfConsumer>(*fetcher, cache, *st.halves_batch, counters, st.work);
@@ -649,6 +666,12 @@ Result<bool> PullJob::Rep::PlanComplete(const Plan& plan) {
 
 Result<PullSummary> PullJob::Run() {
   Rep& r = *rep_;
+  // Claimed for this run only: a pull that ended (or failed) claims nothing.
+  struct Unclaim {
+    Rep& r;
+    ~Unclaim() { r.space_claim.reset(); }
+  } unclaim{r};
+  if (!r.opt.dry_run) r.space_claim = r.cache.ClaimSpace([&r] { return r.StillToWrite(); });
   auto body = [&]() -> Result<PullSummary> {
     EXLR8_RETURN_IF_ERROR(r.CheckOptions());
     EXLR8_RETURN_IF_ERROR(r.ResolveAndList());

@@ -597,6 +597,34 @@ TEST(CacheTest, CheckSpaceAgainstBudgetAndDisk) {
   EXPECT_GT(*fx.cache->FreeBytes(), 0u);
 }
 
+// Pulls running at once claim what they will still write; each one's check
+// counts the others' claims as taken, on the budget and on the disk.
+TEST(CacheTest, CheckSpaceCountsWhatOtherPullsClaimed) {
+  CacheOptions options;
+  options.byte_budget = 1000;
+  Fixture fx(2000, options);
+  fx.WriteVerified(0, 200);
+  std::atomic<std::uint64_t> a_left{500};
+  auto a = fx.cache->ClaimSpace([&] { return a_left.load(); });
+  auto b = fx.cache->ClaimSpace([] { return std::uint64_t{0}; });
+  EXPECT_TRUE(fx.cache->CheckSpace(800, a.get()).ok());  // its own claim is not counted against it
+  EXPECT_TRUE(fx.cache->CheckSpace(300, b.get()).ok());  // 200 used + 500 claimed + 300 = the budget
+  const Status over = fx.cache->CheckSpace(301, b.get());
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("500 B promised to pulls running now"), std::string::npos) << over.message();
+  EXPECT_EQ(fx.cache->CheckSpace(301).code(), StatusCode::kResourceExhausted);  // no claim: every one counts
+  a_left = 100;  // a wrote most of it
+  EXPECT_TRUE(fx.cache->CheckSpace(700, b.get()).ok());
+  a.reset();  // a ended
+  EXPECT_TRUE(fx.cache->CheckSpace(800, b.get()).ok());
+  EXPECT_FALSE(fx.cache->CheckSpace(801, b.get()).ok());
+  // On the disk too: a claim as large as the free space leaves nothing.
+  const std::uint64_t free = *fx.cache->FreeBytes();
+  auto huge = fx.cache->ClaimSpace([free] { return free; });
+  EXPECT_EQ(fx.cache->CheckSpace(1, b.get()).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(fx.cache->CheckSpace(1, huge.get()).ok());
+}
+
 // Mounts a tmpfs of `size` on a scratch directory; skips when not permitted.
 class TmpfsMount {
  public:

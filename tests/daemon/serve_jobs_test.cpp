@@ -391,6 +391,44 @@ TEST(ServeJobsTest, RunsTwoReposAtOnceUnderOneRateLimitAndOneRepoInOrder) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
+std::string Phase(const JsonValue& job) {
+  const JsonValue* p = job.is_object() ? job.Find("progress") : nullptr;
+  const JsonValue* f = p != nullptr ? p->Find("phase") : nullptr;
+  return f != nullptr && f->is_string() ? f->as_string() : "";
+}
+
+// Two pulls at once under one --budget: the second counts what the first
+// has claimed and still writes, and stops before it writes a byte, instead
+// of both fitting alone and overrunning the budget together.
+TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 200'000;
+  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+  const PullSummary plan = PlanOf(*sim, 2, 0);
+  const std::uint64_t budget = plan.bytes_planned * 3 / 2;  // room for one plan, not two
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
+                                    "--jobs", "4", "--budget", std::to_string(budget)});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t a = Submit(serve, Body(2, 0));
+  JsonValue ja, jb;
+  ASSERT_TRUE(WaitFor([&] { return Phase(ja = Job(serve, a)) == "halves"; })) << State(ja) << " " << Phase(ja);
+  const std::uint64_t b = Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0})");
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(jb = Job(serve, b))); })) << State(jb);
+  EXPECT_EQ(State(jb), "failed");
+  EXPECT_THAT(jb.Find("error")->as_string(), HasSubstr("promised to pulls running now"));
+  EXPECT_EQ(State(Job(serve, a)), "running");  // b failed while a was still at it
+  sim->SetFaults(hubsim::FaultConfig());
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(ja = Job(serve, a))); })) << State(ja);
+  EXPECT_EQ(State(ja), "done") << ja.Find("error")->as_string();
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*(*c)->RecordedBytes(), plan.bytes_planned);
+  EXPECT_LE(*(*c)->RecordedBytes(), budget);
+}
+
 // --max-jobs 1: the queue runs strictly in order, whatever the repo.
 TEST(ServeJobsTest, OneJobAtATimeWithMaxJobs1) {
   hubsim::FaultConfig slow;

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "format/json.h"
+
 namespace exlr8 {
 
 namespace {
@@ -78,6 +80,7 @@ struct JobRunner::Rep {
   void RunJob(Cache& cache, RunningJob& rj);
   void RunPull(Cache& cache, RunningJob& rj);
   void RunVerify(Cache& cache, RunningJob& rj);
+  void RunEvict(Cache& cache, RunningJob& rj);
   // How a job whose work returned `status` ends: Finish or, when the server
   // stopped it, Requeue.
   void RecordEnd(const RunningJob& rj, const Status& status, const std::string& result);
@@ -92,6 +95,17 @@ struct JobRunner::Rep {
 };
 
 namespace {
+
+// The fileset a verify or evict job names: the commit its revision last
+// resolved to in this cache.
+Result<FilesetInfo> FindFileset(Cache& cache, const JobRequest& r) {
+  auto commit = cache.LookupCommit(r.repo, r.revision);
+  if (!commit.ok()) return NotFoundError(r.repo + "@" + r.revision + " was never pulled into " + cache.dir().string());
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+  for (FilesetInfo& set : sets)
+    if (set.repo == r.repo && set.commit == *commit) return std::move(set);
+  return NotFoundError(r.repo + " commit " + *commit + " is not in " + cache.dir().string());
+}
 
 // What one job adds to the server's totals.
 void AddTo(RunnerTotals& t, const RunningJob& rj) {
@@ -282,10 +296,10 @@ void JobRunner::Rep::Loop() {
 
 void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
   if (Status s = store->MarkRunning(rj.job.id); s.ok()) {  // not cancelled meanwhile
-    if (rj.job.request.kind == JobKind::kVerify) {
-      RunVerify(cache, rj);
-    } else {
-      RunPull(cache, rj);
+    switch (rj.job.request.kind) {
+      case JobKind::kPull: RunPull(cache, rj); break;
+      case JobKind::kVerify: RunVerify(cache, rj); break;
+      case JobKind::kEvict: RunEvict(cache, rj); break;
     }
   }
   {
@@ -390,19 +404,12 @@ void JobRunner::Rep::RunVerify(Cache& cache, RunningJob& rj) {
     if (rj.cancel_requested || stopping) rj.scrub_cancel.store(true);
   }
   auto scrubbed = [&]() -> Result<ScrubReport> {
-    auto commit = cache.LookupCommit(r.repo, r.revision);
-    if (!commit.ok())
-      return NotFoundError(r.repo + "@" + r.revision + " was never pulled into " + cache.dir().string());
-    EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
-    for (const FilesetInfo& set : sets) {
-      if (set.repo != r.repo || set.commit != *commit) continue;
-      ScrubOptions o;
-      o.repair = true;
-      o.cancel = &rj.scrub_cancel;
-      o.counters = &rj.scrub;
-      return ScrubFileset(cache, set.id, o);
-    }
-    return NotFoundError(r.repo + " commit " + *commit + " is not in " + cache.dir().string());
+    EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(cache, r));
+    ScrubOptions o;
+    o.repair = true;
+    o.cancel = &rj.scrub_cancel;
+    o.counters = &rj.scrub;
+    return ScrubFileset(cache, set.id, o);
   }();
   if (scrubbed.ok()) {
     std::fprintf(stderr, "exlr8d serve: job %lld: checked %llu bytes in %.2f s, %zu failed, forgot %llu bytes\n",
@@ -414,6 +421,28 @@ void JobRunner::Rep::RunVerify(Cache& cache, RunningJob& rj) {
                  scrubbed.status().ToString().c_str());
   }
   RecordEnd(rj, scrubbed.status(), scrubbed.ok() ? ScrubReportJson(*scrubbed).Dump() : "");
+}
+
+void JobRunner::Rep::RunEvict(Cache& cache, RunningJob& rj) {
+  const JobInfo& job = rj.job;
+  const JobRequest& r = job.request;
+  std::fprintf(stderr, "exlr8d serve: job %lld: evicting %s@%s\n", static_cast<long long>(job.id), r.repo.c_str(),
+               r.revision.c_str());
+  Result<JsonValue> evicted = [&]() -> Result<JsonValue> {
+    EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(cache, r));
+    EXLR8_ASSIGN_OR_RETURN(GcResult gone, cache.Evict(set.id));
+    std::fprintf(stderr, "exlr8d serve: job %lld: evicted %s commit %s, freed %llu bytes\n",
+                 static_cast<long long>(job.id), set.repo.c_str(), set.commit.c_str(),
+                 static_cast<unsigned long long>(gone.bytes_freed));
+    return JsonValue::Object({{"repo", JsonValue::String(set.repo)},
+                              {"commit", JsonValue::String(set.commit)},
+                              {"bytes_freed", JsonValue::UInt(gone.bytes_freed)},
+                              {"bytes_remaining", JsonValue::UInt(gone.bytes_remaining)}});
+  }();
+  if (!evicted.ok())
+    std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
+                 evicted.status().ToString().c_str());
+  RecordEnd(rj, evicted.status(), evicted.ok() ? evicted->Dump() : "");
 }
 
 JobSnapshot JobRunner::Rep::SnapshotOf(JobInfo info) const {

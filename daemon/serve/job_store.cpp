@@ -15,7 +15,7 @@ namespace exlr8 {
 namespace {
 
 constexpr std::array<std::string_view, 5> kStateNames = {"queued", "running", "done", "failed", "cancelled"};
-constexpr std::array<std::string_view, 2> kKindNames = {"pull", "verify"};
+constexpr std::array<std::string_view, 3> kKindNames = {"pull", "verify", "evict"};
 constexpr std::size_t kMaxFieldBytes = 1000;
 
 std::int64_t NowMs() {
@@ -45,10 +45,11 @@ Status CheckRequest(const JobRequest& r) {
   // never run is refused when it is asked for.
   if (Status s = ValidateRepoId(r.repo); !s.ok()) return InvalidArgumentError("repo: " + s.message());
   if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
-  if (r.kind == JobKind::kVerify) {
-    // A scrub of a fileset: nothing else applies.
+  if (r.kind != JobKind::kPull) {
+    // A scrub or an eviction of a fileset: nothing else applies.
     if (!r.manifest.empty() || r.tp != 1 || r.rank != 0 || !r.endpoint.empty() || !r.pin.empty())
-      return InvalidArgumentError("a verify job takes repo and revision only");
+      return InvalidArgumentError("a" + std::string(r.kind == JobKind::kVerify ? " verify" : "n evict") +
+                                  " job takes repo and revision only");
     return Status::Ok();
   }
   if (r.manifest.empty()) return InvalidArgumentError("manifest must not be empty");

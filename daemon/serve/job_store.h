@@ -28,13 +28,14 @@ namespace exlr8 {
 using JobId = std::int64_t;
 
 enum class JobState { kQueued, kRunning, kDone, kFailed, kCancelled };
-enum class JobKind { kPull, kVerify };
-std::string_view JobKindName(JobKind kind);  // "pull", "verify"
+enum class JobKind { kPull, kVerify, kEvict };
+std::string_view JobKindName(JobKind kind);  // "pull", "verify", "evict"
 std::string_view JobStateName(JobState state);  // "queued", "running", ...
 bool IsFinished(JobState state);                 // done, failed or cancelled
 
-// What a client asks for: POST /v1/pulls, or POST /v1/verify (kind verify:
-// repo and revision only; the other fields keep their defaults).
+// What a client asks for: POST /v1/pulls, or POST /v1/verify or /v1/evict
+// (kinds verify and evict: repo and revision only; the other fields keep
+// their defaults).
 struct JobRequest {
   JobKind kind = JobKind::kPull;
   std::string repo;

@@ -158,11 +158,11 @@ Result<JobRequest> ParseJobRequest(std::string_view text) {
   return r;
 }
 
-Result<JobRequest> ParseVerifyRequest(std::string_view text) {
+Result<JobRequest> ParseFilesetRequest(std::string_view text, JobKind kind) {
   EXLR8_ASSIGN_OR_RETURN(JsonValue body, ParseBody(text));
   EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision"}));
   JobRequest r;
-  r.kind = JobKind::kVerify;
+  r.kind = kind;
   EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
   if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
   EXLR8_ASSIGN_OR_RETURN(r.revision, StringField(body, "revision", "main"));
@@ -216,8 +216,10 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
     return Metrics();
   }
-  if ((path == "/v1/pulls" || path == "/v1/verify") && req.method == "POST") {
-    auto request = path == "/v1/pulls" ? ParseJobRequest(req.body) : ParseVerifyRequest(req.body);
+  if ((path == "/v1/pulls" || path == "/v1/verify" || path == "/v1/evict") && req.method == "POST") {
+    auto request = path == "/v1/pulls"    ? ParseJobRequest(req.body)
+                   : path == "/v1/verify" ? ParseFilesetRequest(req.body, JobKind::kVerify)
+                                          : ParseFilesetRequest(req.body, JobKind::kEvict);
     if (!request.ok()) return ErrorResponse(request.status());
     auto job = runner_.Submit(*request);
     if (!job.ok()) return ErrorResponse(job.status());
@@ -238,7 +240,7 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   }
   if (path == "/v1/jobs") {
     if (req.method != "GET")
-      return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls or /v1/verify starts a job");
+      return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls, /v1/verify or /v1/evict starts a job");
     auto jobs = runner_.List();
     if (!jobs.ok()) return ErrorResponse(jobs.status());
     std::string body = "{\"jobs\":[";

@@ -11,6 +11,11 @@
 //                            fileset (daemon/scrub/scrub.h), forgetting what
 //                            no longer matches; once done, the job carries
 //                            the report as "result"
+//   POST   /v1/evict        {"repo":"org/name","revision":"main"} -> 202
+//                            {"job":{...}}: evicts that fileset (as
+//                            `exlr8d gc --repo`; a pinned one fails the
+//                            job), after the jobs of its repo before it;
+//                            "result": bytes freed and remaining
 //   GET    /v1/jobs         {"jobs":[...]} newest first (at most 100)
 //   GET    /v1/jobs/{id}    {"job":{...}}; a running job carries "progress"
 //                            (a pull: phase, bytes, ranges, rate, ETA; a
@@ -36,9 +41,10 @@ namespace exlr8 {
 // The job as JSON (no trailing newline).
 std::string JobJson(const JobSnapshot& job);
 
-// Parse a POST /v1/pulls or /v1/verify body. InvalidArgument naming the field.
+// Parse a POST /v1/pulls body, or a /v1/verify or /v1/evict one (`kind`).
+// InvalidArgument naming the field.
 Result<JobRequest> ParseJobRequest(std::string_view body);
-Result<JobRequest> ParseVerifyRequest(std::string_view body);
+Result<JobRequest> ParseFilesetRequest(std::string_view body, JobKind kind);
 
 class JobsApi {
  public:

@@ -271,19 +271,68 @@ TEST(JobStoreTest, AVersion1QueueIsUpgradedInPlace) {
   EXPECT_EQ((*queued)[0].request.rank, 1);
 }
 
-TEST(JobRequestTest, ParsesVerifyBodies) {
-  auto r = ParseVerifyRequest(R"({"repo":"org/m"})");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->kind, JobKind::kVerify);
-  EXPECT_EQ(r->repo, "org/m");
-  EXPECT_EQ(r->revision, "main");
-  r = ParseVerifyRequest(R"({"repo":"org/m","revision":"abc1234"})");
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->revision, "abc1234");
-  EXPECT_THAT(ParseVerifyRequest(R"({"repo":"org/m","manifest":"home"})").status().message(),
-              HasSubstr("unknown field 'manifest' (fields: repo, revision)"));
-  EXPECT_THAT(ParseVerifyRequest("{}").status().message(), HasSubstr("missing repo"));
-  EXPECT_THAT(ParseVerifyRequest(R"({"repo":1})").status().message(), HasSubstr("repo must be a string"));
+// Schema 3 rebuilds the table to allow evict jobs: every row of a version 2
+// queue (pulls and verify jobs, their ids, states and results) survives.
+TEST(JobStoreTest, AVersion2QueueIsRebuiltKeepingEveryRow) {
+  TempDir dir;
+  const auto path = dir.path() / "exlr8d.jobs.db";
+  {
+    auto db = SqliteDb::Open(path.string());
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(ApplyMigrations(db->get(), std::span(serve_schema::kMigrations).first(2)).ok());
+    ASSERT_TRUE((*db)->Exec("INSERT INTO jobs (id, repo, revision, manifest, tp, rank, state, created, updated, "
+                            "pull_id, attempts) VALUES (5, 'org/a', 'main', 'home', 4, 1, 'done', 1, 2, 9, 2)")
+                    .ok());
+    ASSERT_TRUE((*db)->Exec("INSERT INTO jobs (id, repo, revision, manifest, tp, rank, state, created, updated, "
+                            "kind, result) VALUES (7, 'org/b', 'v1', '', 1, 0, 'queued', 3, 3, 'verify', '{}')")
+                    .ok());
+    EXPECT_FALSE((*db)->Exec("INSERT INTO jobs (repo, revision, manifest, tp, rank, state, created, updated, kind) "
+                             "VALUES ('org/c', 'main', '', 1, 0, 'queued', 4, 4, 'evict')")
+                     .ok());  // not yet
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto a = (*store)->Get(5);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->request.kind, JobKind::kPull);
+  EXPECT_EQ(a->state, JobState::kDone);
+  EXPECT_EQ(a->pull, std::optional<std::int64_t>(9));
+  EXPECT_EQ(a->attempts, 2);
+  auto b = (*store)->Get(7);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->request.kind, JobKind::kVerify);
+  EXPECT_EQ(b->request.revision, "v1");
+  EXPECT_EQ(b->result, "{}");
+  JobRequest e;
+  e.kind = JobKind::kEvict;
+  e.repo = "org/c";
+  auto id = (*store)->Add(e);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_GT(*id, 7);  // ids go on from the copied rows
+  EXPECT_EQ((*store)->Get(*id)->request.kind, JobKind::kEvict);
+  auto queued = (*store)->Queued();
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->size(), 2u);
+  EXPECT_EQ((*queued)[0].id, 7);
+  e.pin = "x";
+  EXPECT_THAT((*store)->Add(e).status().message(), HasSubstr("an evict job takes repo and revision only"));
+}
+
+TEST(JobRequestTest, ParsesVerifyAndEvictBodies) {
+  for (JobKind kind : {JobKind::kVerify, JobKind::kEvict}) {
+    auto r = ParseFilesetRequest(R"({"repo":"org/m"})", kind);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->kind, kind);
+    EXPECT_EQ(r->repo, "org/m");
+    EXPECT_EQ(r->revision, "main");
+    r = ParseFilesetRequest(R"({"repo":"org/m","revision":"abc1234"})", kind);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->revision, "abc1234");
+    EXPECT_THAT(ParseFilesetRequest(R"({"repo":"org/m","manifest":"home"})", kind).status().message(),
+                HasSubstr("unknown field 'manifest' (fields: repo, revision)"));
+    EXPECT_THAT(ParseFilesetRequest("{}", kind).status().message(), HasSubstr("missing repo"));
+    EXPECT_THAT(ParseFilesetRequest(R"({"repo":1})", kind).status().message(), HasSubstr("repo must be a string"));
+  }
 }
 
 TEST(JobRunnerTest, AnotherEndpointNeverGetsTheServersToken) {

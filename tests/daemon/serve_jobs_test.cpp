@@ -52,6 +52,11 @@ std::uint64_t Progress(const JsonValue& job, const char* field) {
   return f != nullptr && f->as_uint64() ? *f->as_uint64() : 0;
 }
 
+std::string Waiting(const JsonValue& job) {
+  const JsonValue* w = job.is_object() ? job.Find("waiting") : nullptr;
+  return w != nullptr && w->is_string() ? w->as_string() : "";
+}
+
 std::uint64_t Submit(const ServeProcess& serve, const std::string& body) {
   const HttpAnswer a = Http(serve.base() + "/v1/pulls", "POST", "", body);
   EXPECT_EQ(a.status, 202) << a.body;
@@ -237,9 +242,9 @@ TEST(ServeJobsTest, CancelsQueuedAndRunningJobs) {
     last = Job(serve, a);
     return State(last) == "running" && Progress(last, "bytes_received") > 0;
   })) << State(last);
-  last = Job(serve, b);
+  EXPECT_TRUE(WaitFor([&] { return !Waiting(last = Job(serve, b)).empty(); })) << State(last);
   EXPECT_EQ(State(last), "queued");  // one job of a repo at a time
-  EXPECT_EQ(last.Find("waiting")->as_string(), "after job " + std::to_string(a) + " of the same repo");
+  EXPECT_EQ(Waiting(last), "after job " + std::to_string(a) + " of the same repo");
 
   // Queued: cancelled at once, never run.
   HttpAnswer cancel_b = Http(serve.base() + "/v1/jobs/" + std::to_string(b), "DELETE");
@@ -336,11 +341,6 @@ TEST(ServeJobsTest, ResumesAfterAStopAndAKill) {
 
 // The server's token goes to the server's hub only: a job naming another
 // endpoint runs anonymously there.
-std::string Waiting(const JsonValue& job) {
-  const JsonValue* w = job.is_object() ? job.Find("waiting") : nullptr;
-  return w != nullptr && w->is_string() ? w->as_string() : "";
-}
-
 // Jobs of two repos run at once, within one --limit-rate for both; jobs of
 // one repo run in order, the second reusing what the first fetched.
 TEST(ServeJobsTest, RunsTwoReposAtOnceUnderOneRateLimitAndOneRepoInOrder) {
@@ -429,6 +429,65 @@ TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
   EXPECT_LE(*(*c)->RecordedBytes(), budget);
 }
 
+// POST /v1/evict: evicts a fileset after the jobs of its repo asked before
+// it; a pinned one fails the job, naming its holders.
+TEST(ServeJobsTest, AnEvictJobWaitsForItsRepoAndSparesPinnedFilesets) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 400'000;
+  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  auto evict = [&](const std::string& body) {
+    const HttpAnswer a = Http(serve.base() + "/v1/evict", "POST", "", body);
+    EXPECT_EQ(a.status, 202) << a.body;
+    const JsonValue v = Parse(a);
+    const JsonValue* job = v.is_object() ? v.Find("job") : nullptr;
+    EXPECT_TRUE(job != nullptr && job->Find("kind")->as_string() == "evict") << a.body;
+    return job != nullptr ? *job->Find("id")->as_uint64() : 0;
+  };
+  auto wait_end = [&](std::uint64_t id) {
+    JsonValue last;
+    EXPECT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, id))); })) << State(last);
+    return last;
+  };
+  const std::uint64_t pulled = Submit(serve, Body(2, 0));
+  const std::uint64_t pinned =
+      Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0,"pin":"svc"})");
+  const std::uint64_t gone = evict(R"({"repo":"exlr8/test"})");
+  JsonValue j;
+  EXPECT_TRUE(WaitFor([&] { return !Waiting(j = Job(serve, gone)).empty(); })) << State(j);
+  EXPECT_EQ(State(j), "queued");
+  EXPECT_EQ(Waiting(j), "after job " + std::to_string(pulled) + " of the same repo");
+  sim->SetFaults(hubsim::FaultConfig());
+  ASSERT_EQ(State(wait_end(pulled)), "done");
+  ASSERT_EQ(State(wait_end(pinned)), "done");
+  j = wait_end(gone);
+  ASSERT_EQ(State(j), "done") << j.Find("error")->as_string();
+  const PullSummary plan = PlanOf(*sim, 2, 0);
+  EXPECT_EQ(j.Find("result")->Find("repo")->as_string(), "exlr8/test");
+  EXPECT_EQ(*j.Find("result")->Find("bytes_freed")->as_uint64(), plan.bytes_planned);
+  // exlr8/other's, as far as its pull had got then.
+  EXPECT_LE(*j.Find("result")->Find("bytes_remaining")->as_uint64(), plan.bytes_planned);
+
+  j = wait_end(evict(R"({"repo":"exlr8/other"})"));
+  EXPECT_EQ(State(j), "failed");
+  EXPECT_THAT(j.Find("error")->as_string(), HasSubstr("pinned by svc"));
+  j = wait_end(evict(R"({"repo":"exlr8/test"})"));  // gone already
+  EXPECT_EQ(State(j), "failed");
+  EXPECT_THAT(j.Find("error")->as_string(), HasSubstr("never pulled"));
+  EXPECT_EQ(Http(serve.base() + "/v1/evict", "POST", "", R"({"repo":"exlr8/test","tp":2})").status, 400);
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  auto sets = (*c)->ListFilesets();
+  ASSERT_TRUE(sets.ok());
+  ASSERT_EQ(sets->size(), 1u);
+  EXPECT_EQ((*sets)[0].repo, "exlr8/other");
+  EXPECT_FALSE(fs::exists(cache.path() / "exlr8" / "test"));
+}
+
 // --max-jobs 1: the queue runs strictly in order, whatever the repo.
 TEST(ServeJobsTest, OneJobAtATimeWithMaxJobs1) {
   hubsim::FaultConfig slow;
@@ -442,7 +501,7 @@ TEST(ServeJobsTest, OneJobAtATimeWithMaxJobs1) {
   const std::uint64_t c = Submit(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0})");
   JsonValue ja, jc;
   ASSERT_TRUE(WaitFor([&] { return Progress(ja = Job(serve, a), "bytes_received") > 0; })) << State(ja);
-  jc = Job(serve, c);
+  EXPECT_TRUE(WaitFor([&] { return !Waiting(jc = Job(serve, c)).empty(); })) << State(jc);
   EXPECT_EQ(State(jc), "queued");
   EXPECT_EQ(Waiting(jc), "waiting for a free slot: 1 job running (--max-jobs)");
   EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(a), "DELETE").status, 202);

@@ -181,10 +181,12 @@ Result<JobInfo> JobStore::Get(JobId id) {
   return ReadRow(q);
 }
 
-Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
-  MutexLock l(&rep_->mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
-                         rep_->db->Prepare(std::string("SELECT ") + kColumns + " FROM jobs ORDER BY id DESC LIMIT ?1"));
+namespace {
+
+// The jobs `SELECT <kColumns> FROM jobs <where_order>` finds, ?1 bound to `limit`.
+Result<std::vector<JobInfo>> SelectJobs(SqliteDb& db, std::string_view where_order, std::size_t limit) {
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db.Prepare(std::string("SELECT ") + kColumns + " FROM jobs " +
+                                                  std::string(where_order) + " LIMIT ?1"));
   q.Bind(1, static_cast<std::int64_t>(limit));
   std::vector<JobInfo> out;
   for (;;) {
@@ -196,19 +198,16 @@ Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
   return out;
 }
 
+}  // namespace
+
+Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
+  MutexLock l(&rep_->mu);
+  return SelectJobs(*rep_->db, "ORDER BY id DESC", limit);
+}
+
 Result<std::vector<JobInfo>> JobStore::Queued(std::size_t limit) {
   MutexLock l(&rep_->mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(std::string("SELECT ") + kColumns +
-                                                         " FROM jobs WHERE state = 'queued' ORDER BY id LIMIT ?1"));
-  q.Bind(1, static_cast<std::int64_t>(limit));
-  std::vector<JobInfo> out;
-  for (;;) {
-    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    EXLR8_ASSIGN_OR_RETURN(JobInfo j, ReadRow(q));
-    out.push_back(std::move(j));
-  }
-  return out;
+  return SelectJobs(*rep_->db, "WHERE state = 'queued' ORDER BY id", limit);
 }
 
 Result<std::map<std::string, std::uint64_t>> JobStore::CountByState() {

@@ -32,15 +32,15 @@ constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PA
                     [--max-jobs N] [pull options]
 
 Serves the local REST API (JSON): what the cache holds and what is being pulled
-(GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}), and runs pulls asked
-of it (POST /v1/pulls queues a job; GET /v1/jobs, /v1/jobs/{id}; DELETE
-/v1/jobs/{id} cancels; POST /v1/verify queues a scrub). Jobs run with the
-engine of 'exlr8d pull', several at once, but those of one repo one after
-another in the order asked. They are kept in DIR/exlr8d.jobs.db, so a job
-interrupted by a stop or a crash resumes at the next start. The server takes
-the cache's lock only while it runs jobs: between them, 'exlr8d pull', gc and
-the systemd units use the cache as before, and jobs wait while one of them
-owns it.
+(GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}; GET /metrics for
+Prometheus), and runs pulls asked of it (POST /v1/pulls queues a job; GET
+/v1/jobs, /v1/jobs/{id}; DELETE /v1/jobs/{id} cancels; POST /v1/verify queues a
+scrub, POST /v1/evict an eviction). Jobs run with the engine of 'exlr8d
+pull', several at once, but those of one repo one after another in the order
+asked. They are kept in DIR/exlr8d.jobs.db, so a job interrupted by a stop or
+a crash resumes at the next start. The server takes the cache's lock only
+while it runs jobs: between them, 'exlr8d pull', gc and the systemd units use
+the cache as before, and jobs wait while one of them owns it.
 
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8)

@@ -543,7 +543,11 @@ TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
   ASSERT_GT(::recv(ready_socket.get(), msg, sizeof msg - 1, 0), 0);
   EXPECT_STREQ(msg, "READY=1");
   const ShellRun sets = Shell("curl -s --unix-socket " + Quote(socket.string()) + " http://exlr8d/v1/filesets");
-  const ShellRun kill = Shell("kill $(cat " + Quote((cache.path() / "serve.pid").string()) + ")");
+  // Stopped, and waited for: a server still shutting down would write into
+  // the cache directory after the test removed it.
+  const ShellRun kill = Shell("pid=$(cat " + Quote((cache.path() / "serve.pid").string()) +
+                              "); kill $pid && for i in $(seq 200); do kill -0 $pid 2>/dev/null || exit 0; "
+                              "sleep 0.05; done; exit 1");
   ASSERT_EQ(sets.status, 0) << sets.out;
   auto v = ParseJson(sets.out);
   ASSERT_TRUE(v.ok()) << sets.out;

@@ -544,10 +544,13 @@ TEST(SystemdUnitsTest, ServeUnitAnswersOnTheCacheSocket) {
   EXPECT_STREQ(msg, "READY=1");
   const ShellRun sets = Shell("curl -s --unix-socket " + Quote(socket.string()) + " http://exlr8d/v1/filesets");
   // Stopped, and waited for: a server still shutting down would write into
-  // the cache directory after the test removed it.
+  // the cache directory after the test removed it. Not our child (the shell
+  // above started it), so it is gone once its /proc entry is, or is a
+  // zombie waiting for init to reap it.
   const ShellRun kill = Shell("pid=$(cat " + Quote((cache.path() / "serve.pid").string()) +
-                              "); kill $pid && for i in $(seq 200); do kill -0 $pid 2>/dev/null || exit 0; "
-                              "sleep 0.05; done; exit 1");
+                              "); kill $pid && for i in $(seq 200); do "
+                              "[ \"$(awk '{print $3}' /proc/$pid/stat 2>/dev/null || echo gone)\" = Z ] && exit 0; "
+                              "[ -e /proc/$pid ] || exit 0; sleep 0.05; done; exit 1");
   ASSERT_EQ(sets.status, 0) << sets.out;
   auto v = ParseJson(sets.out);
   ASSERT_TRUE(v.ok()) << sets.out;

@@ -43,9 +43,12 @@ Pin and unpin are idempotent. Exit status 3 when the cache has no such
 fileset.
 )";
 
-std::string JoinPins(const std::vector<std::string>& pins) {
+// Index pins by holder, then process pins as "holder (pid N)".
+std::string JoinPins(const FilesetInfo& s) {
   std::string out;
-  for (const auto& p : pins) out += (out.empty() ? "" : ",") + p;
+  for (const auto& p : s.pins) out += (out.empty() ? "" : ",") + p;
+  for (const auto& p : s.process_pins)
+    out += (out.empty() ? "" : ",") + p.holder + " (pid " + std::to_string(p.pid) + ")";
   return out.empty() ? "-" : out;
 }
 
@@ -78,7 +81,7 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
     std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %-31s %s\n", s.repo.c_str(), s.revision.c_str(),
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
                 static_cast<unsigned long long>(s.file_count), UtcTime(s.last_used_ms).c_str(),
-                JoinPins(s.pins).c_str(), verified.c_str(), pull.c_str());
+                JoinPins(s).c_str(), verified.c_str(), pull.c_str());
   }
 }
 

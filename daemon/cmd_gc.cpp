@@ -18,13 +18,14 @@ constexpr const char* kUsage = R"(usage: exlr8d gc [--cache DIR] [--budget BYTES
 
 Evicts unpinned filesets, least recently used first, until the cache holds at
 most BYTES of verified data (default 0, which evicts every unpinned fileset).
-Pinned filesets, and those a pull is writing, are never evicted.
+Pinned filesets, those a pull is writing, and those an exlr8d-stage holds in
+GPU memory (a process pin, gone when that process exits) are never evicted.
 
 With --repo it evicts that one fileset now, whatever its place in the order:
 the commit REV (default main) resolved to when it was last pulled, or the
 commit SHA (40 hex digits, or a unique prefix of at least 7). Exit status 3
 when the cache has no such fileset, 7 when it is pinned (unpin it first) or
-when another process owns the cache.
+held by an exlr8d-stage, or when another process owns the cache.
 
 Eviction is crash-safe: the index forgets the fileset durably first, and its
 files are removed after; files a crash left behind go at the next gc.

@@ -77,6 +77,13 @@ std::string CacheReportJson(const CacheReport& r) {
       if (p > 0) o += ',';
       AppendJsonString(o, s.pins[p]);
     }
+    o += "],\"process_pins\":[";
+    for (std::size_t p = 0; p < s.process_pins.size(); ++p) {
+      if (p > 0) o += ',';
+      o += "{\"holder\":";
+      AppendJsonString(o, s.process_pins[p].holder);
+      o += ",\"pid\":" + std::to_string(s.process_pins[p].pid) + "}";
+    }
     o += "],\"verified\":";
     if (s.verified_ms) {
       o += "{\"at\":";

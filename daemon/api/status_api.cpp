@@ -89,7 +89,7 @@ Status StatusApi::AppendCacheMetrics(PrometheusText* out) const {
   m.Sample("exlr8d_cache_filesets", {}, static_cast<std::uint64_t>(report.filesets.size()));
   m.Family("exlr8d_fileset_verified_bytes", "gauge", "Verified bytes of the fileset in the cache.");
   m.Family("exlr8d_fileset_release_bytes", "gauge", "Bytes of the whole release (every file of the commit).");
-  m.Family("exlr8d_fileset_pins", "gauge", "Pins on the fileset; gc never evicts a pinned one.");
+  m.Family("exlr8d_fileset_pins", "gauge", "Pins on the fileset, live processes' (exlr8d-stage holding it) included; gc never evicts a pinned one.");
   m.Family("exlr8d_fileset_last_used_timestamp_seconds", "gauge", "When the fileset was last used (LRU order).");
   m.Family("exlr8d_fileset_last_verified_timestamp_seconds", "gauge",
            "When a scrub (exlr8d verify) last checked every recorded byte; absent if never.");
@@ -98,7 +98,7 @@ Status StatusApi::AppendCacheMetrics(PrometheusText* out) const {
     const PrometheusText::Labels labels = {{"repo", s.repo}, {"revision", s.revision}, {"commit", s.commit}};
     m.Sample("exlr8d_fileset_verified_bytes", labels, s.bytes_cached);
     m.Sample("exlr8d_fileset_release_bytes", labels, s.bytes_total);
-    m.Sample("exlr8d_fileset_pins", labels, static_cast<std::uint64_t>(s.pins.size()));
+    m.Sample("exlr8d_fileset_pins", labels, static_cast<std::uint64_t>(s.pins.size() + s.process_pins.size()));
     m.Sample("exlr8d_fileset_last_used_timestamp_seconds", labels, static_cast<double>(s.last_used_ms) / 1000.0);
     if (s.verified_ms) {
       m.Sample("exlr8d_fileset_last_verified_timestamp_seconds", labels, static_cast<double>(*s.verified_ms) / 1000.0);

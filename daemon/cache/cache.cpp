@@ -57,15 +57,6 @@ Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offs
   return Status::Ok();
 }
 
-Status ValidateHolder(std::string_view holder) {
-  if (holder.empty() || holder.size() > kMaxPathComponent)
-    return InvalidArgumentError("invalid pin holder: must be 1.." + std::to_string(kMaxPathComponent) + " bytes");
-  for (unsigned char c : holder)
-    if (c < 0x20 || c == 0x7f)
-      return InvalidArgumentError("invalid pin holder '" + EscapeForMessage(holder) + "': control character");
-  return Status::Ok();
-}
-
 Status ValidateHash(const std::optional<std::string>& hash, std::size_t hex_digits, std::string_view what) {
   if (!hash) return Status::Ok();
   if (hash->size() != hex_digits || hash->find_first_not_of("0123456789abcdef") != std::string::npos)
@@ -499,6 +490,15 @@ Result<std::vector<FilesetInfo>> Cache::Rep::QueryFilesets(std::optional<Fileset
     if (!row) break;
     if (auto it = index.find(pins.Int(0)); it != index.end()) out[it->second].pins.push_back(pins.Text(1));
   }
+  // Process pins. For the owner a failure to list them fails the query, so
+  // that Gc never evicts what a process it could not see holds; a read-only
+  // view changes nothing, and reports without them.
+  Result<std::vector<ProcessPinInfo>> listed = ListProcessPins(dir, /*sweep=*/!read_only);
+  if (!listed.ok() && !read_only) return listed.status();
+  std::vector<ProcessPinInfo> live = listed.ok() ? std::move(listed).value() : std::vector<ProcessPinInfo>{};
+  for (ProcessPinInfo& p : live)
+    for (FilesetInfo& f : out)
+      if (f.repo == p.repo && f.commit == p.commit) f.process_pins.push_back(p);
   return out;
 }
 
@@ -982,11 +982,16 @@ Result<GcResult> Cache::Gc(std::uint64_t budget) {
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, r.RecordedBytes());
   std::vector<std::pair<FilesetId, std::uint64_t>> victims;  // id, verified bytes
   if (total > budget) {
+    // Listed before the victims are chosen; a pin taken after that races
+    // as process_pin.h describes.
+    EXLR8_ASSIGN_OR_RETURN(std::vector<ProcessPinInfo> live, ListProcessPins(r.dir, /*sweep=*/true));
+    std::set<std::pair<std::string, std::string>> held;  // repo, commit
+    for (const ProcessPinInfo& p : live) held.emplace(p.repo, p.commit);
     EXLR8_ASSIGN_OR_RETURN(
         SqliteStmt q,
         r.db->Prepare("SELECT s.id, "
                       "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
-                      "  WHERE f.fileset_id = s.id) "
+                      "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
                       "FROM filesets s "
                       "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
                       "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
@@ -995,6 +1000,7 @@ Result<GcResult> Cache::Gc(std::uint64_t budget) {
     while (left > budget) {
       EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
+      if (held.count({q.Text(2), q.Text(3)})) continue;
       const auto bytes = static_cast<std::uint64_t>(q.Int(1));
       left -= std::min(left, bytes);
       victims.emplace_back(q.Int(0), bytes);
@@ -1018,6 +1024,13 @@ Result<GcResult> Cache::Evict(FilesetId fileset) {
     std::string holders;
     for (const std::string& h : set.pins) holders += (holders.empty() ? "" : ", ") + h;
     return FailedPreconditionError(name + " is pinned by " + holders + "; unpin it first (exlr8d unpin)");
+  }
+  if (!set.process_pins.empty()) {
+    std::string holders;
+    for (const ProcessPinInfo& p : set.process_pins)
+      holders += (holders.empty() ? "" : ", ") + p.holder + " (pid " + std::to_string(p.pid) + ")";
+    return FailedPreconditionError(name + " is held by " + holders +
+                                   "; the pin goes when that process exits (stop it first)");
   }
   EXLR8_ASSIGN_OR_RETURN(std::int64_t running,
                          r.db->QueryInt("SELECT COUNT(*) FROM pulls WHERE fileset_id = " + std::to_string(fileset) +
@@ -1076,6 +1089,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
   // Only <org>/<name>/<commit> triples with valid names are ever touched,
   // so the index, the lock and anything foreign stay put.
   for (const fs::path& org : subdirs(dir)) {
+    if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own (process pins)
     for (const fs::path& name : subdirs(org)) {
       const std::string repo = org.filename().string() + "/" + name.filename().string();
       if (!ValidateRepoId(repo).ok()) continue;

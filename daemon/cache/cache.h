@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "daemon/cache/extent_set.h"
+#include "daemon/cache/process_pin.h"
 #include "format/byte_source.h"
 #include "format/status.h"
 
@@ -99,6 +100,10 @@ struct FilesetInfo {
   std::int64_t created_ms = 0;
   std::int64_t last_used_ms = 0;
   std::vector<std::string> pins;  // holders; empty = not pinned
+  // Pins of live processes (process_pin.h): exlr8d-stage holding a rank of
+  // this fileset in GPU memory. Gc and Evict respect them as they do pins.
+  std::vector<ProcessPinInfo> process_pins;
+  bool pinned() const { return !pins.empty() || !process_pins.empty(); }
   std::uint64_t file_count = 0;
   std::uint64_t bytes_total = 0;   // sum of remote file sizes
   std::uint64_t bytes_cached = 0;  // sum of verified extents
@@ -200,7 +205,8 @@ class Cache {
   Result<std::string> LookupCommit(std::string_view repo, std::string_view revision);
   // Marks the fileset used now (LRU order for Gc).
   Status Touch(FilesetId fileset);
-  // Pins are named by holder; a fileset with any pin is never evicted.
+  // Pins are named by holder; a fileset with any pin is never evicted, nor
+  // one with a live process pin (process_pin.h, taken without this class).
   // Pin is idempotent; Unpin of an absent pin is OK (returns OK).
   Status Pin(FilesetId fileset, std::string_view holder = "user");
   Status Unpin(FilesetId fileset, std::string_view holder = "user");

@@ -107,6 +107,15 @@ Status ValidateRevision(std::string_view revision) {
   return Status::Ok();
 }
 
+Status ValidateHolder(std::string_view holder) {
+  if (holder.empty() || holder.size() > kMaxPathComponent)
+    return InvalidArgumentError("invalid pin holder: must be 1.." + std::to_string(kMaxPathComponent) + " bytes");
+  for (unsigned char c : holder)
+    if (c < 0x20 || c == 0x7f)
+      return InvalidArgumentError("invalid pin holder '" + EscapeForMessage(holder) + "': control character");
+  return Status::Ok();
+}
+
 Status ValidateRepoPath(std::string_view path) {
   auto bad = [&](std::string_view why) {
     std::string shown = EscapeForMessage(path.substr(0, 200));

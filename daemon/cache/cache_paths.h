@@ -38,6 +38,9 @@ Status ValidateCommit(std::string_view commit);
 // characters. Only stored in the index, never used as a file name.
 Status ValidateRevision(std::string_view revision);
 
+// A pin's holder: 1..255 bytes, no control characters.
+Status ValidateHolder(std::string_view holder);
+
 // A relative file path from a repo listing: '/'-separated, non-empty, not
 // absolute, no empty, "." or ".." component, no backslash, no NUL or other
 // control byte (< 0x20, 0x7f), components <= 255 bytes, total <= 4096 bytes.

@@ -97,6 +97,18 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
   const auto t0 = std::chrono::steady_clock::now();
   EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::OpenReadOnly(r.cache_dir));
   EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(*cache, r));
+  RankHalves out;
+  if (!r.pin_holder.empty()) {
+    // Before anything is read (process_pin.h: pin first, then read).
+    auto pin = ProcessPin::Acquire(r.cache_dir, set.repo, set.commit, r.pin_holder);
+    if (pin.ok()) {
+      out.pin = std::move(*pin);
+    } else if (pin.status().code() == StatusCode::kInvalidArgument) {
+      return pin.status();
+    } else {
+      out.pin_error = pin.status().ToString();
+    }
+  }
   EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache->ListFiles(set.id));
 
   // What the planner reads, from verified bytes only.
@@ -130,7 +142,6 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
   po.defer_headers = true;  // halves are located by the index files alone
   EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, po));
 
-  RankHalves out;
   out.commit = set.commit;
   out.root = r.cache_dir / r.repo / set.commit;
   std::map<std::string, std::uint64_t> sizes;

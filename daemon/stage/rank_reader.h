@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cache/process_pin.h"
 #include "daemon/stage/mapped_file.h"
 #include "format/plan.h"
 #include "format/status.h"
@@ -38,6 +39,10 @@ struct RankRequest {
   int rank = 0;
   // Threads checking the halves' XXH64: 0 = one per core (at most 16).
   int threads = 0;
+  // Non-empty: pin the fileset for as long as the result lives, under this
+  // holder name (a process pin, daemon/cache/process_pin.h), taken before
+  // the halves are read, so gc leaves alone what is being staged and held.
+  std::string pin_holder;
 };
 
 struct RankHalf {
@@ -57,6 +62,11 @@ struct RankHalves {
   std::uint64_t total_bytes = 0;  // sum of the halves' lengths
   double read_seconds = 0;        // reading and checking the halves
   std::vector<std::unique_ptr<MappedFile>> maps;  // the width files, read-only
+  // The process pin asked for by RankRequest::pin_holder. When it could
+  // not be taken (a cache this user may read but not write), the halves are
+  // read all the same and pin_error says why there is no pin.
+  std::unique_ptr<ProcessPin> pin;
+  std::string pin_error;
 
   // The half's bytes, in the mapping of its width file.
   std::span<const std::byte> Bytes(const RankHalf& h) const {

@@ -20,6 +20,7 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/cache/posix.h"
+#include "daemon/cache/process_pin.h"
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
@@ -31,6 +32,7 @@ namespace {
 
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 JsonValue ListJson(const fs::path& cache) {
   const ShellRun r = Shell(Exlr8d() + " list --json --cache " + Quote(cache.string()));
@@ -126,6 +128,33 @@ TEST(CacheCommandsTest, GcByNameEvictsThatFilesetOnly) {
   ASSERT_EQ(list.Find("filesets")->as_array().size(), 1u);
   EXPECT_EQ(list.Find("filesets")->as_array()[0].Find("repo")->as_string(), "exlr8/test");
   EXPECT_EQ(*list.Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), first->bytes_planned);
+}
+
+// A process pin (exlr8d-stage holding the rank; here this test process) is
+// shown by list and respected by gc, and goes with its holder.
+TEST(CacheCommandsTest, ListAndGcSeeAProcessThatHoldsTheFileset) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string c = " --cache " + Quote(cache.path().string());
+  auto pin = ProcessPin::Acquire(cache.path(), "exlr8/test", s->commit, "exlr8d-stage home tp2 rank1");
+  ASSERT_TRUE(pin.ok()) << pin.status().ToString();
+  const std::string holder = "exlr8d-stage home tp2 rank1 (pid " + std::to_string(::getpid()) + ")";
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr(holder));
+  const JsonValue list = ListJson(cache.path());
+  const JsonValue& held = list.Find("filesets")->as_array()[0].Find("process_pins")->as_array().at(0);
+  EXPECT_EQ(held.Find("holder")->as_string(), "exlr8d-stage home tp2 rank1");
+  EXPECT_EQ(*held.Find("pid")->as_uint64(), static_cast<std::uint64_t>(::getpid()));
+  const ShellRun refused = Shell(Exlr8d() + " gc --repo exlr8/test" + c);
+  EXPECT_EQ(refused.status, 7) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("is held by " + holder));
+  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_TRUE(fs::exists(s->root));
+  pin->reset();  // the holder is gone
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
+  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  EXPECT_FALSE(fs::exists(s->root));
 }
 
 TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
@@ -473,6 +502,12 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   char msg[64] = {};
   ASSERT_GT(::recv(ready.get(), msg, sizeof msg - 1, 0), 0);
   EXPECT_STREQ(msg, "READY=1");
+  // While it holds the rank, the fileset is pinned by the holder's process.
+  const std::string c = " --cache " + Quote(cache.path().string());
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("exlr8d-stage home tp4 rank1 (pid "));
+  const ShellRun refused = Shell(Exlr8d() + " gc --repo exlr8/test" + c);
+  EXPECT_EQ(refused.status, 7) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("is held by exlr8d-stage home tp4 rank1"));
   {
     // A lessee: reads the description and keeps the connection.
     UniqueFd lessee(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -491,6 +526,7 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   }  // lets go
   EXPECT_THAT(holder.ReadAll(), HasSubstr("released after 1 lease"));
   EXPECT_EQ(holder.Signal(SIGTERM), 0);
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
 }
 
 // The API unit's command line, as systemd expands it, serves the cache the

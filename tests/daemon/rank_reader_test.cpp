@@ -117,5 +117,37 @@ TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
   EXPECT_THAT(resized.status().message(), HasSubstr("the cache recorded"));
 }
 
+// Asked to, the reader pins the fileset for as long as its result lives:
+// exlr8d-stage holds it so while the rank is on the GPU.
+TEST(RankReaderTest, PinsTheFilesetWhileTheHalvesAreHeld) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  RankRequest request = TestRankRequest(cache.path(), 2, 1);
+  request.pin_holder = "exlr8d-stage home tp2 rank1";
+  {
+    auto read = ReadRankHalves(request);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    ASSERT_NE(read->pin, nullptr) << read->pin_error;
+    auto cache_view = Cache::Open(cache.path());
+    ASSERT_TRUE(cache_view.ok());
+    auto sets = *(*cache_view)->ListFilesets();
+    ASSERT_EQ(sets.size(), 1u);
+    ASSERT_EQ(sets[0].process_pins.size(), 1u);
+    EXPECT_EQ(sets[0].process_pins[0].holder, "exlr8d-stage home tp2 rank1");
+    EXPECT_EQ(sets[0].commit, pulled->commit);
+    EXPECT_EQ((*cache_view)->Evict(sets[0].id).status().code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_TRUE(ListProcessPins(cache.path(), true)->empty());
+  // A cache it cannot pin in is read all the same, saying why.
+  std::filesystem::remove_all(ProcessPinDir(cache.path()));
+  std::ofstream(ProcessPinDir(cache.path())) << "in the way";
+  auto unpinned = ReadRankHalves(request);
+  ASSERT_TRUE(unpinned.ok()) << unpinned.status().ToString();
+  EXPECT_EQ(unpinned->pin, nullptr);
+  EXPECT_THAT(unpinned->pin_error, HasSubstr("not a directory"));
+}
+
 }  // namespace
 }  // namespace exlr8

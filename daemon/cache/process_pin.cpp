@@ -102,7 +102,12 @@ Result<std::unique_ptr<ProcessPin>> ProcessPin::Acquire(const std::filesystem::p
     if (!fd.valid() && (errno != ENOENT || attempt >= 3)) return ErrnoStatus(errno, "create pin " + temp.string());
   }
   // Locked before it has its final name: a lister never sees it unlocked.
-  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+  // Blocking, because a lister may hold a shared lock on it for the instant
+  // of its probe (nobody else can hold one: we made the file).
+  int locked;
+  while ((locked = ::flock(fd.get(), LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (locked != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
     return ErrnoStatus(err, "lock pin " + temp.string());

@@ -9,7 +9,9 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -86,6 +88,31 @@ TEST(ProcessPinTest, LivesAsLongAsTheObject) {
   }
   EXPECT_TRUE(ListProcessPins(tmp.path(), true)->empty());
   EXPECT_TRUE(PinFiles(tmp.path()).empty());
+}
+
+// A lister probes every pin file with a shared lock of its own for an
+// instant, and sweeps those it could lock: pins being made at that instant
+// must neither fail nor be swept.
+TEST(ProcessPinTest, ListersProbingNeverBreakAPinBeingMade) {
+  TempDir tmp;
+  auto held = ProcessPin::Acquire(tmp.path(), "org/a", kCommitA, "held");
+  ASSERT_TRUE(held.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> lost{0};
+  std::thread lister([&] {
+    while (!stop) {
+      auto live = ListProcessPins(tmp.path(), /*sweep=*/true);
+      if (!live.ok() || live->empty()) ++lost;  // the held pin must always be there
+    }
+  });
+  int failures = 0;
+  for (int i = 0; i < 5000; ++i)
+    if (!ProcessPin::Acquire(tmp.path(), "org/b", kCommitB, "churn").ok()) ++failures;
+  stop = true;
+  lister.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(ListProcessPins(tmp.path(), true)->size(), 1u);
 }
 
 TEST(ProcessPinTest, RefusesBadNames) {

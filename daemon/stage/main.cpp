@@ -16,6 +16,7 @@
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
+#include "daemon/stage/stage_state.h"
 #include "daemon/systemd_notify.h"
 #include "gpu/device.h"
 
@@ -34,7 +35,8 @@ decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
 reports and exits, releasing the memory; with --hold it keeps the buffers and
 leases them to serving processes on this machine (CUDA IPC; daemon/stage/
 lease.h has the protocol) until SIGINT or SIGTERM, then waits for its
-lessees to let go.
+lessees to let go. While it runs, the fileset is pinned (a process pin, which
+'exlr8d list' shows and 'exlr8d gc' respects; it goes when this process does).
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -53,6 +55,9 @@ lessees to let go.
                       seconds (default 30) for the connected ones to let go
                       before the memory is released; a second signal releases
                       at once
+  --state-dir DIR     report each step in DIR/state.json and hold DIR/holder.lock
+                      while running (daemon/stage/stage_state.h): how 'exlr8d
+                      serve' follows the holders it starts (POST /v1/stages)
 
 Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
 in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
@@ -97,7 +102,7 @@ int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
-                                    "hold", "release-wait"},
+                                    "hold", "release-wait", "state-dir"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
@@ -128,6 +133,26 @@ int Run(const std::vector<std::string>& argv) {
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
   const std::string hold = args.GetOr("hold", "");
+  // With --state-dir, every step and the outcome go to DIR/state.json too.
+  std::unique_ptr<StageStateWriter> state;
+  if (const std::string dir = args.GetOr("state-dir", ""); !dir.empty()) {
+    auto opened = StageStateWriter::Open(dir);
+    if (!opened.ok()) return ReportError(kProg, opened.status());
+    state = std::move(*opened);
+  }
+  auto step = [&](std::string_view name, std::string members = {}) {
+    if (!state) return;
+    if (Status s = state->Set(name, members); !s.ok())
+      std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
+  };
+  auto fail = [&](const Status& s) {
+    const int code = ReportError(kProg, s);
+    std::string members = ",\"error\":";
+    AppendJsonString(members, s.ToString());
+    step("failed", members + ",\"exit_status\":" + std::to_string(code));
+    return code;
+  };
+  step("reading");
   // Signals are blocked before any thread starts (CUDA's, the lease
   // server's), so that only sigwait below takes them.
   sigset_t stop_signals;
@@ -136,18 +161,27 @@ int Run(const std::vector<std::string>& argv) {
   sigaddset(&stop_signals, SIGTERM);
   if (!hold.empty()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // A process pin for as long as this process runs: gc and evict leave the
+  // fileset alone while it is staged and held (daemon/cache/process_pin.h).
+  request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
+                       std::to_string(request.rank);
   auto rank = ReadRankHalves(request);
-  if (!rank.ok()) return ReportError(kProg, rank.status());
+  if (!rank.ok()) return fail(rank.status());
+  if (!rank->pin_error.empty())
+    std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n", kProg,
+                 rank->pin_error.c_str());
   std::printf("read %zu halves (%s) of %s@%s TP %d rank %d from %s, XXH64 checked, in %.2f s\n",
               rank->halves.size(), HumanBytes(rank->total_bytes).c_str(), request.repo.c_str(),
               rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
   std::fflush(stdout);
+  step("staging", ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(rank->halves.size()) +
+                      ",\"bytes\":" + std::to_string(rank->total_bytes));
   CudaSetDeviceGuard device;  // the device stays current while the lease is held
   if (!hold.empty())
-    if (Status s = device.Set(gpu.device); !s.ok()) return ReportError(kProg, s);
+    if (Status s = device.Set(gpu.device); !s.ok()) return fail(s);
   StagedHalves staged;
   auto report = StageOnGpu(*rank, gpu, hold.empty() ? nullptr : &staged);
-  if (!report.ok()) return ReportError(kProg, report.status());
+  if (!report.ok()) return fail(report.status());
   const GpuStageReport& r = *report;
   std::printf("staged on %s: %s in %llu halves (%s with alignment), %.2f GB/s\n", r.device.c_str(),
               HumanBytes(r.upload.bytes).c_str(), static_cast<unsigned long long>(r.halves),
@@ -159,18 +193,35 @@ int Run(const std::vector<std::string>& argv) {
               static_cast<unsigned long long>(r.decode_mismatches), r.gpu_decode_seconds, r.cpu_decode_seconds);
   if (!r.ok()) {
     std::printf("MISMATCH %s\n", r.first_mismatch.c_str());
+    std::string members = ",\"error\":";
+    AppendJsonString(members, "GPU check mismatch: " + r.first_mismatch);
+    step("failed", members + ",\"exit_status\":" + std::to_string(kExitVerifyFailed));
     return kExitVerifyFailed;
   }
   if (hold.empty()) {
     std::printf("ok (not held: the buffers are released now)\n");
+    step("released");
     return kExitOk;
   }
   auto description = LeaseDescriptionJson(request, *rank, staged, gpu.device);
-  if (!description.ok()) return ReportError(kProg, description.status());
+  if (!description.ok()) return fail(description.status());
   auto server = LeaseServer::Start(hold, std::move(*description));
-  if (!server.ok()) return ReportError(kProg, server.status());
+  if (!server.ok()) return fail(server.status());
   std::printf("holding: the rank is leased on %s until SIGINT or SIGTERM\n", hold.c_str());
   std::fflush(stdout);
+  {
+    std::string members = ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(r.halves) +
+                          ",\"bytes\":" + std::to_string(r.upload.bytes) +
+                          ",\"device_bytes\":" + std::to_string(r.upload.device_bytes) + ",\"device\":";
+    AppendJsonString(members, r.device);
+    members += ",\"lease\":";
+    AppendJsonString(members, hold);
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
+    members += std::string(",\"upload_gb_per_s\":") + rate +
+               ",\"checked_halves\":" + std::to_string(r.checked_halves);
+    step("holding", members);
+  }
   // Type=notify (exlr8d-stage@): a serving unit ordered after this one
   // starts once the lease is there.
   if (Status s = NotifySystemd("READY=1"); !s.ok())
@@ -179,8 +230,10 @@ int Run(const std::vector<std::string>& argv) {
   while (sigwait(&stop_signals, &sig) != 0) {
   }
   (void)NotifySystemd("STOPPING=1");
+  step("releasing", ",\"lessees\":" + std::to_string((*server)->Lessees().size()));
   ReleaseWhenLesseesLetGo(**server, stop_signals, std::chrono::seconds(release_wait_s));
   std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
+  step("released", ",\"leases_served\":" + std::to_string((*server)->served()));
   return kExitOk;
 }
 

@@ -1,0 +1,123 @@
+#include "daemon/stage/stage_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+
+namespace exlr8 {
+namespace {
+
+constexpr const char* kLockName = "holder.lock";
+constexpr const char* kStateName = "state.json";
+constexpr std::size_t kMaxStateBytes = 64 << 10;
+
+std::string ReadPid(int fd) {
+  std::array<char, 32> buf{};
+  const ssize_t n = ::pread(fd, buf.data(), buf.size() - 1, 0);
+  std::string pid = n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : std::string();
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return "";
+  return pid;
+}
+
+}  // namespace
+
+bool IsLiveStageState(std::string_view state) {
+  return state == "reading" || state == "staging" || state == "holding" || state == "releasing";
+}
+
+Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kLockName;
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
+  // A reader's probe (ReadStageState) holds a shared lock for an instant,
+  // so a refusal is only believed once it lasts: another holder runs here.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return ErrnoStatus(errno, "lock " + path.string());
+    if (std::chrono::steady_clock::now() < give_up) {
+      ::usleep(10'000);
+      continue;
+    }
+    const std::string pid = ReadPid(fd.get());
+    return FailedPreconditionError(path.string() + " is locked by pid " + (pid.empty() ? "unknown" : pid) +
+                                   " (another holder runs in " + dir.string() + ")");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) != 0) return ErrnoStatus(errno, "truncate " + path.string());
+  EXLR8_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, std::as_bytes(std::span(pid.data(), pid.size())), path.string()));
+  return std::unique_ptr<StageStateWriter>(new StageStateWriter(dir, std::move(fd)));
+}
+
+Status StageStateWriter::Set(std::string_view state, std::string_view members) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::string text = "{\"state\":";
+  AppendJsonString(text, state);
+  text += ",\"pid\":" + std::to_string(::getpid()) + ",\"updated\":" + std::to_string(now_ms);
+  text.append(members);
+  text += "}\n";
+  // Written aside and renamed over: a reader sees the old record or the
+  // new one, never half of one.
+  const std::filesystem::path temp = dir_ / (std::string(kStateName) + ".tmp");
+  const std::filesystem::path path = dir_ / kStateName;
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoStatus(errno, "create " + temp.string());
+  EXLR8_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, std::as_bytes(std::span(text.data(), text.size())), temp.string()));
+  fd.Reset();
+  if (::rename(temp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename " + temp.string());
+  return Status::Ok();
+}
+
+Result<StageState> ReadStageState(const std::filesystem::path& dir) {
+  StageState out;
+  const std::filesystem::path lock = dir / kLockName;
+  UniqueFd lfd(::open(lock.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (lfd.valid()) {
+    // The probe's shared lock lasts until lfd closes, a moment: the
+    // holder's Open waits out such moments.
+    if (::flock(lfd.get(), LOCK_SH | LOCK_NB) != 0) {
+      out.alive = errno == EWOULDBLOCK;
+      const std::string pid = ReadPid(lfd.get());
+      if (!pid.empty()) out.pid = static_cast<pid_t>(std::stol(pid));
+    }
+  } else if (errno != ENOENT) {
+    return ErrnoStatus(errno, "open " + lock.string());
+  }
+  const std::filesystem::path path = dir / kStateName;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return out;
+    return ErrnoStatus(errno, "open " + path.string());
+  }
+  std::string text(kMaxStateBytes + 1, '\0');
+  ssize_t n;
+  while ((n = ::pread(fd.get(), text.data(), text.size(), 0)) < 0 && errno == EINTR) {
+  }
+  if (n < 0) return ErrnoStatus(errno, "read " + path.string());
+  if (static_cast<std::size_t>(n) > kMaxStateBytes)
+    return CorruptionError(path.string() + ": larger than " + std::to_string(kMaxStateBytes) + " bytes");
+  text.resize(static_cast<std::size_t>(n));
+  JsonLimits limits;
+  limits.max_depth = 8;
+  auto parsed = ParseJson(text, limits);
+  if (!parsed.ok()) return CorruptionError(path.string() + ": " + parsed.status().message());
+  const JsonValue* state = parsed->is_object() ? parsed->Find("state") : nullptr;
+  if (state == nullptr || !state->is_string())
+    return CorruptionError(path.string() + ": no \"state\" string at byte 0");
+  out.state = state->as_string();
+  if (out.pid == 0)
+    if (const JsonValue* pid = parsed->Find("pid"); pid && pid->is_number() && pid->as_int64())
+      out.pid = static_cast<pid_t>(*pid->as_int64());
+  out.record = std::move(*parsed);
+  return out;
+}
+
+}  // namespace exlr8

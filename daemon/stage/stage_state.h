@@ -1,0 +1,63 @@
+// What a holder (exlr8d-stage --state-dir DIR) tells whoever started it,
+// through files, so that the news survives a restart of the starter
+// (`exlr8d serve`, whose holders outlive it by design: daemon/serve/
+// stage_manager.h):
+//
+//   DIR/holder.lock   flock'ed by the holder for its whole life; its pid
+//   DIR/state.json    {"state":S,"pid":P,"updated":T, ...}, replaced
+//                     atomically (rename) at every step
+//
+// The steps: "reading" (the cache, every half's XXH64), "staging" (the GPU
+// upload and its checks), "holding" (the lease answers), "releasing" (told
+// to stop, waiting for lessees), then "released"; or "failed" with "error"
+// and "exit_status". A state of a living step whose lock nobody holds means
+// the holder died without a word (SIGKILL, a crash): ReadStageState says
+// alive = false, and the reader calls that "died".
+//
+// No CUDA here: both sides are tested everywhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "daemon/cache/posix.h"
+#include "format/json.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+class StageStateWriter {
+ public:
+  // Takes DIR/holder.lock (creating DIR's files, not DIR). FailedPrecondition
+  // naming the pid when another holder has it.
+  static Result<std::unique_ptr<StageStateWriter>> Open(const std::filesystem::path& dir);
+
+  // Replaces state.json with {"state":state,"pid":..,"updated":..} plus
+  // `members`: more JSON members, each ",\"key\":value" (or empty).
+  Status Set(std::string_view state, std::string_view members = {});
+
+ private:
+  StageStateWriter(std::filesystem::path dir, UniqueFd lock) : dir_(std::move(dir)), lock_(std::move(lock)) {}
+  std::filesystem::path dir_;
+  UniqueFd lock_;
+};
+
+struct StageState {
+  bool alive = false;    // the holder's lock is held
+  pid_t pid = 0;         // from the lock file (0 when unknown)
+  std::string state;     // state.json's; empty when there is none yet
+  JsonValue record;      // the whole of state.json (null when none)
+};
+
+// Reads DIR's state. A state.json that does not parse is Corruption naming
+// the file (at most 64 KiB is read).
+Result<StageState> ReadStageState(const std::filesystem::path& dir);
+
+// The states a holder is in while it runs.
+bool IsLiveStageState(std::string_view state);
+
+}  // namespace exlr8

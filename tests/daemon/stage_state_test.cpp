@@ -1,0 +1,111 @@
+// The holder's record (daemon/stage/stage_state.h): what exlr8d serve reads
+// of the holders it started, alive or dead.
+#include "daemon/stage/stage_state.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/daemon/cache_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+TEST(StageStateTest, TheHolderWritesAndAReaderSeesItAlive) {
+  TempDir dir;
+  auto empty = ReadStageState(dir.path());
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->alive);
+  EXPECT_EQ(empty->state, "");
+  {
+    auto writer = StageStateWriter::Open(dir.path());
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    ASSERT_TRUE((*writer)->Set("holding", R"(,"lease":"/run/x.sock","bytes":42)").ok());
+    auto st = ReadStageState(dir.path());
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(st->alive);
+    EXPECT_EQ(st->pid, ::getpid());
+    EXPECT_EQ(st->state, "holding");
+    EXPECT_EQ(st->record.Find("lease")->as_string(), "/run/x.sock");
+    EXPECT_EQ(*st->record.Find("bytes")->as_uint64(), 42u);
+    // A second holder in the same directory is refused, naming the first.
+    auto second = StageStateWriter::Open(dir.path());
+    EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(second.status().message(), HasSubstr("locked by pid " + std::to_string(::getpid())));
+    ASSERT_TRUE((*writer)->Set("released").ok());
+  }
+  auto after = ReadStageState(dir.path());
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->alive);
+  EXPECT_EQ(after->state, "released");
+  EXPECT_FALSE(IsLiveStageState(after->state));
+  EXPECT_TRUE(IsLiveStageState("holding"));
+}
+
+// Readers probe the lock with a shared lock of their own for an instant; a
+// holder starting at that instant must not take it for another holder.
+TEST(StageStateTest, ReadersProbingNeverKeepAHolderFromStarting) {
+  TempDir dir;
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop) (void)ReadStageState(dir.path());
+  });
+  int failures = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto writer = StageStateWriter::Open(dir.path());
+    if (!writer.ok()) ++failures;
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(StageStateTest, AHolderKilledWhileHoldingIsNotAlive) {
+  TempDir dir;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto writer = StageStateWriter::Open(dir.path());
+    const char c = writer.ok() && (*writer)->Set("holding").ok() ? '1' : '0';
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, '1');
+  EXPECT_TRUE(ReadStageState(dir.path())->alive);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto st = ReadStageState(dir.path());
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(st->alive);
+  EXPECT_EQ(st->state, "holding");  // what it last said: the reader calls it "died"
+  EXPECT_EQ(st->pid, child);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST(StageStateTest, AStateFileThatIsNotOneIsCorruptionNamingIt) {
+  TempDir dir;
+  for (const std::string& text : std::vector<std::string>{"not json", "{\"pid\":1}", "[1]", std::string(70000, ' ') + "{}"}) {
+    std::ofstream(dir.path() / "state.json") << text;
+    auto st = ReadStageState(dir.path());
+    EXPECT_EQ(st.status().code(), StatusCode::kCorruption) << text.substr(0, 20);
+    EXPECT_THAT(st.status().message(), HasSubstr((dir.path() / "state.json").string()));
+  }
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -23,13 +23,14 @@
 #include "daemon/systemd_notify.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
+#include "daemon/serve/stage_manager.h"
 
 namespace exlr8 {
 
 namespace {
 
 constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PATH | --no-socket] [--listen ADDR:PORT]
-                    [--max-jobs N] [pull options]
+                    [--max-jobs N] [--stage-binary PATH] [pull options]
 
 Serves the local REST API (JSON): what the cache holds and what is being pulled
 (GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}; GET /metrics for
@@ -42,6 +43,11 @@ a crash resumes at the next start. The server takes the cache's lock only
 while it runs jobs: between them, 'exlr8d pull', gc and the systemd units use
 the cache as before, and jobs wait while one of them owns it.
 
+It also starts GPU holders on request: POST /v1/stages runs an exlr8d-stage
+that stages a pulled rank and leases it (GET /v1/stages/{id} says when it
+holds; DELETE releases it). A holder runs in a session of its own and
+outlives a restart of this server, which finds it again in DIR/exlr8d.stages/.
+
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8)
   --socket PATH       Unix socket to serve on (default DIR/exlr8d.sock, mode 0660)
@@ -51,6 +57,8 @@ the cache as before, and jobs wait while one of them owns it.
                       API has no authentication
   --max-jobs N        jobs running at once, each of another repo (default 4;
                       1 runs the queue strictly in order)
+  --stage-binary PATH the exlr8d-stage that POST /v1/stages runs (default: the
+                      one beside this exlr8d)
 
 Pull options (for every job; as for 'exlr8d pull'):
   --endpoint URL      hub or mirror (default $HF_ENDPOINT, else https://huggingface.co).
@@ -117,7 +125,7 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy",
-                                    "jobs", "limit-rate", "budget"},
+                                    "jobs", "limit-rate", "budget", "stage-binary"},
                                    {"no-socket"}, 0, &args))
     return *exit;
   const std::filesystem::path cache_dir = args.GetOr("cache", DefaultCacheDir());
@@ -154,7 +162,8 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   auto runner = JobRunner::Start(std::move(jobs));
   if (!runner.ok()) return ReportError(kProg, runner.status());
   const StatusApi status(cache_dir, "0.1.0");
-  const JobsApi api(**runner, status);
+  StageManager stages(cache_dir, args.GetOr("stage-binary", DefaultStageBinary().string()));
+  const JobsApi api(**runner, status, &stages);
   auto server = ApiServer::Start(o, [&api](const ApiRequest& r) { return api.Handle(r); });
   if (!server.ok()) return ReportError(kProg, server.status());
   std::string where;

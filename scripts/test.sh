@@ -40,16 +40,18 @@ tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_b
             pull_headers_test rank_reader_test scrub_test lease_server_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   >/dev/null
-cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test exlr8d >/dev/null
+cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test serve_stages_test exlr8d \
+  >/dev/null
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
 done
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
   --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
 # `exlr8d serve` (built with ThreadSanitizer) running, cancelling and resuming
-# jobs while its API thread answers: a race report aborts the server, which
-# the tests see in its exit status.
+# jobs, and starting and releasing holders, while its API thread answers: a
+# race report aborts the server, which the tests see in its exit status.
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_jobs_test --gtest_brief=1
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_stages_test --gtest_brief=1
 
 
 if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "daemon/api/api_server.h"
+#include "format/json.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -27,5 +29,17 @@ std::optional<std::int64_t> ParsePositiveId(std::string_view text);
 
 // The path of a target, without its query string.
 std::string_view PathOf(std::string_view target);
+
+// Request bodies (JSON objects; the server bounds their size).
+// The body parsed: InvalidArgument unless it is a JSON object.
+Result<JsonValue> ParseBody(std::string_view text);
+// Refuses members other than `known` (a typo must not go unnoticed),
+// naming the field and the known ones.
+Status OnlyKnownFields(const JsonValue& body, std::initializer_list<std::string_view> known);
+// A string member: absent -> `fallback`; present and not a string -> error.
+Result<std::string> StringField(const JsonValue& body, const char* name, std::string fallback);
+// An integer member in [0, 2^20]: absent -> `fallback`, or "missing NAME"
+// without one.
+Result<int> IntField(const JsonValue& body, const char* name, std::optional<int> fallback = std::nullopt);
 
 }  // namespace exlr8

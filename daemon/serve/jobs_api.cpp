@@ -5,6 +5,7 @@
 
 #include "daemon/api/api_util.h"
 #include "daemon/api/cache_report.h"
+#include "daemon/serve/stages_api.h"
 #include "format/json.h"
 
 namespace exlr8 {
@@ -55,49 +56,12 @@ std::string VerifyProgressJson(const VerifyProgress& p) {
   return o + RateJson(rate, p.bytes_total > 0, left, p.elapsed_s) + "}";
 }
 
-// Refuses members other than `known` (a typo must not go unnoticed).
-Status OnlyKnownFields(const JsonValue& body, std::initializer_list<std::string_view> known) {
-  for (const auto& member : body.as_object()) {
-    if (std::find(known.begin(), known.end(), member.first) != known.end()) continue;
-    std::string names;
-    for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
-    return InvalidArgumentError("unknown field '" + EscapeForMessage(member.first) + "' (fields: " + names + ")");
-  }
-  return Status::Ok();
-}
-
-Result<JsonValue> ParseBody(std::string_view text) {
-  JsonLimits limits;
-  limits.max_depth = 4;
-  auto parsed = ParseJson(text, limits);
-  if (!parsed.ok()) return InvalidArgumentError("the body is not a JSON object: " + parsed.status().message());
-  if (!parsed->is_object()) return InvalidArgumentError("the body must be a JSON object");
-  return parsed;
-}
-
 void AppendOptionalTime(std::string& o, const std::optional<std::int64_t>& ms) {
   if (ms) {
     AppendJsonString(o, UtcTime(*ms));
   } else {
     o += "null";
   }
-}
-
-// A string field: absent -> `fallback`; present and not a string -> error.
-Result<std::string> StringField(const JsonValue& body, const char* name, std::string fallback) {
-  const JsonValue* v = body.Find(name);
-  if (v == nullptr) return fallback;
-  if (!v->is_string()) return InvalidArgumentError(std::string(name) + " must be a string");
-  return v->as_string();
-}
-
-Result<int> IntField(const JsonValue& body, const char* name) {
-  const JsonValue* v = body.Find(name);
-  if (v == nullptr) return InvalidArgumentError("missing " + std::string(name));
-  const auto n = v->is_number() ? v->as_int64() : std::nullopt;
-  if (!n || *n < 0 || *n > (1 << 20))
-    return InvalidArgumentError(std::string(name) + " must be an integer in [0, 1048576]");
-  return static_cast<int>(*n);
 }
 
 }  // namespace
@@ -193,6 +157,14 @@ ApiResponse JobsApi::Metrics() const {
     m.Family(name, "counter", value.second);
     m.Sample(name, {}, value.first);
   }
+  if (stages_ != nullptr) {
+    auto stages = stages_->List();
+    if (!stages.ok()) return ErrorResponse(stages.status());
+    std::map<std::string, std::uint64_t> by_state;
+    for (const StageInfo& s : *stages) ++by_state[s.state];
+    m.Family("exlr8d_stages", "gauge", "GPU holders started by this server (POST /v1/stages), by state.");
+    for (const auto& [state, n] : by_state) m.Sample("exlr8d_stages", {{"state", state}}, n);
+  }
   m.Family("exlr8d_job_planned_bytes", "gauge", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.");
   m.Family("exlr8d_job_done_bytes", "gauge", "A running job's bytes done: verified or reused, or checked.");
   for (const JobSnapshot& j : r->running) {
@@ -225,6 +197,8 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     if (!job.ok()) return ErrorResponse(job.status());
     return JobResponse(202, *job);
   }
+  if (stages_ != nullptr)
+    if (auto answer = HandleStages(*stages_, req)) return std::move(*answer);
   if (path.rfind(kPullsPrefix, 0) == 0 && req.method == "DELETE") {
     const std::string_view tail = path.substr(kPullsPrefix.size());
     const auto pull = ParsePositiveId(tail);

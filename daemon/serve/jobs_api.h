@@ -26,6 +26,7 @@
 //   DELETE /v1/jobs/{id}    cancels it (202; 409 once finished)
 //   DELETE /v1/pulls/{id}   cancels the job running pull {id} (409 for a
 //                            pull another process runs: stop that process)
+//   /v1/stages...           GPU holders: daemon/serve/stages_api.h
 //   GET    /metrics         Prometheus text exposition (Metrics below)
 //
 // Bodies are JSON objects of at most 64 KiB (the server's bound); unknown
@@ -35,6 +36,7 @@
 #include "daemon/api/api_server.h"
 #include "daemon/api/status_api.h"
 #include "daemon/serve/job_runner.h"
+#include "daemon/serve/stage_manager.h"
 
 namespace exlr8 {
 
@@ -48,7 +50,9 @@ Result<JobRequest> ParseFilesetRequest(std::string_view body, JobKind kind);
 
 class JobsApi {
  public:
-  JobsApi(JobRunner& runner, const StatusApi& status) : runner_(runner), status_(status) {}
+  // `stages` (optional): the /v1/stages routes (stages_api.h).
+  JobsApi(JobRunner& runner, const StatusApi& status, StageManager* stages = nullptr)
+      : runner_(runner), status_(status), stages_(stages) {}
   ApiResponse Handle(const ApiRequest& request) const;
 
  private:
@@ -59,6 +63,7 @@ class JobsApi {
 
   JobRunner& runner_;
   const StatusApi& status_;
+  StageManager* stages_;
 };
 
 }  // namespace exlr8

@@ -1,0 +1,104 @@
+// StageManager: the GPU holders that `exlr8d serve` starts on request
+// (POST /v1/stages) and releases (DELETE /v1/stages/{id}).
+//
+// A holder is an exlr8d-stage process (`--hold`), not a thread of the
+// server: a restart or upgrade of the API server must not pull the weights
+// from under the serving processes. So each holder runs in a session of its
+// own (setsid), inherits none of the server's descriptors, and reports
+// through files (daemon/stage/stage_state.h) that any later server reads:
+//
+//   <cache>/exlr8d.stages/<id>/request.json   what was asked (the server writes it)
+//   <cache>/exlr8d.stages/<id>/state.json     the holder's steps and outcome
+//   <cache>/exlr8d.stages/<id>/holder.lock    flock'ed while the holder lives
+//   <cache>/exlr8d.stages/<id>/lease.sock     the lease (daemon/stage/lease.h)
+//   <cache>/exlr8d.stages/<id>/log            the holder's stdout and stderr
+//
+// A stage's state is the holder's, except: "starting" before the holder has
+// written one, and "died" when it says it is alive but its lock is free
+// (killed, crashed). While it runs, the holder pins its fileset (a process
+// pin), so gc leaves it alone.
+//
+// Thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/stage/stage_state.h"
+#include "format/json.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+struct StageRequest {
+  std::string repo;               // "org/name"
+  std::string revision = "main";  // as pulled
+  std::string manifest;           // a name or a repo path
+  int tp = 1;
+  int rank = 0;
+  int device = 0;                 // CUDA ordinal
+  std::string check = "64";       // halves checked on the GPU: a count or "all"
+  int release_wait_s = 30;        // for lessees, once told to release
+};
+
+// InvalidArgument naming the field.
+Status ValidateStageRequest(const StageRequest& request);
+
+struct StageInfo {
+  std::int64_t id = 0;
+  StageRequest request;
+  std::int64_t created_ms = 0;
+  std::string state;  // starting, reading, staging, holding, releasing, released, failed, died
+  bool alive = false;
+  pid_t pid = 0;
+  std::filesystem::path lease;  // the socket, once holding
+  std::string error;            // failed / died: why
+  std::optional<int> exit_status;
+  JsonValue holder;             // the holder's state.json (null before it wrote one)
+};
+
+class StageManager {
+ public:
+  // `stage_binary`: the exlr8d-stage program to run.
+  StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary);
+
+  // Starts a holder. InvalidArgument for a bad request; FailedPrecondition
+  // when a live stage holds the same rank on the same device (naming it);
+  // Unimplemented when the stage program is not there.
+  Result<StageInfo> Start(const StageRequest& request);
+  Result<StageInfo> Get(std::int64_t id);
+  // Newest first.
+  Result<std::vector<StageInfo>> List();
+  // A live holder is told to release (SIGTERM; a second call tells it to
+  // release at once, lessees or not). A finished stage's record is removed
+  // (`forgotten`). NotFound for an unknown id.
+  Result<StageInfo> Release(std::int64_t id, bool* forgotten);
+
+  const std::filesystem::path& stage_binary() const { return stage_binary_; }
+
+ private:
+  std::filesystem::path StageDir(std::int64_t id) const;
+  Result<StageInfo> Read(std::int64_t id);  // REQUIRES: mu_ held
+  void Reap();                              // REQUIRES: mu_ held
+
+  std::filesystem::path root_;
+  std::filesystem::path stage_binary_;
+  std::mutex mu_;
+  // Holders this server started and has not reaped: id -> pid; and the exit
+  // statuses it reaped (a holder started by an earlier server is reaped by
+  // init; its state.json tells how it ended).
+  std::map<std::int64_t, pid_t> children_;
+  std::map<std::int64_t, int> exited_;
+};
+
+// The exlr8d-stage beside the running program (/proc/self/exe's directory).
+std::filesystem::path DefaultStageBinary();
+
+}  // namespace exlr8

@@ -1,0 +1,34 @@
+#!/bin/bash
+# A stand-in for `exlr8d-stage --hold SOCKET --state-dir DIR`, for the tests
+# of exlr8d serve's stage routes on machines without a GPU. It speaks only
+# the holder's side of daemon/stage/stage_state.h: it locks DIR/holder.lock
+# for its life (writing its pid there), reports "reading", then "holding"
+# with a lease path, and on SIGTERM "releasing", then "released". The real
+# holder runs in tests/daemon/serve_stages_test.cpp where there is a GPU.
+set -u
+dir="" hold=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --state-dir) dir=$2; shift 2 ;;
+    --hold) hold=$2; shift 2 ;;
+    *) shift ;;
+  esac
+done
+[ -n "$dir" ] || { echo "fake holder: no --state-dir" >&2; exit 2; }
+exec 9>"$dir/holder.lock"
+# A reader's probe may hold a shared lock for an instant: wait that out.
+flock -w 2 9 || { echo "fake holder: $dir/holder.lock is taken" >&2; exit 7; }
+echo $$ >&9
+state() {
+  printf '{"state":"%s","pid":%d,"updated":%s%s}\n' "$1" $$ "$(date +%s%3N)" "${2:-}" >"$dir/state.json.tmp" &&
+    mv "$dir/state.json.tmp" "$dir/state.json"
+}
+state reading
+trap 'state releasing ",\"lessees\":0"; state released; echo released; exit 0' TERM
+state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5"
+echo "holding: the rank is leased on $hold"
+# The sleeps must not inherit the lock: a holder killed with -9 lets go at once.
+while :; do
+  sleep 0.1 9>&- &
+  wait $!
+done

@@ -1,0 +1,262 @@
+// `exlr8d serve` starting, following and releasing GPU holders (POST
+// /v1/stages): a real server process, real holder processes, restarts and
+// kill -9. Where there is no GPU, the holder that reaches "holding" is the
+// stand-in tests/daemon/fake_stage_holder.sh (it speaks the holder's side
+// of daemon/stage/stage_state.h and nothing else), and the real exlr8d-stage
+// is run up to where it needs the GPU; with a GPU the real one holds.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "daemon/cache/posix.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/serve_test_util.h"
+#include "tests/daemon/shell_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string StageBody(int tp, int rank, const std::string& extra = "") {
+  return R"({"repo":"exlr8/test","manifest":"home","tp":)" + std::to_string(tp) + R"(,"rank":)" +
+         std::to_string(rank) + extra + "}";
+}
+
+JsonValue StageOf(const HttpAnswer& a) {
+  auto v = ParseJson(a.body);
+  if (!v.ok() || !v->is_object() || v->Find("stage") == nullptr) return JsonValue();
+  return *v->Find("stage");
+}
+
+JsonValue GetStage(const ServeProcess& serve, std::uint64_t id) {
+  return StageOf(Http(serve.base() + "/v1/stages/" + std::to_string(id)));
+}
+
+std::string Text(const JsonValue& stage, const char* key) {
+  const JsonValue* v = stage.is_object() ? stage.Find(key) : nullptr;
+  return v != nullptr && v->is_string() ? v->as_string() : "";
+}
+
+std::uint64_t Number(const JsonValue& stage, const char* key) {
+  const JsonValue* v = stage.is_object() ? stage.Find(key) : nullptr;
+  return v != nullptr && v->as_uint64() ? *v->as_uint64() : 0;
+}
+
+bool Alive(const JsonValue& stage) {
+  const JsonValue* v = stage.is_object() ? stage.Find("alive") : nullptr;
+  return v != nullptr && v->as_bool();
+}
+
+// Not running: no such process, or a zombie (the holder of a server that
+// is gone is reparented, and not every init reaps at once).
+bool Gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+// Kills the holders a test leaves behind (they run in sessions of their
+// own, so nothing else would): declared after the TempDir, so it runs first.
+class HolderReaper {
+ public:
+  explicit HolderReaper(const fs::path& cache) : root_(cache / "exlr8d.stages") {}
+  ~HolderReaper() {
+    std::error_code ec;
+    for (fs::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
+      std::ifstream lock(it->path() / "holder.lock");
+      pid_t pid = 0;
+      if (lock >> pid && pid > 0 && !Gone(pid)) ::kill(pid, SIGKILL);
+    }
+  }
+
+ private:
+  fs::path root_;
+};
+
+std::string FakeHolder() { return std::string(EXLR8_SOURCE_DIR) + "/tests/daemon/fake_stage_holder.sh"; }
+
+std::uint64_t StartStage(const ServeProcess& serve, const std::string& body) {
+  const HttpAnswer a = Http(serve.base() + "/v1/stages", "POST", "", body);
+  EXPECT_EQ(a.status, 202) << a.body;
+  return Number(StageOf(a), "id");
+}
+
+// What the server manages: start, refuse a second holder of the same rank,
+// survive its own restart, release on DELETE, forget, and tell a holder
+// that died from one that released.
+TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
+  TempDir cache;
+  HolderReaper reaper(cache.path());
+  const std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()};
+  const std::string log = (cache.path() / "serve.log").string();
+  std::uint64_t id = 0;
+  pid_t holder = 0;
+  {
+    ServeProcess serve(cache.path(), args, log);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    id = StartStage(serve, StageBody(2, 1));
+    ASSERT_EQ(id, 1u);
+    JsonValue s;
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "holding"; })) << Text(s, "state");
+    EXPECT_TRUE(Alive(s));
+    holder = static_cast<pid_t>(Number(s, "pid"));
+    EXPECT_GT(holder, 0);
+    EXPECT_EQ(Text(s, "lease"), (cache.path() / "exlr8d.stages" / "1" / "lease.sock").string());
+    EXPECT_EQ(Number(*s.Find("holder"), "bytes"), 123u);
+    EXPECT_EQ(Text(s, "repo"), "exlr8/test");
+    EXPECT_EQ(Number(s, "rank"), 1u);
+
+    // One holder per rank and device.
+    const HttpAnswer twice = Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1));
+    EXPECT_EQ(twice.status, 409) << twice.body;
+    EXPECT_THAT(twice.body, HasSubstr("stage 1 already holds exlr8/test home TP 2 rank 1 on device 0"));
+    // Bad requests name the field.
+    for (const auto& [body, what] : std::vector<std::pair<std::string, std::string>>{
+             {StageBody(2, 2), "rank 2 is not in [0, tp = 2)"},
+             {StageBody(2, 0, R"(,"devcie":1)"), "unknown field 'devcie'"},
+             {R"({"repo":"exlr8/test","manifest":"/etc/passwd","tp":1,"rank":0})", "manifest"},
+             {StageBody(2, 0, R"(,"check":"some")"), "check must be"},
+             {R"({"repo":"../x","manifest":"home","tp":1,"rank":0})", "../x"}}) {
+      const HttpAnswer bad = Http(serve.base() + "/v1/stages", "POST", "", body);
+      EXPECT_EQ(bad.status, 400) << body << " -> " << bad.body;
+      EXPECT_THAT(bad.body, HasSubstr(what)) << body;
+    }
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/99").status, 404);
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/x").status, 404);
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/1", "PUT").status, 405);
+    EXPECT_EQ(serve.Stop(), 0);
+  }
+  // The holder outlives the server, and the next server finds it.
+  EXPECT_FALSE(Gone(holder)) << "the holder died with the server";
+  {
+    ServeProcess serve(cache.path(), args, log);
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    JsonValue s = GetStage(serve, id);
+    EXPECT_EQ(Text(s, "state"), "holding");
+    EXPECT_EQ(static_cast<pid_t>(Number(s, "pid")), holder);
+    const HttpAnswer metrics = Http(serve.base() + "/metrics");
+    EXPECT_THAT(metrics.body, HasSubstr("exlr8d_stages{state=\"holding\"} 1"));
+
+    const HttpAnswer release = Http(serve.base() + "/v1/stages/1", "DELETE");
+    EXPECT_EQ(release.status, 202) << release.body;
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; })) << Text(s, "state");
+    EXPECT_FALSE(Alive(s));
+    EXPECT_TRUE(WaitFor([&] { return Gone(holder); }, 10)) << "released, yet running";
+    const HttpAnswer forget = Http(serve.base() + "/v1/stages/1", "DELETE");
+    EXPECT_EQ(forget.status, 200) << forget.body;
+    EXPECT_THAT(forget.body, HasSubstr("\"forgotten\":true"));
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/1").status, 404);
+    // A holder killed with -9 says nothing: the server tells it died. (Ids
+    // are never reused: a client's id never turns into another stage.)
+    const std::uint64_t second = StartStage(serve, StageBody(2, 1));
+    EXPECT_EQ(second, 2u);
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, second), "state") == "holding"; }))
+        << Text(s, "state") << " " << Text(s, "error");
+    ASSERT_EQ(::kill(static_cast<pid_t>(Number(s, "pid")), SIGKILL), 0);
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, second), "state") == "died"; }, 10))
+        << Text(s, "state");
+    EXPECT_THAT(Text(s, "error"), HasSubstr("gone without releasing, while holding (killed by signal 9)"));
+    EXPECT_EQ(Number(s, "exit_status"), 137u);
+    // Its rank may be staged again.
+    EXPECT_EQ(StartStage(serve, StageBody(2, 1)), 3u);
+    const HttpAnswer list = Http(serve.base() + "/v1/stages");
+    const JsonValue stages = *Parse(list).Find("stages");
+    ASSERT_EQ(stages.as_array().size(), 2u);
+    EXPECT_EQ(Number(stages.as_array()[0], "id"), 3u);  // newest first
+    ASSERT_TRUE(WaitFor([&] { return Text(GetStage(serve, 3), "state") == "holding"; }));
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/3", "DELETE").status, 202);
+    ASSERT_TRUE(WaitFor([&] { return Text(GetStage(serve, 3), "state") == "released"; }));
+  }
+}
+
+// Without the stage program (a build without the CUDA Toolkit), the route
+// says so.
+TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", "/nonexistent/exlr8d-stage"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const HttpAnswer a = Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1));
+  EXPECT_EQ(a.status, 501) << a.body;
+  EXPECT_THAT(a.body, HasSubstr("built only with the CUDA Toolkit"));
+}
+
+// The real holder. A rank never pulled fails while reading (everywhere); a
+// pulled one is held where there is a GPU (pinned meanwhile, leased, and
+// released on DELETE once its lessee lets go), and elsewhere fails saying
+// there is no CUDA device.
+TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
+  if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
+    GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  HolderReaper reaper(cache.path());
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0"});  // the exlr8d-stage beside exlr8d
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  auto settled = [&](std::uint64_t id) {
+    JsonValue s;
+    WaitFor(
+        [&] {
+          const std::string state = Text(s = GetStage(serve, id), "state");
+          return state != "starting" && state != "reading" && state != "staging";
+        },
+        120);
+    return s;
+  };
+
+  const std::uint64_t never = StartStage(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":1})");
+  JsonValue s = settled(never);
+  EXPECT_EQ(Text(s, "state"), "failed");
+  EXPECT_EQ(Number(s, "exit_status"), 3u);
+  EXPECT_THAT(Text(s, "error"), HasSubstr("never pulled"));
+
+  const std::uint64_t id = StartStage(serve, StageBody(2, 1, R"(,"release_wait_s":20)"));
+  s = settled(id);
+  if (Text(s, "state") == "failed") {
+    EXPECT_EQ(Number(s, "exit_status"), 4u) << Text(s, "error");
+    EXPECT_THAT(Text(s, "error"), HasSubstr("CUDA"));
+    GTEST_SKIP() << "no CUDA device: the holding part runs on the device machine (" << Text(s, "error") << ")";
+  }
+  ASSERT_EQ(Text(s, "state"), "holding") << Text(s, "error");
+  EXPECT_GT(Number(*s.Find("holder"), "bytes"), 0u);
+  // Pinned while held.
+  const std::string c = " --cache " + Quote(cache.path().string());
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("exlr8d-stage home tp2 rank1 (pid "));
+  EXPECT_EQ(Shell(Exlr8d() + " gc --repo exlr8/test" + c).status, 7);
+  {
+    // A lessee: reads the description and keeps the connection.
+    const std::string socket = Text(s, "lease");
+    UniqueFd lessee(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
+    ASSERT_EQ(::connect(lessee.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(lessee.get(), buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    auto description = ParseJson(text);
+    ASSERT_TRUE(description.ok()) << text.substr(0, 200);
+    EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/" + std::to_string(id), "DELETE").status, 202);
+    EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "releasing"; }, 10));
+    EXPECT_EQ(Number(*s.Find("holder"), "lessees"), 1u);
+  }  // lets go
+  EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; }, 30)) << Text(s, "state");
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
+}
+
+}  // namespace
+}  // namespace exlr8

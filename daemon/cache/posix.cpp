@@ -1,6 +1,7 @@
 #include "daemon/cache/posix.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -64,6 +65,24 @@ Status PreadAll(int fd, std::uint64_t offset, std::span<std::byte> dst, std::str
     offset += static_cast<std::uint64_t>(n);
   }
   return Status::Ok();
+}
+
+Result<std::string> ReadSmallFile(const std::filesystem::path& path, std::size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
+  // One byte more than allowed tells a file at the limit from a longer one.
+  std::string text(max_bytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::pread(fd.get(), text.data() + got, text.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read " + path.string());
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > max_bytes) return CorruptionError(path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+  text.resize(got);
+  return text;
 }
 
 }  // namespace exlr8

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,5 +55,10 @@ Status PwriteAll(int fd, std::uint64_t offset, std::span<const std::byte> data, 
 // Reads exactly dst.size() bytes at `offset`. A read that hits end of file
 // early is Corruption (the file is shorter than the index says).
 Status PreadAll(int fd, std::uint64_t offset, std::span<std::byte> dst, std::string_view what);
+
+// The whole of the small file at `path` (not following a final symlink):
+// Corruption naming it when it holds more than `max_bytes`; the OS error
+// (NotFound for a missing one) otherwise.
+Result<std::string> ReadSmallFile(const std::filesystem::path& path, std::size_t max_bytes);
 
 }  // namespace exlr8

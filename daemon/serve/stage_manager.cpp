@@ -44,20 +44,6 @@ std::string RequestJson(const StageRequest& r, std::int64_t created_ms) {
   return o + "}\n";
 }
 
-Result<std::string> ReadSmallFile(const std::filesystem::path& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
-  std::string text(max_bytes + 1, '\0');
-  ssize_t n;
-  while ((n = ::pread(fd.get(), text.data(), text.size(), 0)) < 0 && errno == EINTR) {
-  }
-  if (n < 0) return ErrnoStatus(errno, "read " + path.string());
-  if (static_cast<std::size_t>(n) > max_bytes)
-    return CorruptionError(path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
-  text.resize(static_cast<std::size_t>(n));
-  return text;
-}
-
 Result<std::pair<StageRequest, std::int64_t>> ReadRequest(const std::filesystem::path& path) {
   EXLR8_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxRequestBytes));
   auto parsed = ParseJson(text);

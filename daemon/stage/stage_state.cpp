@@ -92,22 +92,14 @@ Result<StageState> ReadStageState(const std::filesystem::path& dir) {
     return ErrnoStatus(errno, "open " + lock.string());
   }
   const std::filesystem::path path = dir / kStateName;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return out;
-    return ErrnoStatus(errno, "open " + path.string());
+  auto text = ReadSmallFile(path, kMaxStateBytes);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return out;  // nothing reported yet
+    return text.status();
   }
-  std::string text(kMaxStateBytes + 1, '\0');
-  ssize_t n;
-  while ((n = ::pread(fd.get(), text.data(), text.size(), 0)) < 0 && errno == EINTR) {
-  }
-  if (n < 0) return ErrnoStatus(errno, "read " + path.string());
-  if (static_cast<std::size_t>(n) > kMaxStateBytes)
-    return CorruptionError(path.string() + ": larger than " + std::to_string(kMaxStateBytes) + " bytes");
-  text.resize(static_cast<std::size_t>(n));
   JsonLimits limits;
   limits.max_depth = 8;
-  auto parsed = ParseJson(text, limits);
+  auto parsed = ParseJson(*text, limits);
   if (!parsed.ok()) return CorruptionError(path.string() + ": " + parsed.status().message());
   const JsonValue* state = parsed->is_object() ? parsed->Find("state") : nullptr;
   if (state == nullptr || !state->is_string())

@@ -133,6 +133,16 @@ int Run(const std::vector<std::string>& argv) {
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
   const std::string hold = args.GetOr("hold", "");
+  // Signals are blocked before any thread starts (CUDA's, the lease
+  // server's), so that only sigwait below takes them; and before the first
+  // step is reported, so that a stop asked for while the rank is read and
+  // uploaded (DELETE /v1/stages/{id} right after POST) is a release once
+  // it holds, never a death mid-way.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (!hold.empty()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   // With --state-dir, every step and the outcome go to DIR/state.json too.
   std::unique_ptr<StageStateWriter> state;
   if (const std::string dir = args.GetOr("state-dir", ""); !dir.empty()) {
@@ -153,14 +163,6 @@ int Run(const std::vector<std::string>& argv) {
     return code;
   };
   step("reading");
-  // Signals are blocked before any thread starts (CUDA's, the lease
-  // server's), so that only sigwait below takes them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  if (!hold.empty()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
   // A process pin for as long as this process runs: gc and evict leave the
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +

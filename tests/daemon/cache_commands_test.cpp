@@ -24,6 +24,7 @@
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
+#include "tests/daemon/lease_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/shell_util.h"
 
@@ -510,14 +511,9 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   EXPECT_THAT(refused.out, HasSubstr("is held by exlr8d-stage home tp4 rank1"));
   {
     // A lessee: reads the description and keeps the connection.
-    UniqueFd lessee(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un lease{};
-    lease.sun_family = AF_UNIX;
-    std::memcpy(lease.sun_path, socket.c_str(), socket.native().size() + 1);
-    ASSERT_EQ(::connect(lessee.get(), reinterpret_cast<const sockaddr*>(&lease), sizeof lease), 0);
     std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(lessee.get(), buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    const UniqueFd lessee = ConnectAsLessee(socket.string(), &text);
+    ASSERT_TRUE(lessee.valid()) << socket;
     auto description = ParseJson(text);
     ASSERT_TRUE(description.ok()) << text.substr(0, 200);
     EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);

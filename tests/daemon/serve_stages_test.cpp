@@ -7,8 +7,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <cstring>
 #include <fstream>
@@ -16,6 +14,7 @@
 
 #include "daemon/cache/posix.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/lease_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
 #include "tests/daemon/shell_util.h"
@@ -238,15 +237,9 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
   EXPECT_EQ(Shell(Exlr8d() + " gc --repo exlr8/test" + c).status, 7);
   {
     // A lessee: reads the description and keeps the connection.
-    const std::string socket = Text(s, "lease");
-    UniqueFd lessee(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
-    ASSERT_EQ(::connect(lessee.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
     std::string text;
-    char buf[4096];
-    for (ssize_t n; (n = ::read(lessee.get(), buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    const UniqueFd lessee = ConnectAsLessee(Text(s, "lease"), &text);
+    ASSERT_TRUE(lessee.valid()) << Text(s, "lease");
     auto description = ParseJson(text);
     ASSERT_TRUE(description.ok()) << text.substr(0, 200);
     EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);

@@ -197,10 +197,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   if (::mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoStatus(errno, "create " + root_.string());
   std::int64_t next = 1;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name.size() > 15 || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::int64_t id = std::stoll(name);
+  for (std::int64_t id : Ids()) {
     next = std::max(next, id + 1);
     auto other = Read(id);
     if (other.ok() && (other->alive || other->state == "starting") && SameRank(other->request, request))
@@ -209,7 +206,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
                                      std::to_string(request.rank) + " on device " + std::to_string(request.device) +
                                      " (state " + other->state + "); release it first");
   }
-  if (ec) return ErrnoStatus(ec.value(), "list " + root_.string());
+  PruneFinished();
   // Ids are never reused, even after a stage is forgotten: a client that
   // kept one must not find another stage under it.
   const std::filesystem::path last_id = root_ / "last-id";
@@ -273,7 +270,13 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  const int err = ::posix_spawn(&pid, stage_binary_.c_str(), &actions, &attr, argv.data(), environ);
+  // The server's environment, less the hub token: a holder never goes to
+  // the network, so it has no business holding one.
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::string_view(*e).rfind("HF_TOKEN=", 0) != 0) env.push_back(*e);
+  env.push_back(nullptr);
+  const int err = ::posix_spawn(&pid, stage_binary_.c_str(), &actions, &attr, argv.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (err != 0) {
@@ -282,6 +285,30 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   }
   children_[next] = pid;
   return Read(next);
+}
+
+std::vector<std::int64_t> StageManager::Ids() const {
+  std::vector<std::int64_t> ids;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.size() > 15 || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    ids.push_back(std::stoll(name));
+  }
+  std::sort(ids.rbegin(), ids.rend());
+  return ids;
+}
+
+void StageManager::PruneFinished() {
+  std::size_t finished = 0;
+  for (std::int64_t id : Ids()) {
+    auto info = Read(id);
+    if (!info.ok() || info->alive || info->state == "starting") continue;
+    if (++finished <= kKeepFinished) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(StageDir(id), ec);  // a record, nothing more: no error is worth failing a start
+    exited_.erase(id);
+  }
 }
 
 Result<StageInfo> StageManager::Get(std::int64_t id) {
@@ -293,16 +320,8 @@ Result<StageInfo> StageManager::Get(std::int64_t id) {
 Result<std::vector<StageInfo>> StageManager::List() {
   std::lock_guard<std::mutex> l(mu_);
   Reap();
-  std::vector<std::int64_t> ids;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name.size() > 15 || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    ids.push_back(std::stoll(name));
-  }
-  std::sort(ids.rbegin(), ids.rend());
   std::vector<StageInfo> out;
-  for (std::int64_t id : ids) {
+  for (std::int64_t id : Ids()) {
     auto info = Read(id);
     if (info.ok()) out.push_back(std::move(*info));  // a directory being made or removed right now: skipped
   }

@@ -69,6 +69,10 @@ class StageManager {
   // `stage_binary`: the exlr8d-stage program to run.
   StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary);
 
+  // Finished stages (released, failed, died) whose records are kept; older
+  // ones are removed when the next stage starts.
+  static constexpr std::size_t kKeepFinished = 64;
+
   // Starts a holder. InvalidArgument for a bad request; FailedPrecondition
   // when a live stage holds the same rank on the same device (naming it);
   // Unimplemented when the stage program is not there.
@@ -87,6 +91,10 @@ class StageManager {
   std::filesystem::path StageDir(std::int64_t id) const;
   Result<StageInfo> Read(std::int64_t id);  // REQUIRES: mu_ held
   void Reap();                              // REQUIRES: mu_ held
+  std::vector<std::int64_t> Ids() const;    // the records' ids, newest first
+  // Removes the records of finished stages beyond the newest kKeepFinished,
+  // so that a node that stages for months keeps a bounded directory.
+  void PruneFinished();  // REQUIRES: mu_ held
 
   std::filesystem::path root_;
   std::filesystem::path stage_binary_;

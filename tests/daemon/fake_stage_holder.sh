@@ -25,7 +25,10 @@ state() {
 }
 state reading
 trap 'state releasing ",\"lessees\":0"; state released; echo released; exit 0' TERM
-state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5"
+# hf_token_set: whether the server passed its hub token on (it must not).
+token=0
+[ -n "${HF_TOKEN:-}" ] && token=1
+state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5,\"hf_token_set\":$token"
 echo "holding: the rank is leased on $hold"
 # The sleeps must not inherit the lock: a holder killed with -9 lets go at once.
 while :; do

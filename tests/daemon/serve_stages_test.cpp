@@ -104,7 +104,9 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
   std::uint64_t id = 0;
   pid_t holder = 0;
   {
+    ::setenv("HF_TOKEN", "hf_not_for_holders", 1);  // the server's token: never the holder's
     ServeProcess serve(cache.path(), args, log);
+    ::unsetenv("HF_TOKEN");
     ASSERT_GT(serve.port(), 0) << serve.ready_line();
     id = StartStage(serve, StageBody(2, 1));
     ASSERT_EQ(id, 1u);
@@ -115,6 +117,8 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
     EXPECT_GT(holder, 0);
     EXPECT_EQ(Text(s, "lease"), (cache.path() / "exlr8d.stages" / "1" / "lease.sock").string());
     EXPECT_EQ(Number(*s.Find("holder"), "bytes"), 123u);
+    EXPECT_EQ(Number(*s.Find("holder"), "hf_token_set"), 0u);
+    EXPECT_EQ(s.Find("holder")->Find("upload_gb_per_s")->as_double(), 1.5);
     EXPECT_EQ(Text(s, "repo"), "exlr8/test");
     EXPECT_EQ(Number(s, "rank"), 1u);
 
@@ -190,6 +194,37 @@ TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {
   const HttpAnswer a = Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1));
   EXPECT_EQ(a.status, 501) << a.body;
   EXPECT_THAT(a.body, HasSubstr("built only with the CUDA Toolkit"));
+}
+
+// A holder that exits before it reports anything fails with its exit
+// status; and a node that stages for months keeps only the newest finished
+// records (StageManager::kKeepFinished = 64), never reusing an id.
+TEST(ServeStagesTest, FinishedRecordsAreBoundedAndAnEarlyExitIsAFailure) {
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", "/bin/false"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  constexpr int kStarted = 70;
+  for (int rank = 0; rank < kStarted; ++rank) ASSERT_EQ(StartStage(serve, StageBody(kStarted, rank)), rank + 1u);
+  JsonValue s;
+  // The newest (older ones may be pruned already, as later ones start).
+  ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, kStarted), "state") == "failed"; }))
+      << Text(s, "state") << " " << Text(s, "error");
+  EXPECT_THAT(Text(s, "error"), HasSubstr("exit status 1 before it reported"));
+  EXPECT_EQ(Number(s, "exit_status"), 1u);
+  auto all_failed = [&] {
+    const JsonValue list = Parse(Http(serve.base() + "/v1/stages"));
+    for (const JsonValue& stage : list.Find("stages")->as_array())
+      if (Text(stage, "state") != "failed") return false;
+    return true;
+  };
+  ASSERT_TRUE(WaitFor(all_failed));
+  EXPECT_EQ(StartStage(serve, StageBody(kStarted + 1, kStarted)), kStarted + 1u);
+  const JsonValue list = Parse(Http(serve.base() + "/v1/stages"));
+  const auto& stages = list.Find("stages")->as_array();
+  ASSERT_EQ(stages.size(), 65u);  // the newest 64 finished, and the one just started
+  EXPECT_EQ(Number(stages.front(), "id"), kStarted + 1u);
+  EXPECT_EQ(Number(stages.back(), "id"), 7u);
+  EXPECT_EQ(Http(serve.base() + "/v1/stages/6").status, 404);
 }
 
 // The real holder. A rank never pulled fails while reading (everywhere); a

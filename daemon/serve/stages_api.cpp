@@ -17,6 +17,22 @@ ApiResponse StageResponse(int status, const StageInfo& stage, bool forgotten = f
   return {status, "{\"stage\":" + StageJson(stage) + (forgotten ? ",\"forgotten\":true}" : "}")};
 }
 
+// A string or a number of the holder's record as it was; anything else
+// (the holder writes no other kind) as null.
+void AppendScalar(std::string& out, const JsonValue& value) {
+  if (value.is_string()) {
+    AppendJsonString(out, value.as_string());
+  } else if (value.is_number() && value.as_int64()) {
+    out += std::to_string(*value.as_int64());
+  } else if (value.is_number()) {
+    char number[40];
+    std::snprintf(number, sizeof number, "%.6g", value.as_double());
+    out += number;
+  } else {
+    out += "null";
+  }
+}
+
 }  // namespace
 
 std::string StageJson(const StageInfo& s) {
@@ -46,7 +62,8 @@ std::string StageJson(const StageInfo& s) {
   text("error", s.error);
   o += ",\"exit_status\":" + (s.exit_status ? std::to_string(*s.exit_status) : std::string("null"));
   // What the holder wrote (its state.json), for the details: bytes, halves,
-  // the device's name, the upload rate, when it last changed.
+  // the device's name, the upload rate, its lessees' pids, when it last
+  // changed.
   o += ",\"holder\":";
   if (s.holder.is_object()) {
     std::string details = "{";
@@ -57,16 +74,15 @@ std::string StageJson(const StageInfo& s) {
       details += ':';
       if (key == "updated" && value.is_number() && value.as_int64()) {
         AppendJsonString(details, UtcTime(*value.as_int64()));
-      } else if (value.is_string()) {
-        AppendJsonString(details, value.as_string());
-      } else if (value.is_number() && value.as_int64()) {
-        details += std::to_string(*value.as_int64());
-      } else if (value.is_number()) {
-        char number[40];
-        std::snprintf(number, sizeof number, "%.6g", value.as_double());
-        details += number;
+      } else if (value.is_array()) {
+        details += '[';
+        for (std::size_t i = 0; i < value.as_array().size(); ++i) {
+          if (i > 0) details += ',';
+          AppendScalar(details, value.as_array()[i]);
+        }
+        details += ']';
       } else {
-        details += "null";  // the holder writes strings and numbers only
+        AppendScalar(details, value);
       }
     }
     o += details + "}";

@@ -10,7 +10,8 @@
 //   GET    /v1/stages/{id}  {"stage":{...}}: state (starting, reading, staging,
 //                            holding, releasing, released, failed, died), pid,
 //                            lease, error, exit_status, and what the holder
-//                            reported ("holder": bytes, halves, device, ...)
+//                            reported ("holder": bytes, halves, device, the
+//                            pids of its lessees, ...)
 //   DELETE /v1/stages/{id}  a live holder is told to release (202; again:
 //                            release now, lessees or not); a finished stage's
 //                            record is removed (200, "forgotten":true)

@@ -64,6 +64,18 @@ struct LeaseServer::Rep {
   std::condition_variable stopped_accepting;
   bool accepting = true;        // guarded by mu (written by the loop thread only)
   std::vector<Lessee> lessees;  // guarded by mu (written by the loop thread only)
+  LeaseServer::LesseesChanged on_lessees;
+
+  // On the loop thread, after a change, outside mu.
+  void Announce() {
+    if (!on_lessees) return;
+    std::vector<pid_t> pids;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (const Lessee& x : lessees) pids.push_back(x.pid);
+    }
+    on_lessees(pids);
+  }
 
   void Accept() {
     UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -83,8 +95,11 @@ struct LeaseServer::Rep {
     // lessee lets go.
     (void)::shutdown(client.get(), SHUT_WR);
     const pid_t pid = PeerPid(client.get());
-    std::lock_guard<std::mutex> l(mu);
-    lessees.push_back({std::move(client), pid});
+    {
+      std::lock_guard<std::mutex> l(mu);
+      lessees.push_back({std::move(client), pid});
+    }
+    Announce();
   }
 
   void Loop() {
@@ -125,10 +140,13 @@ struct LeaseServer::Rep {
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) gone.push_back(fds[i].fd);
       }
       if (!gone.empty()) {
-        std::lock_guard<std::mutex> l(mu);
-        std::erase_if(lessees, [&](const Lessee& x) {
-          return std::find(gone.begin(), gone.end(), x.fd.get()) != gone.end();
-        });
+        {
+          std::lock_guard<std::mutex> l(mu);
+          std::erase_if(lessees, [&](const Lessee& x) {
+            return std::find(gone.begin(), gone.end(), x.fd.get()) != gone.end();
+          });
+        }
+        Announce();
       }
       if (taking && fds[1].revents != 0) Accept();
     }
@@ -140,10 +158,12 @@ struct LeaseServer::Rep {
 LeaseServer::LeaseServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 LeaseServer::~LeaseServer() { Stop(); }
 
-Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description) {
+Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description,
+                                                        LesseesChanged on_lessees) {
   auto rep = std::make_unique<Rep>();
   rep->path = path;
   rep->description = std::move(description);
+  rep->on_lessees = std::move(on_lessees);
   EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   rep->listener = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!rep->listener.valid()) return ErrnoStatus(errno, "socket");

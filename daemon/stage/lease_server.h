@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +32,11 @@ class LeaseServer {
   // Serves `description` on a Unix socket at `path` (mode 0660; a stale
   // socket file is replaced, a live holder's is not: FailedPrecondition).
   // One thread.
-  static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description);
+  // `on_lessees` (optional) is called on the server's thread with the
+  // lessees' pids (as Lessees()) each time one connects or lets go.
+  using LesseesChanged = std::function<void(const std::vector<pid_t>&)>;
+  static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description,
+                                                    LesseesChanged on_lessees = {});
   ~LeaseServer();  // Stop()
   LeaseServer(const LeaseServer&) = delete;
   LeaseServer& operator=(const LeaseServer&) = delete;

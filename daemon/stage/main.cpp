@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -207,23 +208,30 @@ int Run(const std::vector<std::string>& argv) {
   }
   auto description = LeaseDescriptionJson(request, *rank, staged, gpu.device);
   if (!description.ok()) return fail(description.status());
-  auto server = LeaseServer::Start(hold, std::move(*description));
+  // From here the lease server's thread reports too (each lessee that
+  // comes or goes): one lock for both, and the phase it is in.
+  std::string held = ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(r.halves) +
+                     ",\"bytes\":" + std::to_string(r.upload.bytes) +
+                     ",\"device_bytes\":" + std::to_string(r.upload.device_bytes) + ",\"device\":";
+  AppendJsonString(held, r.device);
+  held += ",\"lease\":";
+  AppendJsonString(held, hold);
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
+  held += std::string(",\"upload_gb_per_s\":") + rate + ",\"checked_halves\":" + std::to_string(r.checked_halves);
+  std::mutex report_mu;
+  const char* phase = "holding";
+  auto report_lessees = [&](const std::vector<pid_t>& lessees) {
+    std::lock_guard<std::mutex> l(report_mu);
+    std::string pids;
+    for (pid_t p : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(p);
+    step(phase, held + ",\"lessees\":[" + pids + "]");
+  };
+  auto server = LeaseServer::Start(hold, std::move(*description), report_lessees);
   if (!server.ok()) return fail(server.status());
   std::printf("holding: the rank is leased on %s until SIGINT or SIGTERM\n", hold.c_str());
   std::fflush(stdout);
-  {
-    std::string members = ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(r.halves) +
-                          ",\"bytes\":" + std::to_string(r.upload.bytes) +
-                          ",\"device_bytes\":" + std::to_string(r.upload.device_bytes) + ",\"device\":";
-    AppendJsonString(members, r.device);
-    members += ",\"lease\":";
-    AppendJsonString(members, hold);
-    char rate[32];
-    std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
-    members += std::string(",\"upload_gb_per_s\":") + rate +
-               ",\"checked_halves\":" + std::to_string(r.checked_halves);
-    step("holding", members);
-  }
+  report_lessees((*server)->Lessees());
   // Type=notify (exlr8d-stage@): a serving unit ordered after this one
   // starts once the lease is there.
   if (Status s = NotifySystemd("READY=1"); !s.ok())
@@ -232,7 +240,11 @@ int Run(const std::vector<std::string>& argv) {
   while (sigwait(&stop_signals, &sig) != 0) {
   }
   (void)NotifySystemd("STOPPING=1");
-  step("releasing", ",\"lessees\":" + std::to_string((*server)->Lessees().size()));
+  {
+    std::lock_guard<std::mutex> l(report_mu);
+    phase = "releasing";
+  }
+  report_lessees((*server)->Lessees());
   ReleaseWhenLesseesLetGo(**server, stop_signals, std::chrono::seconds(release_wait_s));
   std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
   step("released", ",\"leases_served\":" + std::to_string((*server)->served()));

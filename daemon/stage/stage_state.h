@@ -8,8 +8,9 @@
 //                     atomically (rename) at every step
 //
 // The steps: "reading" (the cache, every half's XXH64), "staging" (the GPU
-// upload and its checks), "holding" (the lease answers), "releasing" (told
-// to stop, waiting for lessees), then "released"; or "failed" with "error"
+// upload and its checks), "holding" (the lease answers; rewritten with the
+// lessees' pids whenever one comes or goes), "releasing" (told to stop,
+// waiting for lessees), then "released"; or "failed" with "error"
 // and "exit_status". A state of a living step whose lock nobody holds means
 // the holder died without a word (SIGKILL, a crash): ReadStageState says
 // alive = false, and the reader calls that "died".

@@ -24,11 +24,11 @@ state() {
     mv "$dir/state.json.tmp" "$dir/state.json"
 }
 state reading
-trap 'state releasing ",\"lessees\":0"; state released; echo released; exit 0' TERM
+trap 'state releasing ",\"lessees\":[]"; state released; echo released; exit 0' TERM
 # hf_token_set: whether the server passed its hub token on (it must not).
 token=0
 [ -n "${HF_TOKEN:-}" ] && token=1
-state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5,\"hf_token_set\":$token"
+state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5,\"hf_token_set\":$token,\"lessees\":[]"
 echo "holding: the rank is leased on $hold"
 # The sleeps must not inherit the lock: a holder killed with -9 lets go at once.
 while :; do

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,37 @@ TEST(LeaseServerTest, LesseesAreThoseWhoKeepTheirConnection) {
   EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().empty(); }, 5));
   (*server)->Stop();
   EXPECT_EQ((*server)->served(), 2u);
+}
+
+// The holder is told of every change, so exlr8d-stage can report who holds
+// its lease (GET /v1/stages/{id}).
+TEST(LeaseServerTest, EveryChangeOfLesseesIsAnnounced) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  std::mutex mu;
+  std::vector<std::size_t> counts;  // the number of lessees at each announcement
+  auto server = LeaseServer::Start(socket, "{}", [&](const std::vector<pid_t>& pids) {
+    for (pid_t p : pids) EXPECT_EQ(p, ::getpid());
+    std::lock_guard<std::mutex> l(mu);
+    counts.push_back(pids.size());
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto announced = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return counts;
+  };
+  UniqueFd a = Connect(socket);
+  ASSERT_EQ(ReadDescription(a.get()), "{}");
+  UniqueFd b = Connect(socket);
+  ASSERT_EQ(ReadDescription(b.get()), "{}");
+  ASSERT_TRUE(WaitFor([&] { return announced().size() == 2; }, 5));
+  a.Reset();
+  b.Reset();
+  ASSERT_TRUE(WaitFor([&] { return !announced().empty() && announced().back() == 0; }, 5));
+  const std::vector<std::size_t> seen = announced();
+  EXPECT_EQ(seen.front(), 1u);
+  EXPECT_EQ(seen[1], 2u);
+  (*server)->Stop();
 }
 
 TEST(LeaseServerTest, LesseesAreBounded) {

@@ -1089,7 +1089,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
   // Only <org>/<name>/<commit> triples with valid names are ever touched,
   // so the index, the lock and anything foreign stay put.
   for (const fs::path& org : subdirs(dir)) {
-    if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own (process pins)
+    if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own: pins, stage records
     for (const fs::path& name : subdirs(org)) {
       const std::string repo = org.filename().string() + "/" + name.filename().string();
       if (!ValidateRepoId(repo).ok()) continue;

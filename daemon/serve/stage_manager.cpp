@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <sstream>
 
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/posix.h"
@@ -160,8 +159,9 @@ Result<StageInfo> StageManager::Read(std::int64_t id) {
     return info.holder.is_object() ? info.holder.Find(key) : nullptr;
   };
   if (st.state.empty()) {
-    // Nothing written yet: starting, unless the process is gone.
-    if (child != children_.end()) {
+    // Nothing written yet: starting, unless the process is gone (ours and
+    // not reaped, or one that holds the lock and is about to write).
+    if (child != children_.end() || st.alive) {
       info.state = "starting";
       info.alive = true;
     } else {

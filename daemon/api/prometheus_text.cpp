@@ -6,53 +6,72 @@
 namespace exlr8 {
 
 void PrometheusText::Family(std::string_view name, std::string_view type, std::string_view help) {
-  if (!families_.emplace(name).second) return;
-  text_ += "# HELP ";
-  text_ += name;
-  text_ += ' ';
-  for (char c : help) text_ += c == '\n' ? std::string("\\n") : c == '\\' ? std::string("\\\\") : std::string(1, c);
-  text_ += "\n# TYPE ";
-  text_ += name;
-  text_ += ' ';
-  text_ += type;
-  text_ += '\n';
+  if (index_.count(name) != 0) return;
+  index_.emplace(std::string(name), groups_.size());
+  std::string& g = groups_.emplace_back();
+  g += "# HELP ";
+  g += name;
+  g += ' ';
+  for (char c : help) g += c == '\n' ? std::string("\\n") : c == '\\' ? std::string("\\\\") : std::string(1, c);
+  g += "\n# TYPE ";
+  g += name;
+  g += ' ';
+  g += type;
+  g += '\n';
 }
 
-void PrometheusText::AppendSeries(std::string_view name, Labels labels) {
-  text_ += name;
+std::string& PrometheusText::GroupOf(std::string_view name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    it = index_.emplace(std::string(name), groups_.size()).first;
+    groups_.emplace_back();
+  }
+  return groups_[it->second];
+}
+
+std::string PrometheusText::text() const {
+  std::string out;
+  for (const std::string& g : groups_) out += g;
+  return out;
+}
+
+void PrometheusText::AppendSeries(std::string& out, std::string_view name, Labels labels) {
+  out += name;
   if (labels.size() == 0) return;
-  text_ += '{';
+  out += '{';
   bool first = true;
   for (const auto& [key, value] : labels) {
-    if (!first) text_ += ',';
+    if (!first) out += ',';
     first = false;
-    text_ += key;
-    text_ += "=\"";
+    out += key;
+    out += "=\"";
     for (char c : value) {
       if (c == '\\') {
-        text_ += "\\\\";
+        out += "\\\\";
       } else if (c == '"') {
-        text_ += "\\\"";
+        out += "\\\"";
       } else if (c == '\n') {
-        text_ += "\\n";
+        out += "\\n";
       } else {
-        text_ += c;
+        out += c;
       }
     }
-    text_ += '"';
+    out += '"';
   }
-  text_ += '}';
+  out += '}';
 }
 
 void PrometheusText::Sample(std::string_view name, Labels labels, std::uint64_t value) {
-  AppendSeries(name, labels);
-  text_ += ' ';
-  text_ += std::to_string(value);
-  text_ += '\n';
+  std::string& g = GroupOf(name);
+  AppendSeries(g, name, labels);
+  g += ' ';
+  g += std::to_string(value);
+  g += '\n';
 }
 
 void PrometheusText::Sample(std::string_view name, Labels labels, double value) {
-  AppendSeries(name, labels);
+  std::string& g = GroupOf(name);
+  AppendSeries(g, name, labels);
   char buf[64];
   if (std::isnan(value)) {
     std::snprintf(buf, sizeof buf, " NaN\n");
@@ -61,7 +80,7 @@ void PrometheusText::Sample(std::string_view name, Labels labels, double value) 
   } else {
     std::snprintf(buf, sizeof buf, " %.17g\n", value);
   }
-  text_ += buf;
+  g += buf;
 }
 
 }  // namespace exlr8

@@ -210,5 +210,20 @@ TEST(PrometheusTextTest, WritesFamiliesOnceAndEscapesLabels) {
             "x_bytes +Inf\n");
 }
 
+// Samples added family after family for each object (a fileset, a job)
+// still come out grouped by family, as the format wants.
+TEST(PrometheusTextTest, GroupsEachFamilysSamples) {
+  PrometheusText m;
+  m.Family("a", "gauge", "A.");
+  m.Family("b", "counter", "B.");
+  for (const char* set : {"x", "y"}) {
+    m.Sample("a", {{"set", set}}, std::uint64_t{1});
+    m.Sample("b", {{"set", set}}, std::uint64_t{2});
+  }
+  EXPECT_EQ(m.text(),
+            "# HELP a A.\n# TYPE a gauge\na{set=\"x\"} 1\na{set=\"y\"} 1\n"
+            "# HELP b B.\n# TYPE b counter\nb{set=\"x\"} 2\nb{set=\"y\"} 2\n");
+}
+
 }  // namespace
 }  // namespace exlr8

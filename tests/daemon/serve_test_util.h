@@ -9,6 +9,9 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +107,31 @@ inline bool WaitFor(const std::function<bool()>& done, int seconds = 30) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return done();
+}
+
+// A /metrics body as Prometheus reads it: "series value" per sample line.
+// Checks the grouping the text format demands: every sample follows the
+// # TYPE line of its own family, and each family is declared once, its
+// samples together.
+inline std::map<std::string, std::string> PrometheusSamples(const std::string& body) {
+  std::map<std::string, std::string> out;
+  std::set<std::string> declared;
+  std::string family;
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(declared.insert(family).second) << "family declared twice: " << family;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    EXPECT_EQ(name, family) << "a sample outside its family's group: " << line;
+    const auto space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    if (space != std::string::npos) out[line.substr(0, space)] = line.substr(space + 1);
+  }
+  return out;
 }
 
 }  // namespace exlr8

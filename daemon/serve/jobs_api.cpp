@@ -164,21 +164,55 @@ ApiResponse JobsApi::Metrics() const {
     for (const StageInfo& s : *stages) ++by_state[s.state];
     m.Family("exlr8d_stages", "gauge", "GPU holders started by this server (POST /v1/stages), by state.");
     for (const auto& [state, n] : by_state) m.Sample("exlr8d_stages", {{"state", state}}, n);
+    // Per live holder: the device memory it holds, and who uses it now.
+    auto per_holder = [&](const char* name, const char* help, auto value) {
+      m.Family(name, "gauge", help);
+      for (const StageInfo& s : *stages) {
+        if (!s.alive || (s.state != "holding" && s.state != "releasing") || !s.holder.is_object()) continue;
+        const std::optional<std::uint64_t> v = value(s.holder);
+        if (!v) continue;
+        const std::string id = std::to_string(s.id), tp = std::to_string(s.request.tp),
+                          rank = std::to_string(s.request.rank), device = std::to_string(s.request.device);
+        m.Sample(name,
+                 {{"stage", id}, {"repo", s.request.repo}, {"manifest", s.request.manifest}, {"tp", tp},
+                  {"rank", rank}, {"device", device}},
+                 *v);
+      }
+    };
+    per_holder("exlr8d_stage_held_bytes", "Bytes of halves a live holder keeps in GPU memory.",
+               [](const JsonValue& h) -> std::optional<std::uint64_t> {
+                 const JsonValue* bytes = h.Find("bytes");
+                 return bytes != nullptr ? bytes->as_uint64() : std::nullopt;
+               });
+    per_holder("exlr8d_stage_lessees", "Processes holding a live holder's lease now.",
+               [](const JsonValue& h) -> std::optional<std::uint64_t> {
+                 const JsonValue* lessees = h.Find("lessees");
+                 if (lessees == nullptr || !lessees->is_array()) return std::nullopt;
+                 return static_cast<std::uint64_t>(lessees->as_array().size());
+               });
   }
-  m.Family("exlr8d_job_planned_bytes", "gauge", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.");
-  m.Family("exlr8d_job_done_bytes", "gauge", "A running job's bytes done: verified or reused, or checked.");
-  for (const JobSnapshot& j : r->running) {
-    const std::string id = std::to_string(j.info.id);
-    const PrometheusText::Labels labels = {
-        {"job", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}};
-    if (j.progress) {
-      m.Sample("exlr8d_job_planned_bytes", labels, j.progress->bytes_planned);
-      m.Sample("exlr8d_job_done_bytes", labels, j.progress->bytes_verified + j.progress->bytes_reused);
-    } else if (j.verify_progress) {
-      m.Sample("exlr8d_job_planned_bytes", labels, j.verify_progress->bytes_total);
-      m.Sample("exlr8d_job_done_bytes", labels, j.verify_progress->bytes_checked);
+  // Each family's samples together, as the text format wants.
+  auto per_job = [&](const char* name, const char* help, auto value) {
+    m.Family(name, "gauge", help);
+    for (const JobSnapshot& j : r->running) {
+      const std::optional<std::uint64_t> v = value(j);
+      if (!v) continue;
+      const std::string id = std::to_string(j.info.id);
+      m.Sample(name, {{"job", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}}, *v);
     }
-  }
+  };
+  per_job("exlr8d_job_planned_bytes", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.",
+          [](const JobSnapshot& j) -> std::optional<std::uint64_t> {
+            if (j.progress) return j.progress->bytes_planned;
+            if (j.verify_progress) return j.verify_progress->bytes_total;
+            return std::nullopt;
+          });
+  per_job("exlr8d_job_done_bytes", "A running job's bytes done: verified or reused, or checked.",
+          [](const JobSnapshot& j) -> std::optional<std::uint64_t> {
+            if (j.progress) return j.progress->bytes_verified + j.progress->bytes_reused;
+            if (j.verify_progress) return j.verify_progress->bytes_checked;
+            return std::nullopt;
+          });
   return {200, m.text(), PrometheusText::kContentType};
 }
 

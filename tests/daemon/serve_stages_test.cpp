@@ -150,8 +150,11 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
     JsonValue s = GetStage(serve, id);
     EXPECT_EQ(Text(s, "state"), "holding");
     EXPECT_EQ(static_cast<pid_t>(Number(s, "pid")), holder);
-    const HttpAnswer metrics = Http(serve.base() + "/metrics");
-    EXPECT_THAT(metrics.body, HasSubstr("exlr8d_stages{state=\"holding\"} 1"));
+    auto metrics = PrometheusSamples(Http(serve.base() + "/metrics").body);  // grouping checked
+    EXPECT_EQ(metrics["exlr8d_stages{state=\"holding\"}"], "1");
+    const std::string labels = R"({stage="1",repo="exlr8/test",manifest="home",tp="2",rank="1",device="0"})";
+    EXPECT_EQ(metrics["exlr8d_stage_held_bytes" + labels], "123");
+    EXPECT_EQ(metrics["exlr8d_stage_lessees" + labels], "0");
 
     const HttpAnswer release = Http(serve.base() + "/v1/stages/1", "DELETE");
     EXPECT_EQ(release.status, 202) << release.body;
@@ -289,6 +292,11 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
     };
     const std::vector<std::uint64_t> me = {static_cast<std::uint64_t>(::getpid())};
     EXPECT_TRUE(WaitFor([&] { return (s = GetStage(serve, id), lessees()) == me; }, 10));
+    auto metrics = PrometheusSamples(Http(serve.base() + "/metrics").body);
+    const std::string labels = "{stage=\"" + std::to_string(id) +
+                               R"(",repo="exlr8/test",manifest="home",tp="2",rank="1",device="0"})";
+    EXPECT_EQ(metrics["exlr8d_stage_lessees" + labels], "1");
+    EXPECT_EQ(metrics["exlr8d_stage_held_bytes" + labels], std::to_string(Number(*s.Find("holder"), "bytes")));
     EXPECT_EQ(Http(serve.base() + "/v1/stages/" + std::to_string(id), "DELETE").status, 202);
     EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "releasing"; }, 10));
     EXPECT_EQ(lessees(), me);

@@ -182,7 +182,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   PullJob job(**cache, opt);
   Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
   {
-    SignalWatcher signals([&job] { job.Cancel(); });
+    SignalWatcher signals([&job](int) { job.Cancel(); });
     ProgressDisplay progress(job, stderr, !args->Flag("no-progress") && !opt.dry_run);
     result = job.Run();
     progress.Stop();

@@ -181,7 +181,7 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   }
 
   std::atomic<bool> cancel{false};
-  SignalWatcher signals([&cancel] { cancel.store(true); });
+  SignalWatcher signals([&cancel](int) { cancel.store(true); });
   ScrubCounters counters;
   ScrubOptions options;
   options.repair = !check_only;

@@ -1,10 +1,10 @@
-// SIGINT/SIGTERM for a command that runs long work (pull, verify): the
-// signals are blocked in every thread and taken with sigwait on a thread of
-// their own, which calls `on_signal` (not from a signal handler, so it may
-// lock and log). The destructor wakes that thread with SIGUSR1 aimed at it
-// alone, so the command exits as soon as its work ends.
-// Construct it before starting any other thread, so they all inherit the
-// blocked mask.
+// SIGINT/SIGTERM for a command that runs long work (pull, verify, stage):
+// the signals are blocked in every thread and taken with sigwait on a thread
+// of their own, which calls `on_signal` with the signal's number (not from a
+// signal handler, so it may lock and log). The destructor wakes that thread
+// with SIGUSR1 aimed at it alone, so the command exits as soon as its work
+// ends. Construct it before starting any other thread, so they all inherit
+// the blocked mask.
 #pragma once
 
 #include <pthread.h>
@@ -19,7 +19,7 @@ namespace exlr8 {
 
 class SignalWatcher {
  public:
-  explicit SignalWatcher(std::function<void()> on_signal) : on_signal_(std::move(on_signal)) {
+  explicit SignalWatcher(std::function<void(int)> on_signal) : on_signal_(std::move(on_signal)) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
@@ -32,7 +32,7 @@ class SignalWatcher {
         if (stop_.load()) return;
         if (sig == SIGINT || sig == SIGTERM) {
           signalled_.store(true);
-          on_signal_();
+          on_signal_(sig);
         }
       }
     });
@@ -49,7 +49,7 @@ class SignalWatcher {
   bool signalled() const { return signalled_.load(); }
 
  private:
-  std::function<void()> on_signal_;
+  std::function<void(int)> on_signal_;
   sigset_t set_;
   std::atomic<bool> stop_{false}, signalled_{false};
   std::thread thread_;

@@ -189,6 +189,13 @@ Result<StagedHalves> UploadHalves(std::span<const std::span<const std::byte>> ha
   const auto t0 = Clock::now();
   std::uint64_t pos = 0;  // device bytes written so far
   for (std::size_t i = 0; i < halves.size(); ++i) {
+    if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+      // The DMA may still read the staging ring: let it finish before the
+      // ring and the allocation are freed.
+      EXLR8_RETURN_IF_ERROR(stream.Synchronize());
+      return CancelledError("upload stopped after " + std::to_string(i) + " of " + std::to_string(halves.size()) +
+                            " halves");
+    }
     const std::uint64_t gap = staged.offsets_[i] - pos;
     if (options.pinned_staging) {
       if (gap > 0) EXLR8_RETURN_IF_ERROR(ring.Append(nullptr, gap, /*zeros=*/true));

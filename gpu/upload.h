@@ -22,6 +22,7 @@
 // different streams are fine.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -39,6 +40,9 @@ struct UploadOptions {
   std::size_t alignment = 256;                        // half start alignment, a power of two >= 4
   bool pinned_staging = true;                         // false: copy from pageable memory directly
   int copy_threads = 4;                               // host threads filling a staging buffer, 1..64
+  // Set while the upload runs: it stops within a half, waits for the copies
+  // already queued, and returns Cancelled (nothing is kept). Null: never.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct UploadStats {
@@ -87,7 +91,8 @@ class StagedHalves {
 // Errors: InvalidArgument for halves_per_expert 0 or not dividing the count,
 // an empty half, bad options, or a total size that overflows;
 // ResourceExhausted when device or pinned memory runs out; Unavailable
-// without a device; Internal for other CUDA failures.
+// without a device; Internal for other CUDA failures; Cancelled once
+// options.cancel is set.
 Result<StagedHalves> UploadHalves(std::span<const std::span<const std::byte>> halves, std::size_t halves_per_expert,
                                   CudaStreamView stream, const UploadOptions& options = {},
                                   UploadStats* stats = nullptr);

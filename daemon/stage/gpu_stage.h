@@ -10,6 +10,7 @@
 // lease.h hands the kept buffers to a serving process.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -28,6 +29,10 @@ struct GpuStageOptions {
   static constexpr std::size_t kAllHalves = std::numeric_limits<std::size_t>::max();
   std::size_t check_halves = 64;
   UploadOptions upload;
+  // Set while staging runs (exlr8d-stage told to stop): the upload and the
+  // checks stop within a half, and StageOnGpu returns Cancelled, keeping
+  // nothing. Null: never.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct GpuStageReport {
@@ -45,7 +50,8 @@ struct GpuStageReport {
 };
 
 // Errors: Unavailable without a CUDA device; InvalidArgument for a bad
-// device or no halves; ResourceExhausted when device memory runs out. A
+// device or no halves; ResourceExhausted when device memory runs out;
+// Cancelled once options.cancel is set. A
 // report with mismatches is an OK Result: the caller decides (ok()).
 // `keep`, if given, receives the staged buffers (to lease them); otherwise
 // they are freed on return.

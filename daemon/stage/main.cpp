@@ -2,9 +2,9 @@
 // memory and checks them there (daemon/stage/). A program of its own, built
 // only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
 // runtime on the nodes that only pull and serve the API.
-#include <signal.h>
-
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <limits>
 #include <mutex>
@@ -14,6 +14,7 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "daemon/cache/cache_paths.h"
+#include "daemon/signal_watcher.h"
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
@@ -36,7 +37,8 @@ decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
 reports and exits, releasing the memory; with --hold it keeps the buffers and
 leases them to serving processes on this machine (CUDA IPC; daemon/stage/
 lease.h has the protocol) until SIGINT or SIGTERM, then waits for its
-lessees to let go. While it runs, the fileset is pinned (a process pin, which
+lessees to let go; told to stop before it holds, it stops reading or
+uploading within a half and exits 130. While it runs, the fileset is pinned (a process pin, which
 'exlr8d list' shows and 'exlr8d gc' respects; it goes when this process does).
 
   --repo ORG/NAME     the pulled repository
@@ -62,7 +64,8 @@ lessees to let go. While it runs, the fileset is pinned (a process pin, which
 
 Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
 in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
-device; 6 when device memory runs out; 2 usage.
+device; 6 when device memory runs out; 2 usage; 130 when stopped by SIGINT or
+SIGTERM before it held the rank.
 )";
 
 std::string Pids(const std::vector<pid_t>& pids) {
@@ -71,10 +74,49 @@ std::string Pids(const std::vector<pid_t>& pids) {
   return out;
 }
 
+// SIGINT and SIGTERM, counted as they come (a SignalWatcher's thread calls
+// Add). The first stops the work under way (`flag` is what the reading and
+// the upload poll) or, once the rank is held, starts the release; the
+// second releases at once.
+class StopRequests {
+ public:
+  void Add(int sig) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++count_;
+      last_signal_ = sig;
+    }
+    flag_.store(true);
+    cv_.notify_all();
+  }
+  const std::atomic<bool>* flag() const { return &flag_; }
+  bool requested() const { return flag_.load(); }
+  // Waits until `n` stops have been asked for (true), or `timeout` passed.
+  bool WaitFor(int n, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] { return count_ >= n; });
+  }
+  void Wait(int n) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return count_ >= n; });
+  }
+  int last_signal() {
+    std::lock_guard<std::mutex> l(mu_);
+    return last_signal_;
+  }
+
+ private:
+  std::atomic<bool> flag_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  int last_signal_ = 0;
+};
+
 // Told to stop: no new lessees; the connected ones get `wait` to let go
 // (their mappings would point at freed memory), unless another signal says
 // to release now. Then the server stops.
-void ReleaseWhenLesseesLetGo(LeaseServer& server, const sigset_t& signals, std::chrono::seconds wait) {
+void ReleaseWhenLesseesLetGo(LeaseServer& server, StopRequests& stops, std::chrono::seconds wait) {
   server.StopAccepting();
   const auto deadline = std::chrono::steady_clock::now() + wait;
   bool said = false;
@@ -90,8 +132,7 @@ void ReleaseWhenLesseesLetGo(LeaseServer& server, const sigset_t& signals, std::
       std::fflush(stdout);
       said = true;
     }
-    const timespec tick{0, 100'000'000};
-    if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+    if (stops.WaitFor(2, std::chrono::milliseconds(100))) {
       std::printf("signalled again: releasing with %zu lessee(s) attached\n", lessees.size());
       break;
     }
@@ -134,16 +175,13 @@ int Run(const std::vector<std::string>& argv) {
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
   const std::string hold = args.GetOr("hold", "");
-  // Signals are blocked before any thread starts (CUDA's, the lease
-  // server's), so that only sigwait below takes them; and before the first
-  // step is reported, so that a stop asked for while the rank is read and
-  // uploaded (DELETE /v1/stages/{id} right after POST) is a release once
-  // it holds, never a death mid-way.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  if (!hold.empty()) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Signals are taken by the watcher's thread, started before any other
+  // (CUDA's, the lease server's) so that all inherit the blocked mask, and
+  // before the first step is reported: a stop asked for at any step
+  // (DELETE /v1/stages/{id} right after POST) ends that step cleanly, never
+  // the process mid-way.
+  StopRequests stops;
+  SignalWatcher signals([&stops](int sig) { stops.Add(sig); });
   // With --state-dir, every step and the outcome go to DIR/state.json too.
   std::unique_ptr<StageStateWriter> state;
   if (const std::string dir = args.GetOr("state-dir", ""); !dir.empty()) {
@@ -163,12 +201,25 @@ int Run(const std::vector<std::string>& argv) {
     step("failed", members + ",\"exit_status\":" + std::to_string(code));
     return code;
   };
+  // Stopped before the rank is held: the step's work is abandoned, and
+  // whatever it had (the pin, device memory) is freed on return.
+  auto stopped = [&](std::string_view while_doing, const Status& s) {
+    const int code = ReportError(kProg, s);
+    std::printf("stopped by signal %d while %s: nothing is held\n", stops.last_signal(),
+                std::string(while_doing).c_str());
+    std::string members = ",\"stopped_while\":";
+    AppendJsonString(members, while_doing);
+    step("released", members + ",\"exit_status\":" + std::to_string(code));
+    return code;
+  };
   step("reading");
+  request.cancel = stops.flag();
   // A process pin for as long as this process runs: gc and evict leave the
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
   auto rank = ReadRankHalves(request);
+  if (!rank.ok() && rank.status().code() == StatusCode::kCancelled) return stopped("reading", rank.status());
   if (!rank.ok()) return fail(rank.status());
   if (!rank->pin_error.empty())
     std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n", kProg,
@@ -183,7 +234,9 @@ int Run(const std::vector<std::string>& argv) {
   if (!hold.empty())
     if (Status s = device.Set(gpu.device); !s.ok()) return fail(s);
   StagedHalves staged;
+  gpu.cancel = stops.flag();
   auto report = StageOnGpu(*rank, gpu, hold.empty() ? nullptr : &staged);
+  if (!report.ok() && report.status().code() == StatusCode::kCancelled) return stopped("staging", report.status());
   if (!report.ok()) return fail(report.status());
   const GpuStageReport& r = *report;
   std::printf("staged on %s: %s in %llu halves (%s with alignment), %.2f GB/s\n", r.device.c_str(),
@@ -206,6 +259,8 @@ int Run(const std::vector<std::string>& argv) {
     step("released");
     return kExitOk;
   }
+  // A stop that came after the last check: never start to lease.
+  if (stops.requested()) return stopped("staging", CancelledError("stopped before the lease started"));
   auto description = LeaseDescriptionJson(request, *rank, staged, gpu.device);
   if (!description.ok()) return fail(description.status());
   // From here the lease server's thread reports too (each lessee that
@@ -236,17 +291,16 @@ int Run(const std::vector<std::string>& argv) {
   // starts once the lease is there.
   if (Status s = NotifySystemd("READY=1"); !s.ok())
     std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
-  int sig = 0;
-  while (sigwait(&stop_signals, &sig) != 0) {
-  }
+  stops.Wait(1);
   (void)NotifySystemd("STOPPING=1");
   {
     std::lock_guard<std::mutex> l(report_mu);
     phase = "releasing";
   }
   report_lessees((*server)->Lessees());
-  ReleaseWhenLesseesLetGo(**server, stop_signals, std::chrono::seconds(release_wait_s));
-  std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()), sig);
+  ReleaseWhenLesseesLetGo(**server, stops, std::chrono::seconds(release_wait_s));
+  std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()),
+              stops.last_signal());
   step("released", ",\"leases_served\":" + std::to_string((*server)->served()));
   return kExitOk;
 }

@@ -14,6 +14,7 @@
 // No CUDA here, so this part is tested everywhere.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -43,6 +44,9 @@ struct RankRequest {
   // holder name (a process pin, daemon/cache/process_pin.h), taken before
   // the halves are read, so gc leaves alone what is being staged and held.
   std::string pin_holder;
+  // Set (by a signal: exlr8d-stage told to stop while it reads), the read
+  // stops within a half and returns Cancelled. Null: never.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct RankHalf {
@@ -78,7 +82,8 @@ struct RankHalves {
 // cache, or a half of the rank is not verified there ("... run exlr8d pull",
 // naming the half, its file and offset); Corruption when a half's XXH64 no
 // longer matches (naming it) or a data file has another size than the cache
-// recorded; InvalidArgument for a bad request.
+// recorded; InvalidArgument for a bad request; Cancelled once
+// RankRequest::cancel is set.
 Result<RankHalves> ReadRankHalves(const RankRequest& request);
 
 }  // namespace exlr8

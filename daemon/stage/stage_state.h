@@ -11,7 +11,9 @@
 // upload and its checks), "holding" (the lease answers; rewritten with the
 // lessees' pids whenever one comes or goes), "releasing" (told to stop,
 // waiting for lessees), then "released"; or "failed" with "error"
-// and "exit_status". A state of a living step whose lock nobody holds means
+// and "exit_status". Told to stop while reading or staging, the holder
+// goes from there to "released" with "stopped_while" (the step) and
+// "exit_status" 130. A state of a living step whose lock nobody holds means
 // the holder died without a word (SIGKILL, a crash): ReadStageState says
 // alive = false, and the reader calls that "died".
 //

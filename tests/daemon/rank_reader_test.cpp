@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -147,6 +148,27 @@ TEST(RankReaderTest, PinsTheFilesetWhileTheHalvesAreHeld) {
   ASSERT_TRUE(unpinned.ok()) << unpinned.status().ToString();
   EXPECT_EQ(unpinned->pin, nullptr);
   EXPECT_THAT(unpinned->pin_error, HasSubstr("not a directory"));
+}
+
+// Told to stop (exlr8d-stage's signal), the reader returns Cancelled and
+// keeps nothing: no halves, and the pin it took is gone with them.
+TEST(RankReaderTest, AStopAskedForEndsTheReadAndDropsThePin) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  RankRequest request = TestRankRequest(cache.path(), 2, 1);
+  request.pin_holder = "exlr8d-stage home tp2 rank1";
+  std::atomic<bool> stop{true};
+  request.cancel = &stop;
+  auto read = ReadRankHalves(request);
+  ASSERT_EQ(read.status().code(), StatusCode::kCancelled) << read.status().ToString();
+  EXPECT_THAT(read.status().message(), HasSubstr("stopped while"));
+  EXPECT_TRUE(ListProcessPins(cache.path(), true)->empty());
+  // The same request, not stopped, reads the rank.
+  stop.store(false);
+  auto again = ReadRankHalves(request);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->halves.empty());
 }
 
 }  // namespace

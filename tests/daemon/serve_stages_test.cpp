@@ -6,13 +6,18 @@
 // is run up to where it needs the GPU; with a GPU the real one holds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "daemon/cache/posix.h"
+#include "daemon/cache/process_pin.h"
+#include "daemon/stage/stage_state.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/lease_test_util.h"
 #include "tests/daemon/pull_test_util.h"
@@ -303,6 +308,59 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
   }  // lets go
   EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; }, 30)) << Text(s, "state");
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
+}
+
+// A stop that comes before the holder holds (a DELETE right after POST, a
+// systemctl stop during a long start) ends the step under way: the holder
+// reads no further, releases what it had (its pin) and says so. The stop
+// is made certain to come first: SIGTERM is pending when the program
+// starts (pending signals and the blocked mask survive execve), so it is
+// there before the first half is read.
+TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
+  const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d-stage";
+  if (!fs::exists(bin)) GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  const fs::path dir = cache.path() / "stopped";
+  fs::create_directories(dir);
+  const std::string log = (dir / "log").string();
+  std::vector<std::string> args = {bin, "--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest",
+                                   "home", "--tp", "2", "--rank", "1", "--hold", (dir / "lease.sock").string(),
+                                   "--state-dir", dir.string()};
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &term, nullptr);
+    ::kill(::getpid(), SIGTERM);  // pending until the program takes it
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::ifstream in(log);
+  const std::string printed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << printed;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << printed;
+  EXPECT_THAT(printed, HasSubstr("stopped by signal 15 while reading: nothing is held"));
+  EXPECT_THAT(printed, Not(HasSubstr("XXH64 checked")));  // it read no further
+  auto state = ReadStageState(dir);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_FALSE(state->alive);
+  EXPECT_EQ(state->state, "released");
+  EXPECT_EQ(Text(state->record, "stopped_while"), "reading");
+  EXPECT_EQ(Number(state->record, "exit_status"), 130u);
+  EXPECT_TRUE(ListProcessPins(cache.path(), true)->empty());
+  EXPECT_FALSE(fs::exists(dir / "lease.sock"));
 }
 
 }  // namespace

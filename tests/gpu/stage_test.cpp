@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -83,6 +84,29 @@ TEST(GpuStage, ASampleIsSpreadOverTheRank) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->checked_halves, 0u);
   EXPECT_EQ(report->checked_weights, 0u);
+}
+
+// Told to stop (exlr8d-stage's signal), staging returns Cancelled and
+// keeps nothing; the device memory it had is freed.
+TEST(GpuStage, AStopAskedForEndsStagingAndKeepsNothing) {
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on the device machine";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 1, 0)).ok());
+  auto halves = ReadRankHalves(TestRankRequest(cache.path(), 1, 0));
+  ASSERT_TRUE(halves.ok()) << halves.status().ToString();
+  std::atomic<bool> stop{true};
+  GpuStageOptions o;
+  o.cancel = &stop;
+  StagedHalves kept;
+  auto report = StageOnGpu(*halves, o, &kept);
+  EXPECT_EQ(report.status().code(), StatusCode::kCancelled) << report.status().ToString();
+  EXPECT_THAT(report.status().message(), ::testing::HasSubstr("stopped after 0 of"));
+  EXPECT_EQ(kept.num_halves(), 0u);
+  stop.store(false);
+  report = StageOnGpu(*halves, o, &kept);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(kept.num_halves(), halves->halves.size());
 }
 
 // The serving process's side refuses a description it cannot trust, before

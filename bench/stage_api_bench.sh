@@ -4,7 +4,10 @@
 # started by hand (`exlr8d-stage --hold`, until it prints "holding"), in one
 # run: what the API's process management costs on top of reading, checking,
 # uploading and GPU-checking the rank. Then how long a DELETE takes to
-# "released" with no lessee. Needs a CUDA device, curl and bc.
+# "released" with no lessee, and with a holder that still reads or stages
+# (DELETE as soon as it reports "reading"), against the full stage time
+# (what such a DELETE waited before a stop could end a step). Needs a CUDA
+# device, curl and bc.
 #
 #   bench/stage_api_bench.sh [BIN_DIR]      BIN_DIR default: build-release/bin
 #   ROUNDS=5 bench/stage_api_bench.sh       (default 3 rounds)
@@ -59,7 +62,17 @@ for round in $(seq "$rounds"); do
   curl -s -X DELETE "$url/v1/stages/$id" > /dev/null
   until curl -s "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
   released=$(echo "$(now) - $t2" | bc)
-  printf 'round %d: by hand %.3f s, through POST /v1/stages %.3f s (%.3fx); released %.3f s after DELETE\n' \
+  # told to stop while it still reads the rank
+  id=$(curl -s -X POST "$url/v1/stages" -d '{"repo":"bench/r","manifest":"home","tp":4,"rank":1}' |
+       sed -n 's/^{"stage":{"id":\([0-9]*\),.*/\1/p')
+  until curl -s "$url/v1/stages/$id" | grep -q '"state":"\(reading\|staging\|holding\)"'; do sleep 0.002; done
+  t2=$(now)
+  curl -s -X DELETE "$url/v1/stages/$id" > /dev/null
+  until curl -s "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
+  stopped=$(echo "$(now) - $t2" | bc)
+  during=$(curl -s "$url/v1/stages/$id" | sed -n 's/.*"stopped_while":"\([a-z]*\)".*/\1/p')
+  printf 'round %d: by hand %.3f s, through POST /v1/stages %.3f s (%.3fx); released %.3f s after DELETE;' \
     "$round" "$direct" "$api" "$(echo "scale=4; $api / $direct" | bc)" "$released"
+  printf ' DELETE while %s: released %.3f s after it\n' "${during:-holding (not stopped early)}" "$stopped"
   kill -TERM $srv; wait $srv || true; srv=""
 done

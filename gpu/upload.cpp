@@ -206,6 +206,7 @@ Result<StagedHalves> UploadHalves(std::span<const std::span<const std::byte>> ha
                                      cudaMemcpyHostToDevice, stream.value()));
     }
     pos = staged.offsets_[i] + halves[i].size();
+    if (options.bytes_uploaded != nullptr) options.bytes_uploaded->fetch_add(halves[i].size(), std::memory_order_relaxed);
   }
   if (options.pinned_staging) EXLR8_RETURN_IF_ERROR(ring.Flush());
   EXLR8_RETURN_IF_ERROR(stream.Synchronize());

@@ -43,6 +43,9 @@ struct UploadOptions {
   // Set while the upload runs: it stops within a half, waits for the copies
   // already queued, and returns Cancelled (nothing is kept). Null: never.
   const std::atomic<bool>* cancel = nullptr;
+  // Counted up by each half's bytes as it is handed to the copy engine
+  // (null: not counted): a reporter on another thread shows the upload move.
+  std::atomic<std::uint64_t>* bytes_uploaded = nullptr;
 };
 
 struct UploadStats {

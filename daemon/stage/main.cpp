@@ -19,6 +19,7 @@
 #include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
 #include "daemon/stage/stage_state.h"
+#include "daemon/stage/step_reporter.h"
 #include "daemon/systemd_notify.h"
 #include "gpu/device.h"
 
@@ -58,7 +59,8 @@ uploading within a half and exits 130. While it runs, the fileset is pinned (a p
                       seconds (default 30) for the connected ones to let go
                       before the memory is released; a second signal releases
                       at once
-  --state-dir DIR     report each step in DIR/state.json and hold DIR/holder.lock
+  --state-dir DIR     report each step (and the bytes done of a long one, every
+                      second) in DIR/state.json and hold DIR/holder.lock
                       while running (daemon/stage/stage_state.h): how 'exlr8d
                       serve' follows the holders it starts (POST /v1/stages)
 
@@ -182,17 +184,22 @@ int Run(const std::vector<std::string>& argv) {
   // the process mid-way.
   StopRequests stops;
   SignalWatcher signals([&stops](int sig) { stops.Add(sig); });
-  // With --state-dir, every step and the outcome go to DIR/state.json too.
+  // With --state-dir, every step, its progress and the outcome go to
+  // DIR/state.json too; the progress of a long step is printed as well.
   std::unique_ptr<StageStateWriter> state;
   if (const std::string dir = args.GetOr("state-dir", ""); !dir.empty()) {
     auto opened = StageStateWriter::Open(dir);
     if (!opened.ok()) return ReportError(kProg, opened.status());
     state = std::move(*opened);
   }
-  auto step = [&](std::string_view name, std::string members = {}) {
-    if (!state) return;
-    if (Status s = state->Set(name, members); !s.ok())
-      std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
+  // What the long steps count up; declared before the reporter, which
+  // reads them until it stops.
+  RankReadProgress read_progress;
+  std::atomic<std::uint64_t> uploaded{0}, upload_total{0};
+  StepReporter reporter(std::move(state), stdout);
+  auto step = [&](std::string_view name, std::string members = {}, const std::atomic<std::uint64_t>* done = nullptr,
+                  const std::atomic<std::uint64_t>* total = nullptr) {
+    reporter.Step(name, std::move(members), done, total);
   };
   auto fail = [&](const Status& s) {
     const int code = ReportError(kProg, s);
@@ -212,8 +219,9 @@ int Run(const std::vector<std::string>& argv) {
     step("released", members + ",\"exit_status\":" + std::to_string(code));
     return code;
   };
-  step("reading");
+  step("reading", {}, &read_progress.bytes_checked, &read_progress.bytes_total);
   request.cancel = stops.flag();
+  request.progress = &read_progress;
   // A process pin for as long as this process runs: gc and evict leave the
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
@@ -228,8 +236,12 @@ int Run(const std::vector<std::string>& argv) {
               rank->halves.size(), HumanBytes(rank->total_bytes).c_str(), request.repo.c_str(),
               rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
   std::fflush(stdout);
-  step("staging", ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(rank->halves.size()) +
-                      ",\"bytes\":" + std::to_string(rank->total_bytes));
+  upload_total.store(rank->total_bytes);
+  gpu.upload.bytes_uploaded = &uploaded;
+  step("staging",
+       ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(rank->halves.size()) +
+           ",\"bytes\":" + std::to_string(rank->total_bytes),
+       &uploaded, &upload_total);
   CudaSetDeviceGuard device;  // the device stays current while the lease is held
   if (!hold.empty())
     if (Status s = device.Set(gpu.device); !s.ok()) return fail(s);

@@ -73,7 +73,7 @@ bool Cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && ca
 // stage (one thread did ~2.5 GB/s). The error reported is the first failing
 // half in plan order, whatever the threads' timing.
 Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks, int threads,
-                   const std::atomic<bool>* cancel) {
+                   const std::atomic<bool>* cancel, RankReadProgress* progress) {
   std::size_t n = threads > 0 ? static_cast<std::size_t>(threads)
                               : std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16);
   n = std::min(n, std::max<std::size_t>(checks.size(), 1));
@@ -83,6 +83,8 @@ Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks,
     for (std::size_t i; !Cancelled(cancel) && (i = next.fetch_add(1)) < checks.size();) {
       failed[i] = CheckOne(rank, checks[i]);
       checked.fetch_add(1, std::memory_order_relaxed);
+      if (progress != nullptr)
+        progress->bytes_checked.fetch_add(rank.halves[checks[i].half].length, std::memory_order_relaxed);
     }
   };
   std::vector<std::thread> pool;
@@ -190,7 +192,8 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
     }
     if (map) out.maps.push_back(std::move(map));
   }
-  EXLR8_RETURN_IF_ERROR(CheckHalves(out, checks, r.threads, r.cancel));
+  if (r.progress != nullptr) r.progress->bytes_total.store(out.total_bytes);
+  EXLR8_RETURN_IF_ERROR(CheckHalves(out, checks, r.threads, r.cancel, r.progress));
   out.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

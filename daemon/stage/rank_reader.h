@@ -31,6 +31,13 @@
 
 namespace exlr8 {
 
+// How far a read has come, for a reporter on another thread: the bytes of
+// the rank's halves once they are located, then those checked so far.
+struct RankReadProgress {
+  std::atomic<std::uint64_t> bytes_total{0};
+  std::atomic<std::uint64_t> bytes_checked{0};
+};
+
 struct RankRequest {
   std::filesystem::path cache_dir;
   std::string repo;               // "org/name"
@@ -47,6 +54,8 @@ struct RankRequest {
   // Set (by a signal: exlr8d-stage told to stop while it reads), the read
   // stops within a half and returns Cancelled. Null: never.
   const std::atomic<bool>* cancel = nullptr;
+  // Counted up as the read goes (null: not counted).
+  RankReadProgress* progress = nullptr;
 };
 
 struct RankHalf {

@@ -8,7 +8,8 @@
 //                     atomically (rename) at every step
 //
 // The steps: "reading" (the cache, every half's XXH64), "staging" (the GPU
-// upload and its checks), "holding" (the lease answers; rewritten with the
+// upload and its checks), both rewritten about every second with
+// "done_bytes" and "total_bytes" as they go (step_reporter.h), "holding" (the lease answers; rewritten with the
 // lessees' pids whenever one comes or goes), "releasing" (told to stop,
 // waiting for lessees), then "released"; or "failed" with "error"
 // and "exit_status". Told to stop while reading or staging, the holder

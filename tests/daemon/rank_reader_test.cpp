@@ -26,8 +26,13 @@ TEST(RankReaderTest, ReadsExactlyThePulledHalvesByteForByte) {
   for (int rank : {1, 2}) {
     auto pulled = Pull(cache.path(), Options(*sim, "home", 3, rank));
     ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
-    auto read = ReadRankHalves(TestRankRequest(cache.path(), 3, rank));
+    RankRequest request = TestRankRequest(cache.path(), 3, rank);
+    RankReadProgress progress;  // what exlr8d-stage reports while it reads
+    request.progress = &progress;
+    auto read = ReadRankHalves(request);
     ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_EQ(progress.bytes_total.load(), read->total_bytes);
+    EXPECT_EQ(progress.bytes_checked.load(), read->total_bytes);
     const PlanTotals& t = pulled->plan.totals;
     EXPECT_EQ(read->halves.size(), t.routed_halves + t.shared_halves);
     EXPECT_EQ(read->total_bytes, t.half_bytes);

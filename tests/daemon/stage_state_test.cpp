@@ -1,12 +1,16 @@
 // The holder's record (daemon/stage/stage_state.h): what exlr8d serve reads
 // of the holders it started, alive or dead.
 #include "daemon/stage/stage_state.h"
+#include "daemon/stage/step_reporter.h"
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -105,6 +109,62 @@ TEST(StageStateTest, AStateFileThatIsNotOneIsCorruptionNamingIt) {
     EXPECT_EQ(st.status().code(), StatusCode::kCorruption) << text.substr(0, 20);
     EXPECT_THAT(st.status().message(), HasSubstr((dir.path() / "state.json").string()));
   }
+}
+
+// While a long step runs, the reporter rewrites the record with its
+// progress, and prints it now and then; once the next step is set, the old
+// step's progress is never written over it.
+TEST(StepReporterTest, ALongStepShowsItsProgressAndNeverOutlivesIt) {
+  TempDir dir;
+  const std::string log = (dir.path() / "out.txt").string();
+  std::FILE* out = std::fopen(log.c_str(), "w+");
+  ASSERT_NE(out, nullptr);
+  auto value = [&](const char* key) -> std::uint64_t {
+    auto st = ReadStageState(dir.path());
+    if (!st.ok() || !st->record.is_object() || st->record.Find(key) == nullptr) return 0;
+    return st->record.Find(key)->as_uint64().value_or(0);
+  };
+  auto state = [&] {
+    auto st = ReadStageState(dir.path());
+    return st.ok() ? st->state : "";
+  };
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 500; ++i) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  std::atomic<std::uint64_t> done{0}, total{0};
+  {
+    auto writer = StageStateWriter::Open(dir.path());
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    StepReporter reporter(std::move(*writer), out, std::chrono::milliseconds(10), std::chrono::milliseconds(30));
+    reporter.Step("reading", {}, &done, &total);
+    EXPECT_EQ(state(), "reading");  // written at once, before any progress
+    EXPECT_EQ(value("done_bytes"), 0u);
+    total.store(8'000'000'000);
+    done.store(2'000'000'000);
+    EXPECT_TRUE(wait_for([&] { return value("done_bytes") == 2'000'000'000; }));
+    EXPECT_EQ(value("total_bytes"), 8'000'000'000u);
+    done.store(8'000'000'000);
+    EXPECT_TRUE(wait_for([&] { return value("done_bytes") == 8'000'000'000; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few lines printed
+    reporter.Step("failed", R"(,"exit_status":3)");
+    EXPECT_EQ(state(), "failed");
+    done.store(9);  // the old step's counter moves on: nothing is written for it
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(state(), "failed");
+    EXPECT_EQ(value("exit_status"), 3u);
+    EXPECT_EQ(value("done_bytes"), 0u);  // a step without a counter has none
+  }
+  std::fflush(out);
+  std::rewind(out);
+  std::string printed(4096, '\0');
+  printed.resize(std::fread(printed.data(), 1, printed.size(), out));
+  std::fclose(out);
+  EXPECT_THAT(printed, HasSubstr(" of 8.00 GB done, "));
+  EXPECT_THAT(printed, HasSubstr("reading: "));
 }
 
 }  // namespace

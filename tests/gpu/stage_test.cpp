@@ -52,9 +52,12 @@ TEST(GpuStage, EveryPulledHalfStagedAndDecodedBitExact) {
     ASSERT_TRUE(halves.ok()) << halves.status().ToString();
     GpuStageOptions o;
     o.check_halves = GpuStageOptions::kAllHalves;
+    std::atomic<std::uint64_t> uploaded{0};  // what exlr8d-stage reports while it uploads
+    o.upload.bytes_uploaded = &uploaded;
     auto report = StageOnGpu(*halves, o);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_TRUE(report->ok()) << report->first_mismatch;
+    EXPECT_EQ(uploaded.load(), halves->total_bytes);
     EXPECT_EQ(report->halves, halves->halves.size());
     EXPECT_EQ(report->checked_halves, halves->halves.size());
     EXPECT_EQ(report->upload.bytes, halves->total_bytes);

@@ -39,6 +39,10 @@ resumes where it stopped.
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
   --limit-rate BYTES     total download rate limit, e.g. 200M (bytes/s)
   --budget BYTES         refuse to grow the cache past this size
+  --make-room            when the bytes to fetch do not fit (disk or budget),
+                         evict what 'exlr8d gc' would (unpinned filesets no
+                         process holds, least recently used first), only as
+                         much as needed, instead of failing
   --coalesce-gap BYTES   merge ranges whose gap is <= BYTES (default 0)
   --offline              use the cache only (also HF_HUB_OFFLINE=1)
   --dry-run              fetch only what planning needs, print the plan
@@ -87,7 +91,8 @@ void PrintSummary(const PullSummary& s, bool json) {
         "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"bytes_resumed\":%llu,"
         "\"requests\":%llu,\"retries\":%llu,"
         "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
-        "\"shared_halves\":%llu,\"elapsed_s\":%.3f,\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
+        "\"shared_halves\":%llu,\"evicted_filesets\":%zu,\"bytes_evicted\":%llu,\"elapsed_s\":%.3f,"
+        "\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
         s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
         static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
         static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.bytes_resumed),
@@ -95,7 +100,8 @@ void PrintSummary(const PullSummary& s, bool json) {
         static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
         static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
         static_cast<unsigned long long>(s.plan.totals.routed_halves),
-        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.elapsed_s, mbps,
+        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.evicted.size(),
+        static_cast<unsigned long long>(s.bytes_evicted), s.elapsed_s, mbps,
         PhaseTimes(s, true).c_str());
     return;
   }
@@ -111,6 +117,9 @@ void PrintSummary(const PullSummary& s, bool json) {
   if (s.bytes_resumed > 0)
     std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",
                 HumanBytes(s.bytes_resumed).c_str());
+  if (!s.evicted.empty())
+    std::printf("  made room        evicted %zu filesets (%s), least recently used first (--make-room)\n",
+                s.evicted.size(), HumanBytes(s.bytes_evicted).c_str());
   std::printf("  requests         %llu (%llu retries, %llu refetches, %llu /resolve/)\n",
               static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retries),
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
@@ -128,7 +137,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
                                    {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
                                     "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
                                     "commit-interval-ms", "background-jobs", "write-threads", "write-behind"},
-                                   {"dry-run", "offline", "no-progress", "json"}, 0, &parsed))
+                                   {"dry-run", "offline", "no-progress", "json", "make-room"}, 0, &parsed))
     return *exit;
   const Args* args = &parsed;
   PullOptions opt;
@@ -171,6 +180,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     const char* off = std::getenv("HF_HUB_OFFLINE");
     opt.offline = args->Flag("offline") || (off && (std::string(off) == "1" || std::string(off) == "true"));
     opt.dry_run = args->Flag("dry-run");
+    opt.make_room = args->Flag("make-room");
     return Status::Ok();
   };
   if (Status s = parse(); !s.ok()) return ReportError("exlr8d pull", s);

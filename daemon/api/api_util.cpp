@@ -74,6 +74,13 @@ Result<std::string> StringField(const JsonValue& body, const char* name, std::st
   return v->as_string();
 }
 
+Result<bool> BoolField(const JsonValue& body, const char* name, bool fallback) {
+  const JsonValue* v = body.Find(name);
+  if (v == nullptr) return fallback;
+  if (!v->is_bool()) return InvalidArgumentError(std::string(name) + " must be true or false");
+  return v->as_bool();
+}
+
 Result<int> IntField(const JsonValue& body, const char* name, std::optional<int> fallback) {
   const JsonValue* v = body.Find(name);
   if (v == nullptr && fallback) return *fallback;

@@ -38,6 +38,8 @@ Result<JsonValue> ParseBody(std::string_view text);
 Status OnlyKnownFields(const JsonValue& body, std::initializer_list<std::string_view> known);
 // A string member: absent -> `fallback`; present and not a string -> error.
 Result<std::string> StringField(const JsonValue& body, const char* name, std::string fallback);
+// A boolean member: absent -> `fallback`; present and not true/false -> error.
+Result<bool> BoolField(const JsonValue& body, const char* name, bool fallback);
 // An integer member in [0, 2^20]: absent -> `fallback`, or "missing NAME"
 // without one.
 Result<int> IntField(const JsonValue& body, const char* name, std::optional<int> fallback = std::nullopt);

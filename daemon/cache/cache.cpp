@@ -118,10 +118,20 @@ struct Cache::Rep {
     return it == open_files.end() ? nullptr : it->second;
   }
   // Space claims (Cache::SpaceClaim), by id; a lock of their own, taken
-  // without mu and never with it.
+  // without mu or after it (eviction reads the claimed filesets), never
+  // before it: nothing that holds claims_mu calls into the Cache.
   std::mutex claims_mu;
   std::map<std::uint64_t, std::function<std::uint64_t()>> claims;  // guarded by claims_mu
+  std::map<std::uint64_t, FilesetId> claim_filesets;                // guarded by claims_mu
   std::uint64_t next_claim = 1;                                     // guarded by claims_mu
+
+  // The filesets that claims say are being written: never evicted.
+  std::set<FilesetId> ClaimedFilesets() {
+    std::lock_guard<std::mutex> l(claims_mu);
+    std::set<FilesetId> out;
+    for (const auto& [id, fileset] : claim_filesets) out.insert(fileset);
+    return out;
+  }
 
   // Bytes every claim but `own` may still write.
   std::uint64_t ClaimedByOthers(std::uint64_t own) {
@@ -275,6 +285,10 @@ struct Cache::Rep {
   Status RemoveOrphanDirs() EXLR8_REQUIRES(mu);
   // Deletes the filesets' rows in one durable transaction, then their data
   // directories (and any other orphans), and adds them to `result`.
+  // Evicts, least recently used first, filesets that no pin, process pin,
+  // running pull or live claim protects, until the recorded bytes are at
+  // most `target` or nothing evictable is left.
+  Result<GcResult> EvictDownTo(std::uint64_t target) EXLR8_REQUIRES(mu);
   Status EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result)
       EXLR8_REQUIRES(mu);
 };
@@ -943,6 +957,12 @@ Result<std::uint64_t> Cache::RecordedBytes() {
 Cache::SpaceClaim::~SpaceClaim() {
   std::lock_guard<std::mutex> l(cache_->rep_->claims_mu);
   cache_->rep_->claims.erase(id_);
+  cache_->rep_->claim_filesets.erase(id_);
+}
+
+void Cache::SpaceClaim::SetFileset(FilesetId fileset) {
+  std::lock_guard<std::mutex> l(cache_->rep_->claims_mu);
+  cache_->rep_->claim_filesets[id_] = fileset;
 }
 
 std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<std::uint64_t()> remaining) {
@@ -976,38 +996,66 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
 
 Result<GcResult> Cache::Gc(std::uint64_t budget) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
-  Rep& r = *rep_;
-  MutexLock l(&r.mu);
+  MutexLock l(&rep_->mu);
+  return rep_->EvictDownTo(budget);
+}
+
+Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* own) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  // The same sums as CheckSpace, solved for the recorded bytes that leave
+  // room for `bytes_needed`.
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
+  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, rep_->RecordedBytes());
+  std::uint64_t target = used;
+  const std::uint64_t available = free - std::min(free, promised);
+  // On disk: an evicted fileset frees at least its verified bytes.
+  if (bytes_needed > available) target = used - std::min(used, bytes_needed - available);
+  if (const std::optional<std::uint64_t>& budget = rep_->options.byte_budget) {
+    const std::uint64_t wanted = promised + bytes_needed;  // both may exceed the budget alone
+    target = std::min(target, *budget - std::min(*budget, wanted));
+  }
+  if (target >= used) {
+    GcResult none;
+    none.bytes_remaining = used;
+    return none;
+  }
+  return rep_->EvictDownTo(target);
+}
+
+Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
   GcResult result;
-  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, r.RecordedBytes());
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, RecordedBytes());
   std::vector<std::pair<FilesetId, std::uint64_t>> victims;  // id, verified bytes
-  if (total > budget) {
+  if (total > target) {
     // Listed before the victims are chosen; a pin taken after that races
     // as process_pin.h describes.
-    EXLR8_ASSIGN_OR_RETURN(std::vector<ProcessPinInfo> live, ListProcessPins(r.dir, /*sweep=*/true));
+    EXLR8_ASSIGN_OR_RETURN(std::vector<ProcessPinInfo> live, ListProcessPins(dir, /*sweep=*/true));
     std::set<std::pair<std::string, std::string>> held;  // repo, commit
     for (const ProcessPinInfo& p : live) held.emplace(p.repo, p.commit);
+    const std::set<FilesetId> claimed = ClaimedFilesets();
     EXLR8_ASSIGN_OR_RETURN(
         SqliteStmt q,
-        r.db->Prepare("SELECT s.id, "
-                      "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
-                      "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
-                      "FROM filesets s "
-                      "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
-                      "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
-                      "ORDER BY s.last_used ASC, s.id ASC"));
+        db->Prepare("SELECT s.id, "
+                    "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
+                    "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
+                    "FROM filesets s "
+                    "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
+                    "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
+                    "ORDER BY s.last_used ASC, s.id ASC"));
     std::uint64_t left = total;
-    while (left > budget) {
+    while (left > target) {
       EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
-      if (held.count({q.Text(2), q.Text(3)})) continue;
+      if (held.count({q.Text(2), q.Text(3)}) || claimed.count(q.Int(0))) continue;
       const auto bytes = static_cast<std::uint64_t>(q.Int(1));
       left -= std::min(left, bytes);
       victims.emplace_back(q.Int(0), bytes);
     }
   }
-  EXLR8_RETURN_IF_ERROR(r.EvictFilesets(victims, &result));
-  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  EXLR8_RETURN_IF_ERROR(EvictFilesets(victims, &result));
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, RecordedBytes());
   return result;
 }
 
@@ -1035,7 +1083,8 @@ Result<GcResult> Cache::Evict(FilesetId fileset) {
   EXLR8_ASSIGN_OR_RETURN(std::int64_t running,
                          r.db->QueryInt("SELECT COUNT(*) FROM pulls WHERE fileset_id = " + std::to_string(fileset) +
                                         " AND state = 'running'"));
-  if (running > 0) return FailedPreconditionError(name + " has a pull running");
+  if (running > 0 || rep_->ClaimedFilesets().count(fileset))
+    return FailedPreconditionError(name + " has a pull running");
   GcResult result;
   EXLR8_RETURN_IF_ERROR(r.EvictFilesets({{fileset, set.bytes_cached}}, &result));
   EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());

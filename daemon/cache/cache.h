@@ -317,6 +317,10 @@ class Cache {
   class SpaceClaim {
    public:
     ~SpaceClaim();
+    // The fileset this claim writes: Gc, MakeRoom and Evict leave it alone
+    // while the claim lives (a pull's own fileset, before and after its
+    // 'running' row exists).
+    void SetFileset(FilesetId fileset);
     SpaceClaim(const SpaceClaim&) = delete;
     SpaceClaim& operator=(const SpaceClaim&) = delete;
 
@@ -334,11 +338,17 @@ class Cache {
   // "need X GB, Y GB free on <dir> (budget Z GB, W GB used; V GB promised
   // to pulls running now)" otherwise.
   Status CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own = nullptr);
-  // Evicts unpinned filesets without a running pull, least recently used
-  // first, until RecordedBytes() <= budget or nothing evictable is left
+  // Evicts unpinned filesets without a running pull (or a live claim),
+  // least recently used first, until RecordedBytes() <= budget or nothing
+  // evictable is left
   // (check GcResult::bytes_remaining). Also removes leftover data
   // directories that no fileset row refers to (from a crash mid-eviction).
   Result<GcResult> Gc(std::uint64_t budget);
+  // What Gc evicts, as much of it as `bytes_needed` needs to fit (on disk
+  // and within the budget, besides other claims than `own`, as CheckSpace
+  // counts): `exlr8d pull --make-room`. Evicts nothing when it fits; may
+  // not free enough (CheckSpace after it says).
+  Result<GcResult> MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* own = nullptr);
   // Evicts one fileset now, whatever its place in LRU order: its rows
   // durably first, then its data. FailedPrecondition naming the holders if
   // it is pinned, or if a pull of it is running; NotFound for an unknown id.

@@ -132,11 +132,25 @@ struct PullJob::Rep {
   }
   // Checks that `needed` bytes fit besides what other pulls claimed, then
   // claims `adds` more (`needed` may count bytes claimed before).
+  // With make_room, a shortfall first evicts what gc would (never this
+  // fileset: the claim names it), then is checked again.
   Status CheckAndClaimSpace(std::uint64_t needed, std::uint64_t adds) {
-    EXLR8_RETURN_IF_ERROR(cache.CheckSpace(needed, space_claim.get()));
+    Status fits = cache.CheckSpace(needed, space_claim.get());
+    if (!fits.ok() && fits.code() == StatusCode::kResourceExhausted && opt.make_room) {
+      EXLR8_ASSIGN_OR_RETURN(GcResult gone, cache.MakeRoom(needed, space_claim.get()));
+      evicted.insert(evicted.end(), gone.evicted.begin(), gone.evicted.end());
+      bytes_evicted += gone.bytes_freed;
+      fits = cache.CheckSpace(needed, space_claim.get());
+      if (!fits.ok())
+        return fits.WithContext("after evicting " + std::to_string(gone.evicted.size()) +
+                                " unpinned filesets (--make-room)");
+    }
+    EXLR8_RETURN_IF_ERROR(fits);
     claimed.fetch_add(adds, std::memory_order_relaxed);
     return Status::Ok();
   }
+  std::vector<FilesetId> evicted;  // by make_room, on the Run() thread
+  std::uint64_t bytes_evicted = 0;
 
   // Time spent per phase, accumulated on the Run() thread only.
   std::array<double, kPullPhaseCount> phase_s{};
@@ -253,6 +267,9 @@ Status PullJob::Rep::ResolveAndList() {
     fetcher = std::make_unique<RangeFetcher>(*hub, opt.fetch);
   }
   EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
+  // From here no eviction (another pull's make_room, /v1/evict) takes the
+  // fileset this run writes, though its 'running' row comes only later.
+  if (space_claim) space_claim->SetFileset(fileset);
   SetPhase(PullPhase::kList);
   EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> listing, hub->ListFiles());
   std::vector<NewFile> declared;
@@ -853,6 +870,8 @@ Result<PullSummary> PullJob::Run() {
   s.resolves = fc.resolves;
   s.checksum_failures = r.counters.checksum_failures.load();
   s.bytes_resumed = r.counters.bytes_resumed.load();
+  s.evicted = r.evicted;
+  s.bytes_evicted = r.bytes_evicted;
   s.elapsed_s = r.Elapsed();
   s.phase_s = r.phase_s;
   return result;

@@ -44,6 +44,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/cache/cache.h"
 #include "daemon/hub/hub_client.h"
@@ -66,6 +67,11 @@ struct PullOptions {
   std::uint64_t coalesce_gap = 0;
   bool dry_run = false;  // fetch only what planning needs, then stop
   bool offline = false;  // serve from the cache only (HF_HUB_OFFLINE=1)
+  // When the bytes still to fetch do not fit (disk or budget), evict what
+  // `exlr8d gc` would (unpinned, unheld filesets without a pull running,
+  // least recently used first), only as much as they need, instead of
+  // failing (Cache::MakeRoom). Never this pull's own fileset.
+  bool make_room = false;
   HubOptions hub;
   RangeFetcherOptions fetch;
   // Verified extents are made durable and recorded at least this often.
@@ -119,6 +125,9 @@ struct PullSummary {
   // cache (and hashed with the rest) instead of fetched again.
   std::uint64_t bytes_resumed = 0;
   std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
+  // What PullOptions::make_room evicted: the filesets' ids and verified bytes.
+  std::vector<FilesetId> evicted;
+  std::uint64_t bytes_evicted = 0;
   double elapsed_s = 0;
   // Wall time spent in each phase (indexed by PullPhase): where a slow pull
   // spends its time.

@@ -135,6 +135,7 @@ PullOptions JobRunner::OptionsFor(const PullOptions& defaults, const JobRequest&
   o.tp = r.tp;
   o.rank = r.rank;
   o.dry_run = false;
+  o.make_room = r.make_room;
   o.allow_local_manifest = false;
   if (!r.endpoint.empty() && NormalizedEndpoint(r.endpoint) != NormalizedEndpoint(defaults.hub.endpoint)) {
     o.hub.endpoint = r.endpoint;
@@ -371,6 +372,10 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
                  static_cast<long long>(job.id), result->complete ? "done" : "incomplete",
                  static_cast<unsigned long long>(result->bytes_fetched),
                  static_cast<unsigned long long>(result->bytes_reused), result->elapsed_s);
+    if (!result->evicted.empty())
+      std::fprintf(stderr, "exlr8d serve: job %lld made room: evicted %zu filesets, %llu bytes\n",
+                   static_cast<long long>(job.id), result->evicted.size(),
+                   static_cast<unsigned long long>(result->bytes_evicted));
   } else {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
                  result.status().ToString().c_str());
@@ -389,7 +394,12 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
       return;
     }
   }
-  RecordEnd(rj, result.status(), "");
+  // What make_room evicted, in the job's result (a pull's only one).
+  std::string made_room;
+  if (result.ok() && !result->evicted.empty())
+    made_room = "{\"evicted_filesets\":" + std::to_string(result->evicted.size()) +
+                ",\"bytes_evicted\":" + std::to_string(result->bytes_evicted) + "}";
+  RecordEnd(rj, result.status(), made_room);
 }
 
 void JobRunner::Rep::RunVerify(Cache& cache, RunningJob& rj) {

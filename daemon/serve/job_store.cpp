@@ -47,7 +47,7 @@ Status CheckRequest(const JobRequest& r) {
   if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
   if (r.kind != JobKind::kPull) {
     // A scrub or an eviction of a fileset: nothing else applies.
-    if (!r.manifest.empty() || r.tp != 1 || r.rank != 0 || !r.endpoint.empty() || !r.pin.empty())
+    if (!r.manifest.empty() || r.tp != 1 || r.rank != 0 || !r.endpoint.empty() || !r.pin.empty() || r.make_room)
       return InvalidArgumentError("a" + std::string(r.kind == JobKind::kVerify ? " verify" : "n evict") +
                                   " job takes repo and revision only");
     return Status::Ok();
@@ -67,7 +67,7 @@ Status CheckRequest(const JobRequest& r) {
 
 constexpr const char* kColumns =
     "id, repo, revision, manifest, tp, rank, endpoint, pin, state, error, pull_id, attempts, created, updated, "
-    "finished, kind, result";
+    "finished, kind, result, make_room";
 
 Result<JobInfo> ReadRow(const SqliteStmt& q) {
   JobInfo j;
@@ -88,6 +88,7 @@ Result<JobInfo> ReadRow(const SqliteStmt& q) {
   if (!q.IsNull(14)) j.finished_ms = q.Int(14);
   EXLR8_ASSIGN_OR_RETURN(j.request.kind, ParseKind(q.Text(15)));
   j.result = q.Text(16);
+  j.request.make_room = q.Int(17) != 0;
   return j;
 }
 
@@ -147,10 +148,11 @@ Result<JobId> JobStore::Add(const JobRequest& r) {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, rep_->db->Prepare(
                                            "INSERT INTO jobs (repo, revision, manifest, tp, rank, endpoint, pin, "
-                                           "state, created, updated, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-                                           "'queued', ?8, ?8, ?9)"));
+                                           "state, created, updated, kind, make_room) VALUES (?1, ?2, ?3, ?4, ?5, "
+                                           "?6, ?7, 'queued', ?8, ?8, ?9, ?10)"));
   q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
   q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs()).Bind(9, JobKindName(r.kind));
+  q.Bind(10, std::int64_t{r.make_room ? 1 : 0});
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(rep_->db.get()));
   EXLR8_ASSIGN_OR_RETURN(std::int64_t waiting,
                          rep_->db->QueryInt("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')"));

@@ -45,6 +45,7 @@ struct JobRequest {
   int rank = 0;
   std::string endpoint;  // "" = the server's hub
   std::string pin;       // pin holder once done; "" = no pin
+  bool make_room = false;  // PullOptions::make_room
 };
 
 struct JobInfo {

@@ -83,6 +83,7 @@ std::string JobJson(const JobSnapshot& s) {
     o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank);
     text("endpoint", r.endpoint);
     text("pin", r.pin);
+    o += std::string(",\"make_room\":") + (r.make_room ? "true" : "false");
     o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
   }
   o += ",\"attempts\":" + std::to_string(j.attempts);
@@ -108,7 +109,7 @@ std::string JobJson(const JobSnapshot& s) {
 
 Result<JobRequest> ParseJobRequest(std::string_view text) {
   EXLR8_ASSIGN_OR_RETURN(JsonValue body, ParseBody(text));
-  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision", "manifest", "tp", "rank", "endpoint", "pin"}));
+  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision", "manifest", "tp", "rank", "endpoint", "pin", "make_room"}));
   JobRequest r;
   EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
   if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
@@ -119,6 +120,7 @@ Result<JobRequest> ParseJobRequest(std::string_view text) {
   EXLR8_ASSIGN_OR_RETURN(r.rank, IntField(body, "rank"));
   EXLR8_ASSIGN_OR_RETURN(r.endpoint, StringField(body, "endpoint", ""));
   EXLR8_ASSIGN_OR_RETURN(r.pin, StringField(body, "pin", ""));
+  EXLR8_ASSIGN_OR_RETURN(r.make_room, BoolField(body, "make_room", false));
   return r;
 }
 

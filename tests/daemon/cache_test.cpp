@@ -29,6 +29,7 @@ namespace {
 using testing::kCommitA;
 using testing::kCommitB;
 using testing::kCommitC;
+using testing::kCommitD;
 using testing::Pattern;
 using testing::TempDir;
 
@@ -767,6 +768,62 @@ TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
   EXPECT_EQ(cache->Evict(b).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "a" / kCommitA / "w.bin"));
   EXPECT_EQ(*cache->RecordedBytes(), 700u);
+}
+
+// `exlr8d pull --make-room`: what gc would evict, least recently used
+// first, and only as much as the bytes asked for need: never a pinned
+// fileset, nor one a live claim writes (a pull's own, before its row).
+TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
+  TempDir tmp;
+  std::int64_t now = 1000;
+  CacheOptions options;
+  options.now_ms = [&now] { return now; };
+  options.byte_budget = 4000;
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
+  auto make = [&](const char* repo, const char* commit) {
+    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
+    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
+    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
+    const VerifiedExtent e{f, 0, 1000};
+    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    ++now;
+    return fs;
+  };
+  const FilesetId a = make("org/a", kCommitA);  // oldest, pinned
+  const FilesetId b = make("org/b", kCommitB);  // written by a live claim
+  const FilesetId c = make("org/c", kCommitC);
+  const FilesetId d = make("org/d", kCommitD);  // newest
+  ASSERT_TRUE(cache->Pin(a).ok());
+  std::atomic<std::uint64_t> b_left{0};
+  auto writing_b = cache->ClaimSpace([&] { return b_left.load(); });
+  writing_b->SetFileset(b);
+
+  GcResult r = *cache->MakeRoom(1000);  // 4000 of the 4000 budget used
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{c});  // a is pinned, b is being written
+  EXPECT_EQ(r.bytes_freed, 1000u);
+  EXPECT_TRUE(cache->CheckSpace(1000).ok());
+  r = *cache->MakeRoom(1000);  // fits now: nothing more goes
+  EXPECT_TRUE(r.evicted.empty());
+  EXPECT_EQ(r.bytes_remaining, 3000u);
+
+  // Another pull's claim counts as taken, as in CheckSpace: 500 promised
+  // leaves 500 of the budget, so 1000 more needs d gone.
+  b_left = 500;
+  auto mine = cache->ClaimSpace([] { return std::uint64_t{0}; });
+  r = *cache->MakeRoom(1000, mine.get());
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{d});
+  EXPECT_TRUE(cache->CheckSpace(1000, mine.get()).ok());
+
+  // Not enough to evict: what can go goes, and CheckSpace still says no.
+  r = *cache->MakeRoom(3000, mine.get());
+  EXPECT_TRUE(r.evicted.empty());
+  EXPECT_EQ(cache->CheckSpace(3000, mine.get()).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(cache->Evict(b).status().code(), StatusCode::kFailedPrecondition);  // the claim protects it from Evict too
+  writing_b.reset();
+  r = *cache->MakeRoom(3000, mine.get());
+  EXPECT_EQ(r.evicted, std::vector<FilesetId>{b});
+  EXPECT_TRUE(cache->CheckSpace(3000, mine.get()).ok());
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "a" / kCommitA / "w.bin"));
 }
 
 TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {

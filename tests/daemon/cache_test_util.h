@@ -50,5 +50,6 @@ inline std::vector<std::byte> Pattern(std::uint64_t file, std::uint64_t offset, 
 inline constexpr char kCommitA[] = "0123456789abcdef0123456789abcdef01234567";
 inline constexpr char kCommitB[] = "89abcdef0123456789abcdef0123456789abcdef";
 inline constexpr char kCommitC[] = "fedcba9876543210fedcba9876543210fedcba98";
+inline constexpr char kCommitD[] = "0123012301230123012301230123012301230123";
 
 }  // namespace exlr8::testing

@@ -199,6 +199,10 @@ TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
   EXPECT_EQ(r->rank, 3);
   EXPECT_EQ(r->pin, "svc");
   EXPECT_EQ(r->endpoint, "");
+  EXPECT_FALSE(r->make_room);
+  r = ParseJobRequest(R"({"repo":"org/m","manifest":"home","tp":4,"rank":3,"make_room":true})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->make_room);
   auto bad = [](std::string_view body, const std::string& what) {
     auto p = ParseJobRequest(body);
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << body;
@@ -214,6 +218,7 @@ TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
   bad(R"({"repo":"org/m","manifest":"home","tp":-1,"rank":0})", "tp must be an integer");
   bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"ranks":1})", "unknown field 'ranks'");
   bad(R"({"repo":7,"manifest":"home","tp":4,"rank":0})", "repo must be a string");
+  bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"make_room":1})", "make_room must be true or false");
   bad(R"({"repo":"org/m","manifest":"home","tp":4,"rank":0,"repo":"x/y"})", "not a JSON object");  // duplicate
   bad(std::string(100, '['), "not a JSON object");  // deeper than the limit
 }
@@ -316,6 +321,42 @@ TEST(JobStoreTest, AVersion2QueueIsRebuiltKeepingEveryRow) {
   EXPECT_EQ((*queued)[0].id, 7);
   e.pin = "x";
   EXPECT_THAT((*store)->Add(e).status().message(), HasSubstr("an evict job takes repo and revision only"));
+}
+
+// Version 4 adds make_room; the rows of version 3 keep theirs (false), and
+// a pull that asks for it keeps it across a restart.
+TEST(JobStoreTest, AVersion3QueueGainsMakeRoomKeepingItsRows) {
+  TempDir dir;
+  const auto path = dir.path() / "exlr8d.jobs.db";
+  {
+    auto db = SqliteDb::Open(path.string());
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(ApplyMigrations(db->get(), std::span(serve_schema::kMigrations).first(3)).ok());
+    ASSERT_TRUE((*db)->Exec("INSERT INTO jobs (id, repo, revision, manifest, tp, rank, state, created, updated) "
+                            "VALUES (3, 'org/a', 'main', 'home', 4, 1, 'queued', 1, 1)")
+                    .ok());
+  }
+  JobId asked = 0;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto old = (*store)->Get(3);
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    EXPECT_FALSE(old->request.make_room);
+    JobRequest r = Request(2);
+    r.make_room = true;
+    asked = *(*store)->Add(r);
+    JobRequest verify;
+    verify.kind = JobKind::kVerify;
+    verify.repo = "org/a";
+    verify.make_room = true;
+    EXPECT_THAT((*store)->Add(verify).status().message(), HasSubstr("takes repo and revision only"));
+  }
+  auto store = JobStore::Open(path);  // a restarted server
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->Get(asked)->request.make_room);
+  EXPECT_TRUE(JobRunner::OptionsFor({}, (*store)->Get(asked)->request).make_room);
+  EXPECT_FALSE(JobRunner::OptionsFor({}, (*store)->Get(3)->request).make_room);
 }
 
 TEST(JobRequestTest, ParsesVerifyAndEvictBodies) {

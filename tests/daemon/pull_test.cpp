@@ -185,6 +185,89 @@ TEST(PullTest, BudgetExhaustedFailsCleanlyThenCompletes) {
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *ok);
 }
 
+// --make-room: a pull that does not fit the budget evicts the least
+// recently used fileset no one pins, and only then fetches; a pinned one is
+// never taken, and the pull then fails saying what it tried.
+TEST(PullTest, MakeRoomEvictsAnUnpinnedFilesetToFitTheBudget) {
+  auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/old", "exlr8/test"});
+  TempDir cache;
+  PullOptions old = Options(*sim, "up1", 3, 0);
+  old.repo = "exlr8/old";
+  auto first = Pull(cache.path(), old);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::uint64_t recorded = 0;
+  FilesetId old_id = 0;
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    recorded = *(*c)->RecordedBytes();
+    old_id = *(*c)->PutFileset("exlr8/old", "main", first->commit);
+    ASSERT_TRUE((*c)->Pin(old_id, "operator").ok());
+  }
+  CacheOptions tight;
+  tight.byte_budget = recorded + recorded / 2;  // room for one of the two, not both
+  PullOptions next = Options(*sim, "up1", 3, 0);
+  next.make_room = true;
+  auto pinned = Pull(cache.path(), next, tight);
+  ASSERT_EQ(pinned.status().code(), StatusCode::kResourceExhausted) << pinned.status().ToString();
+  EXPECT_THAT(pinned.status().message(), HasSubstr("after evicting 0 unpinned filesets (--make-room)"));
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->Unpin(old_id, "operator").ok());
+  }
+  next.make_room = false;
+  EXPECT_EQ(Pull(cache.path(), next, tight).status().code(), StatusCode::kResourceExhausted);  // not asked to
+  next.make_room = true;
+  auto made = Pull(cache.path(), next, tight);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_TRUE(made->complete);
+  EXPECT_EQ(made->evicted, std::vector<FilesetId>{old_id});
+  EXPECT_EQ(made->bytes_evicted, recorded);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *made);
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  auto sets = *(*c)->ListFilesets();
+  ASSERT_EQ(sets.size(), 1u);
+  EXPECT_EQ(sets[0].repo, "exlr8/test");
+  EXPECT_FALSE(fs::exists(cache.path() / "exlr8" / "old"));
+}
+
+// The fileset a pull writes is never what it evicts to make room, even
+// before its pull row exists (the whole files are claimed for first) and
+// though it is the only fileset there.
+TEST(PullTest, MakeRoomNeverEvictsThePullsOwnFileset) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto rank0 = Pull(cache.path(), Options(*sim, "up1", 3, 0));
+  ASSERT_TRUE(rank0.ok()) << rank0.status().ToString();
+  std::uint64_t recorded = 0;
+  {  // one whole file lost (as a scrub forgets damaged bytes): the next run refetches it first
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    const FilesetId set = *(*c)->PutFileset("exlr8/test", "main", rank0->commit);
+    const FileInfo* dense = nullptr;
+    auto files = *(*c)->ListFiles(set);
+    for (const FileInfo& f : files)
+      if (f.path.rfind("dense/", 0) == 0 && f.whole_verified) dense = &f;
+    ASSERT_NE(dense, nullptr);
+    const VerifiedExtent all{dense->id, 0, dense->size};
+    ASSERT_TRUE((*c)->ForgetExtents({&all, 1}).ok());
+    recorded = *(*c)->RecordedBytes();
+    ASSERT_GT(recorded, 0u);
+  }
+  CacheOptions tight;
+  tight.byte_budget = recorded + 1000;  // the lost file does not fit again
+  PullOptions again = Options(*sim, "up1", 3, 0);
+  again.make_room = true;
+  auto s = Pull(cache.path(), again, tight);
+  ASSERT_EQ(s.status().code(), StatusCode::kResourceExhausted) << s.status().ToString();
+  EXPECT_THAT(s.status().message(), HasSubstr("after evicting 0 unpinned filesets"));
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*(*c)->RecordedBytes(), recorded);  // nothing of it was evicted
+}
+
 TEST(PullTest, FullDiskFailsCleanlyThenCompletesWhenSpaceIsFreed) {
   TempDir mnt;
   if (::mount("tmpfs", mnt.path().c_str(), "tmpfs", 0, "size=12m") != 0)

@@ -429,6 +429,48 @@ TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
   EXPECT_LE(*(*c)->RecordedBytes(), budget);
 }
 
+// "make_room": true: a pull that does not fit evicts what gc would, but
+// never a fileset another job is pulling; once that one is done and
+// unpinned, it is what goes, and the job's result says so.
+TEST(ServeJobsTest, APullThatMakesRoomSparesARunningPullThenEvictsWhatIsDone) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 200'000;
+  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+  const PullSummary plan = PlanOf(*sim, 2, 0);
+  const std::uint64_t budget = plan.bytes_planned * 3 / 2;  // room for one plan, not two
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
+                                    "--jobs", "4", "--budget", std::to_string(budget)});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::string other = R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0,"make_room":true})";
+  const std::uint64_t a = Submit(serve, Body(2, 0));
+  JsonValue ja, jb;
+  ASSERT_TRUE(WaitFor([&] { return Phase(ja = Job(serve, a)) == "halves"; })) << State(ja) << " " << Phase(ja);
+  const std::uint64_t b = Submit(serve, other);
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(jb = Job(serve, b))); })) << State(jb);
+  EXPECT_EQ(State(jb), "failed");
+  EXPECT_THAT(jb.Find("error")->as_string(), HasSubstr("after evicting 0 unpinned filesets (--make-room)"));
+  EXPECT_TRUE(jb.Find("make_room")->as_bool());
+  sim->SetFaults(hubsim::FaultConfig());
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(ja = Job(serve, a))); })) << State(ja);
+  ASSERT_EQ(State(ja), "done") << ja.Find("error")->as_string();
+  const std::uint64_t c = Submit(serve, other);
+  JsonValue jc;
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(jc = Job(serve, c))); })) << State(jc);
+  ASSERT_EQ(State(jc), "done") << jc.Find("error")->as_string();
+  ASSERT_NE(jc.Find("result"), nullptr);
+  EXPECT_EQ(*jc.Find("result")->Find("evicted_filesets")->as_uint64(), 1u);
+  EXPECT_EQ(*jc.Find("result")->Find("bytes_evicted")->as_uint64(), plan.bytes_planned);
+  ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+  auto cache_view = Cache::Open(cache.path());
+  ASSERT_TRUE(cache_view.ok());
+  auto sets = *(*cache_view)->ListFilesets();
+  ASSERT_EQ(sets.size(), 1u);
+  EXPECT_EQ(sets[0].repo, "exlr8/other");
+  EXPECT_EQ(*(*cache_view)->RecordedBytes(), plan.bytes_planned);
+}
+
 // POST /v1/evict: evicts a fileset after the jobs of its repo asked before
 // it; a pinned one fails the job, naming its holders.
 TEST(ServeJobsTest, AnEvictJobWaitsForItsRepoAndSparesPinnedFilesets) {

@@ -118,8 +118,8 @@ void PrintSummary(const PullSummary& s, bool json) {
     std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",
                 HumanBytes(s.bytes_resumed).c_str());
   if (!s.evicted.empty())
-    std::printf("  made room        evicted %zu filesets (%s), least recently used first (--make-room)\n",
-                s.evicted.size(), HumanBytes(s.bytes_evicted).c_str());
+    std::printf("  made room        evicted %zu fileset%s (%s), least recently used first (--make-room)\n",
+                s.evicted.size(), s.evicted.size() == 1 ? "" : "s", HumanBytes(s.bytes_evicted).c_str());
   std::printf("  requests         %llu (%llu retries, %llu refetches, %llu /resolve/)\n",
               static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retries),
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));

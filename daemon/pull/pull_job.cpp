@@ -142,8 +142,8 @@ struct PullJob::Rep {
       bytes_evicted += gone.bytes_freed;
       fits = cache.CheckSpace(needed, space_claim.get());
       if (!fits.ok())
-        return fits.WithContext("after evicting " + std::to_string(gone.evicted.size()) +
-                                " unpinned filesets (--make-room)");
+        return fits.WithContext("after evicting " + std::to_string(gone.evicted.size()) + " unpinned fileset" +
+                                (gone.evicted.size() == 1 ? "" : "s") + " (--make-room)");
     }
     EXLR8_RETURN_IF_ERROR(fits);
     claimed.fetch_add(adds, std::memory_order_relaxed);

@@ -373,8 +373,8 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
                  static_cast<unsigned long long>(result->bytes_fetched),
                  static_cast<unsigned long long>(result->bytes_reused), result->elapsed_s);
     if (!result->evicted.empty())
-      std::fprintf(stderr, "exlr8d serve: job %lld made room: evicted %zu filesets, %llu bytes\n",
-                   static_cast<long long>(job.id), result->evicted.size(),
+      std::fprintf(stderr, "exlr8d serve: job %lld made room: evicted %zu fileset%s, %llu bytes\n",
+                   static_cast<long long>(job.id), result->evicted.size(), result->evicted.size() == 1 ? "" : "s",
                    static_cast<unsigned long long>(result->bytes_evicted));
   } else {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),

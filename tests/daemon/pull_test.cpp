@@ -218,12 +218,24 @@ TEST(PullTest, MakeRoomEvictsAnUnpinnedFilesetToFitTheBudget) {
   }
   next.make_room = false;
   EXPECT_EQ(Pull(cache.path(), next, tight).status().code(), StatusCode::kResourceExhausted);  // not asked to
-  next.make_room = true;
-  auto made = Pull(cache.path(), next, tight);
+  // Through the command line, as a unit would run it.
+  const fs::path out = cache.path().parent_path() / ("room-" + std::to_string(::getpid()) + ".json");
+  const std::string pull = std::string(EXLR8_BIN_DIR) + "/exlr8d pull --repo exlr8/test --manifest up1 --tp 3 " +
+                           "--rank 0 --endpoint " + sim->hub_url() + " --cache " + cache.path().string() +
+                           " --no-progress --json --budget " + std::to_string(*tight.byte_budget) + " --make-room";
+  ASSERT_EQ(std::system((pull + " > " + out.string()).c_str()), 0);
+  const auto text = ReadAll(out);
+  fs::remove(out);
+  auto summary = ParseJson(std::string(text.begin(), text.end()));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->Find("complete")->as_bool());
+  EXPECT_EQ(summary->Find("evicted_filesets")->as_uint64(), 1u);
+  EXPECT_EQ(summary->Find("bytes_evicted")->as_uint64(), recorded);
+  auto made = Pull(cache.path(), next, tight);  // all there now: nothing fetched, nothing evicted
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   EXPECT_TRUE(made->complete);
-  EXPECT_EQ(made->evicted, std::vector<FilesetId>{old_id});
-  EXPECT_EQ(made->bytes_evicted, recorded);
+  EXPECT_EQ(made->bytes_fetched, 0u);
+  EXPECT_TRUE(made->evicted.empty());
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *made);
   auto c = Cache::Open(cache.path());
   ASSERT_TRUE(c.ok());

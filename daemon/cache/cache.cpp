@@ -283,12 +283,12 @@ struct Cache::Rep {
   Result<std::vector<FilesetInfo>> QueryFilesets(std::optional<FilesetId> only) EXLR8_REQUIRES(mu);
   Result<std::vector<PullInfo>> QueryPulls(std::string_view where, std::int64_t arg) EXLR8_REQUIRES(mu);
   Status RemoveOrphanDirs() EXLR8_REQUIRES(mu);
-  // Deletes the filesets' rows in one durable transaction, then their data
-  // directories (and any other orphans), and adds them to `result`.
   // Evicts, least recently used first, filesets that no pin, process pin,
   // running pull or live claim protects, until the recorded bytes are at
   // most `target` or nothing evictable is left.
   Result<GcResult> EvictDownTo(std::uint64_t target) EXLR8_REQUIRES(mu);
+  // Deletes the filesets' rows in one durable transaction, then their data
+  // directories (and any other orphans), and adds them to `result`.
   Status EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result)
       EXLR8_REQUIRES(mu);
 };

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "daemon/cache/cache.h"
+#include "daemon/cache/extent_set.h"
 #include "format/checksum.h"
 #include "format/expert_index.h"
 #include "format/layout.h"
@@ -164,13 +165,14 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
     const auto index = index_sources.find(f.index_path);
     if (index == index_sources.end()) return CorruptionError(f.path + ": its index file " + f.index_path + " is gone");
     const FileId id = ids.at(f.path);
+    // One query per file, not one per half (two queries each, ~40 us: 5 s
+    // for 123,000 halves, more than their hashing; GLM-5.3 has 230,000).
+    if (Cancelled(r.cancel)) return CancelledError("stopped while looking up the rank's halves in the cache");
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> verified, cache->VerifiedExtents(id));
     std::unique_ptr<MappedFile> map;
     for (const PlanRange& range : f.ranges) {
       if (range.kind != PlanRange::Kind::kHalf) continue;
-      // One cache query per half, about 230,000 of them at GLM-5.3 scale.
-      if (Cancelled(r.cancel)) return CancelledError("stopped while looking up the rank's halves in the cache");
-      EXLR8_ASSIGN_OR_RETURN(bool covered, cache->Covers(id, range.offset, range.length));
-      if (!covered)
+      if (!ExtentsCover(verified, {range.offset, range.length}))
         return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
                              ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
                              " rank " + std::to_string(r.rank) + " first");

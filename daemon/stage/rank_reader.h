@@ -4,8 +4,8 @@
 // The plan is made again from the cache alone (its expert index files and
 // manifest, which a pull verified whole), with the width files' headers
 // deferred: halves are located by the index files (spec 3.5). Every half
-// must be recorded as verified in the cache (Cache::Covers: a hole is an
-// error, never a zero), and its XXH64 is checked again with its index-file
+// must be recorded as verified in the cache (within its file's verified
+// extents, read once per file: a hole is an error, never a zero), and its XXH64 is checked again with its index-file
 // tail (spec 5.3): a byte that rotted on disk since the pull is caught here,
 // before it reaches a GPU. The halves stay where they are: each width file
 // is mapped read-only (mapped_file.h), so a rank of any size is read from

@@ -679,6 +679,17 @@ TEST(CacheTest, FileSizeLimitIsResourceExhausted) {
   EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
 }
 
+// A fileset of one 1000-byte file "w.bin", its first `verified` bytes
+// written and recorded.
+FilesetId FilesetWithVerifiedBytes(Cache& cache, const char* repo, const char* commit, std::uint64_t verified) {
+  const FilesetId fs = *cache.PutFileset(repo, "main", commit);
+  const FileId f = *cache.PutFile(fs, "w.bin", 1000);
+  EXPECT_TRUE(cache.WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
+  const VerifiedExtent e{f, 0, verified};
+  EXPECT_TRUE(cache.CommitVerified({&e, 1}).ok());
+  return fs;
+}
+
 TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   TempDir tmp;
   std::int64_t now = 1000;
@@ -686,11 +697,7 @@ TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   options.now_ms = [&now] { return now; };
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
-    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
-    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
-    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
-    const VerifiedExtent e{f, 0, 1000};
-    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
     ++now;
     return fs;
   };
@@ -740,12 +747,7 @@ TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
   TempDir tmp;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path());
   auto make = [&](const char* repo, const char* commit) {
-    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
-    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
-    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
-    const VerifiedExtent e{f, 0, 700};
-    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
-    return fs;
+    return FilesetWithVerifiedBytes(*cache, repo, commit, 700);
   };
   const FilesetId a = make("org/a", kCommitA);
   const FilesetId b = make("org/b", kCommitB);  // the most recently used: gc would take a first
@@ -781,11 +783,7 @@ TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
   options.byte_budget = 4000;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
-    const FilesetId fs = *cache->PutFileset(repo, "main", commit);
-    const FileId f = *cache->PutFile(fs, "w.bin", 1000);
-    EXPECT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 1000)).ok());
-    const VerifiedExtent e{f, 0, 1000};
-    EXPECT_TRUE(cache->CommitVerified({&e, 1}).ok());
+    const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
     ++now;
     return fs;
   };

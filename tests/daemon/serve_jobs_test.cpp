@@ -397,18 +397,36 @@ std::string Phase(const JsonValue& job) {
   return f != nullptr && f->is_string() ? f->as_string() : "";
 }
 
+// A hub of two repos, throttled until a test lifts it, and a server whose
+// --budget holds one TP 2 rank 0 plan, not two.
+struct RoomForOnePlan {
+  RoomForOnePlan() {
+    hubsim::FaultConfig slow;
+    slow.throttle_bps = 200'000;
+    sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
+    plan = PlanOf(*sim, 2, 0);
+    budget = plan.bytes_planned * 3 / 2;
+    serve = std::make_unique<ServeProcess>(
+        cache.path(), std::vector<std::string>{"--endpoint", sim->hub_url(), "--no-socket", "--listen",
+                                               "127.0.0.1:0", "--jobs", "4", "--budget", std::to_string(budget)});
+  }
+  std::unique_ptr<hubsim::HubSim> sim;
+  PullSummary plan;
+  std::uint64_t budget = 0;
+  TempDir cache;
+  std::unique_ptr<ServeProcess> serve;  // last: stopped first
+};
+
 // Two pulls at once under one --budget: the second counts what the first
 // has claimed and still writes, and stops before it writes a byte, instead
 // of both fitting alone and overrunning the budget together.
 TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
-  hubsim::FaultConfig slow;
-  slow.throttle_bps = 200'000;
-  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
-  const PullSummary plan = PlanOf(*sim, 2, 0);
-  const std::uint64_t budget = plan.bytes_planned * 3 / 2;  // room for one plan, not two
-  TempDir cache;
-  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
-                                    "--jobs", "4", "--budget", std::to_string(budget)});
+  RoomForOnePlan room;
+  auto& sim = room.sim;
+  const PullSummary& plan = room.plan;
+  const std::uint64_t budget = room.budget;
+  const TempDir& cache = room.cache;
+  ServeProcess& serve = *room.serve;
   ASSERT_GT(serve.port(), 0) << serve.ready_line();
   const std::uint64_t a = Submit(serve, Body(2, 0));
   JsonValue ja, jb;
@@ -433,14 +451,11 @@ TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
 // never a fileset another job is pulling; once that one is done and
 // unpinned, it is what goes, and the job's result says so.
 TEST(ServeJobsTest, APullThatMakesRoomSparesARunningPullThenEvictsWhatIsDone) {
-  hubsim::FaultConfig slow;
-  slow.throttle_bps = 200'000;
-  auto sim = StartSim(TinyRelease(), "", slow, {"exlr8/test", "exlr8/other"});
-  const PullSummary plan = PlanOf(*sim, 2, 0);
-  const std::uint64_t budget = plan.bytes_planned * 3 / 2;  // room for one plan, not two
-  TempDir cache;
-  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0",
-                                    "--jobs", "4", "--budget", std::to_string(budget)});
+  RoomForOnePlan room;
+  auto& sim = room.sim;
+  const PullSummary& plan = room.plan;
+  const TempDir& cache = room.cache;
+  ServeProcess& serve = *room.serve;
   ASSERT_GT(serve.port(), 0) << serve.ready_line();
   const std::string other = R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":0,"make_room":true})";
   const std::uint64_t a = Submit(serve, Body(2, 0));

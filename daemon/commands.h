@@ -16,5 +16,6 @@ int RunPinCommand(const std::vector<std::string>& args);
 int RunUnpinCommand(const std::vector<std::string>& args);
 int RunVerifyCommand(const std::vector<std::string>& args);
 int RunServeCommand(const std::vector<std::string>& args);
+int RunStatusCommand(const std::vector<std::string>& args);
 
 }  // namespace exlr8

@@ -17,6 +17,7 @@ Commands:
   gc       evict least recently used, unpinned filesets down to a byte budget,
            or one fileset by name
   list     the filesets in the cache: bytes verified, pins, latest pull
+  status   whether one TP rank is complete in the cache (exit 0) or what is missing
   pin      keep a fileset from gc (unpin: let it go again)
   verify   check every cached byte against the release's checksums again;
            forget what no longer matches, so the next pull refetches it
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
       {"pull", exlr8::RunPullCommand},
       {"gc", exlr8::RunGcCommand},
       {"list", exlr8::RunListCommand},
+      {"status", exlr8::RunStatusCommand},
       {"pin", exlr8::RunPinCommand},
       {"unpin", exlr8::RunUnpinCommand},
       {"verify", exlr8::RunVerifyCommand},

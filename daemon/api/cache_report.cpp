@@ -97,4 +97,33 @@ std::string CacheReportJson(const CacheReport& r) {
   return o + "]}";
 }
 
+std::string RankStatusJson(const RankQuery& q, const RankStatus& st) {
+  std::string o = "{\"repo\":";
+  AppendJsonString(o, q.repo);
+  o += ",\"revision\":";
+  AppendJsonString(o, q.revision);
+  o += ",\"commit\":";
+  AppendJsonString(o, st.commit);
+  o += ",\"manifest\":";
+  AppendJsonString(o, q.manifest);
+  o += ",\"tp\":" + std::to_string(q.tp) + ",\"rank\":" + std::to_string(q.rank);
+  o += std::string(",\"complete\":") + (st.complete() ? "true" : "false");
+  auto count = [&o](const char* name, std::uint64_t value) { o += std::string(",\"") + name + "\":" + std::to_string(value); };
+  count("files", st.files);
+  count("files_verified", st.files_verified);
+  count("headers", st.headers);
+  count("headers_verified", st.headers_verified);
+  count("halves", st.halves);
+  count("halves_verified", st.halves_verified);
+  count("bytes_planned", st.bytes_planned);
+  count("bytes_verified", st.bytes_verified);
+  o += ",\"first_missing\":";
+  if (st.first_missing.empty()) {
+    o += "null";
+  } else {
+    AppendJsonString(o, st.first_missing);
+  }
+  return o + "}";
+}
+
 }  // namespace exlr8

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/cache/cache.h"
+#include "daemon/cache/cached_rank.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -35,5 +36,14 @@ std::string UtcTime(std::int64_t ms);
 // bytes_per_second, started/updated/finished times and error.
 std::string PullJson(const PullInfo& pull);
 std::string CacheReportJson(const CacheReport& report);
+
+// One rank's status (`exlr8d status --json`, GET /v1/ranks): what was asked
+// for, then "commit", "complete", the counts of cached_rank.h and
+// "first_missing" (null when complete).
+struct RankQuery {
+  std::string repo, revision = "main", manifest;
+  int tp = 1, rank = 0;
+};
+std::string RankStatusJson(const RankQuery& query, const RankStatus& status);
 
 }  // namespace exlr8

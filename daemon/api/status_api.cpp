@@ -1,9 +1,12 @@
 #include "daemon/api/status_api.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "daemon/api/api_util.h"
 #include "daemon/api/cache_report.h"
+#include "daemon/api/query_string.h"
 #include "daemon/cache/cache.h"
 #include "format/json.h"
 
@@ -15,15 +18,47 @@ constexpr std::size_t kMaxPulls = 100;
 
 ApiResponse Json(std::string body) { return {200, std::move(body)}; }
 
+// GET /v1/ranks's query: repo, manifest, tp and rank; revision optional.
+Result<RankQuery> ParseRankQuery(std::string_view target) {
+  EXLR8_ASSIGN_OR_RETURN(auto params, ParseQuery(target));
+  static constexpr std::string_view kKnown[] = {"repo", "revision", "manifest", "tp", "rank"};
+  for (const auto& [name, value] : params)
+    if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown))
+      return InvalidArgumentError("unknown query parameter '" + name + "' (parameters: repo, revision, manifest, tp, "
+                                  "rank)");
+  auto required = [&](const char* name) -> Result<std::string> {
+    auto it = params.find(name);
+    if (it == params.end() || it->second.empty()) return InvalidArgumentError(std::string("missing ") + name);
+    return it->second;
+  };
+  auto number = [&](const char* name, int low, int high) -> Result<int> {
+    EXLR8_ASSIGN_OR_RETURN(std::string text, required(name));
+    auto n = ParsePositiveId(text);
+    if (text == "0") n = 0;
+    if (!n || *n < low || *n > high)
+      return InvalidArgumentError(std::string(name) + " must be an integer in [" + std::to_string(low) + ", " +
+                                  std::to_string(high) + "], got '" + EscapeForMessage(text) + "'");
+    return static_cast<int>(*n);
+  };
+  RankQuery q;
+  EXLR8_ASSIGN_OR_RETURN(q.repo, required("repo"));
+  EXLR8_ASSIGN_OR_RETURN(q.manifest, required("manifest"));
+  if (auto it = params.find("revision"); it != params.end()) q.revision = it->second;
+  if (q.revision.empty()) return InvalidArgumentError("revision must not be empty");
+  EXLR8_ASSIGN_OR_RETURN(q.tp, number("tp", 1, 1 << 20));
+  EXLR8_ASSIGN_OR_RETURN(q.rank, number("rank", 0, q.tp - 1));
+  return q;
+}
+
 }  // namespace
 
 ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   const std::string_view path = PathOf(req.target);
   const bool is_pulls = path == "/v1/pulls" || path.rfind("/v1/pulls/", 0) == 0;
-  if (path != "/v1/health" && path != "/v1/filesets" && !is_pulls)
+  if (path != "/v1/health" && path != "/v1/filesets" && path != "/v1/ranks" && !is_pulls)
     return ErrorResponse(NotFoundError("no route " + EscapeForMessage(path) +
-                                       "; routes: /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}, /v1/jobs, "
-                                       "/v1/jobs/{id}, /metrics"));
+                                       "; routes: /v1/health, /v1/filesets, /v1/ranks, /v1/pulls, /v1/pulls/{id}, "
+                                       "/v1/jobs, /v1/jobs/{id}, /v1/stages, /v1/stages/{id}, /metrics"));
   if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
   if (path == "/v1/health") {
     std::string body = "{\"status\":\"ok\",\"cache\":";
@@ -31,6 +66,18 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
     body += ",\"version\":";
     AppendJsonString(body, version_);
     return Json(body + "}");
+  }
+  if (path == "/v1/ranks") {
+    auto query = ParseRankQuery(req.target);
+    if (!query.ok()) return ErrorResponse(query.status());
+    auto cache = Cache::OpenReadOnly(cache_dir_);
+    if (!cache.ok() && cache.status().code() == StatusCode::kNotFound)
+      return ErrorResponse(NotFoundError(query->repo + "@" + query->revision + " was never pulled into " +
+                                         cache_dir_.string() + " (nothing was)"));
+    if (!cache.ok()) return ErrorResponse(cache.status());
+    auto status = CheckRankStatus(**cache, query->repo, query->revision, query->manifest, query->tp, query->rank);
+    if (!status.ok()) return ErrorResponse(status.status());
+    return Json("{\"rank\":" + RankStatusJson(*query, *status) + "}");
   }
   std::optional<std::int64_t> id;
   if (path.rfind("/v1/pulls/", 0) == 0) {

@@ -9,6 +9,9 @@
 //                        each one's latest pull
 //   GET /v1/pulls        {"pulls":[...]} newest first (at most 100)
 //   GET /v1/pulls/{id}   one pull, with its fileset's repo and commit
+//   GET /v1/ranks?repo=ORG/NAME&manifest=M&tp=N&rank=R[&revision=REV]
+//                        {"rank":RankStatusJson}: whether that rank's plan
+//                        is all verified in the cache (cached_rank.h)
 //   GET /metrics         Prometheus text: AppendCacheMetrics and the jobs'
 //                        (jobs_api.h)
 // Other methods on these routes: 405. Starting and cancelling pulls

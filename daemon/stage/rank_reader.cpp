@@ -8,38 +8,13 @@
 #include <thread>
 
 #include "daemon/cache/cache.h"
+#include "daemon/cache/cached_rank.h"
 #include "daemon/cache/extent_set.h"
 #include "format/checksum.h"
-#include "format/expert_index.h"
-#include "format/layout.h"
-#include "format/manifest.h"
 
 namespace exlr8 {
 
 namespace {
-
-constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
-
-Result<std::string> ReadWhole(const ByteSource& src, std::uint64_t max_bytes) {
-  if (src.size() > max_bytes)
-    return ResourceExhaustedError(src.name() + ": " + std::to_string(src.size()) + " bytes, more than " +
-                                  std::to_string(max_bytes));
-  std::string text(src.size(), '\0');
-  EXLR8_RETURN_IF_ERROR(src.ReadAt(0, std::as_writable_bytes(std::span<char>(text))));
-  return text;
-}
-
-// The fileset `repo` at `revision` as pulled into `cache`.
-Result<FilesetInfo> FindFileset(Cache& cache, const RankRequest& r) {
-  auto commit = cache.LookupCommit(r.repo, r.revision);
-  if (!commit.ok())
-    return NotFoundError(r.repo + "@" + r.revision + " was never pulled into " + cache.dir().string() +
-                         " (run exlr8d pull first)");
-  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
-  for (auto& s : sets)
-    if (s.repo == r.repo && s.commit == *commit) return s;
-  return NotFoundError(r.repo + "@" + *commit + " is not in " + cache.dir().string());
-}
 
 // One half's XXH64 to check again: the plan's range and the index file its
 // checksum tail comes from.
@@ -108,7 +83,7 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
                                 " is not a rank (0 <= rank < tp)");
   const auto t0 = std::chrono::steady_clock::now();
   EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::OpenReadOnly(r.cache_dir));
-  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(*cache, r));
+  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(*cache, r.repo, r.revision));
   RankHalves out;
   if (!r.pin_holder.empty()) {
     // Before anything is read (process_pin.h: pin first, then read).
@@ -121,50 +96,18 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
       out.pin_error = pin.status().ToString();
     }
   }
-  EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache->ListFiles(set.id));
-
-  // What the planner reads, from verified bytes only.
-  ReleaseInputs inputs;
-  std::map<std::string, FileId> ids;
-  std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
-  std::map<int, LayerGeometry> geometry;
-  for (const FileInfo& f : files) {
-    inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
-    ids[f.path] = f.id;
-    const ReleasePath rp = ClassifyReleasePath(f.path);
-    if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
-    auto src = cache->OpenVerified(f.id);
-    if (!src.ok()) return src.status();
-    EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(**src, rp.layer));
-    geometry[rp.layer] = LayerGeometry::Of(ix);
-    inputs.indexes.emplace(rp.layer, std::move(ix));
-    index_sources[f.path] = std::move(*src);
-  }
-  const std::string manifest_path = IsManifestName(r.manifest) ? ManifestPath(r.manifest) : r.manifest;
-  auto manifest_id = ids.find(manifest_path);
-  if (manifest_id == ids.end())
-    return NotFoundError("manifest '" + r.manifest + "' is not in " + r.repo + "@" + set.commit + " (no " +
-                         manifest_path + ")");
-  EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache->OpenVerified(manifest_id->second));
-  EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
-  EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.manifest, geometry));
-  PlanOptions po;
-  po.tp = r.tp;
-  po.rank = r.rank;
-  po.defer_headers = true;  // halves are located by the index files alone
-  EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, po));
-
+  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(*cache, set, r.manifest, r.tp, r.rank));
   out.commit = set.commit;
   out.root = r.cache_dir / r.repo / set.commit;
-  std::map<std::string, std::uint64_t> sizes;
-  for (const FileInfo& f : files) sizes[f.path] = f.size;
 
   std::vector<HalfCheck> checks;
-  for (const PlanFile& f : plan.files) {
+  for (const PlanFile& f : planned.plan.files) {
     if (f.whole || f.ranges.empty()) continue;
-    const auto index = index_sources.find(f.index_path);
-    if (index == index_sources.end()) return CorruptionError(f.path + ": its index file " + f.index_path + " is gone");
-    const FileId id = ids.at(f.path);
+    const auto index = planned.index_sources.find(f.index_path);
+    if (index == planned.index_sources.end())
+      return CorruptionError(f.path + ": its index file " + f.index_path + " is gone");
+    const FileInfo& file = *planned.by_path.at(f.path);
+    const FileId id = file.id;
     // One query per file, not one per half (two queries each, ~40 us: 5 s
     // for 123,000 halves, more than their hashing; GLM-5.3 has 230,000).
     if (Cancelled(r.cancel)) return CancelledError("stopped while looking up the rank's halves in the cache");
@@ -178,7 +121,7 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
                              " rank " + std::to_string(r.rank) + " first");
       if (!map) {
         EXLR8_ASSIGN_OR_RETURN(auto path, cache->DataPath(id));
-        EXLR8_ASSIGN_OR_RETURN(map, MappedFile::Open(path, sizes.at(f.path)));
+        EXLR8_ASSIGN_OR_RETURN(map, MappedFile::Open(path, file.size));
       }
       RankHalf h;
       h.tag = range.tag;

@@ -50,6 +50,8 @@ TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   EXPECT_TRUE(Parse(empty).Find("filesets")->as_array().empty());
   EXPECT_TRUE(Parse(Http(base + "/v1/pulls")).Find("pulls")->as_array().empty());
   EXPECT_EQ(Http(base + "/v1/pulls/1").status, 404);
+  const std::string rank_query = base + "/v1/ranks?repo=exlr8%2Ftest&manifest=home&tp=3";
+  EXPECT_EQ(Http(rank_query + "&rank=1").status, 404);  // nothing pulled yet
 
   // A pull in this process (it owns the cache; the server never locks it).
   auto s = Pull(cache.path(), Options(*sim, "home", 3, 1));
@@ -61,6 +63,24 @@ TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   EXPECT_EQ(set.Find("commit")->as_string(), s->commit);
   EXPECT_EQ(*set.Find("bytes_cached")->as_uint64(), s->bytes_planned);
   EXPECT_EQ(set.Find("latest_pull")->Find("state")->as_string(), "done");
+  // Whether a rank is all there, from the cache alone.
+  const JsonValue rank1 = Parse(Http(rank_query + "&rank=1"));
+  ASSERT_NE(rank1.Find("rank"), nullptr);
+  EXPECT_TRUE(rank1.Find("rank")->Find("complete")->as_bool());
+  EXPECT_EQ(*rank1.Find("rank")->Find("bytes_verified")->as_uint64(), s->bytes_planned);
+  EXPECT_EQ(rank1.Find("rank")->Find("commit")->as_string(), s->commit);
+  const JsonValue rank0 = Parse(Http("http://exlr8d/v1/ranks?repo=exlr8/test&manifest=home&tp=3&rank=0&revision=main",
+                                     "GET", socket));
+  EXPECT_FALSE(rank0.Find("rank")->Find("complete")->as_bool());
+  EXPECT_TRUE(rank0.Find("rank")->Find("first_missing")->is_string());
+  HttpAnswer bad_rank = Http(rank_query + "&rank=3");
+  EXPECT_EQ(bad_rank.status, 400);
+  EXPECT_THAT(bad_rank.body, HasSubstr("rank must be an integer in [0, 2]"));
+  EXPECT_THAT(Http(rank_query).body, HasSubstr("missing rank"));
+  EXPECT_THAT(Http(rank_query + "&rank=1&ranks=2").body, HasSubstr("unknown query parameter 'ranks'"));
+  EXPECT_EQ(Http(rank_query + "&rank=1&tp=4").status, 400);  // tp twice
+  EXPECT_EQ(Http(base + "/v1/ranks?repo=exlr8/other&manifest=home&tp=3&rank=1").status, 404);
+  EXPECT_EQ(Http(rank_query + "&rank=1", "POST").status, 405);
   const JsonValue pulls = Parse(Http(base + "/v1/pulls"));
   ASSERT_EQ(pulls.Find("pulls")->as_array().size(), 1u);
   const std::uint64_t id = *pulls.Find("pulls")->as_array()[0].Find("id")->as_uint64();

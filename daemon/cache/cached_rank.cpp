@@ -1,0 +1,140 @@
+#include "daemon/cache/cached_rank.h"
+
+#include <array>
+#include <span>
+
+#include "daemon/cache/extent_set.h"
+#include "format/expert_index.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+#include "format/safetensors.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+
+Result<std::string> ReadWhole(const ByteSource& src, std::uint64_t max_bytes) {
+  if (src.size() > max_bytes)
+    return ResourceExhaustedError(src.name() + ": " + std::to_string(src.size()) + " bytes, more than " +
+                                  std::to_string(max_bytes));
+  std::string text(src.size(), '\0');
+  EXLR8_RETURN_IF_ERROR(src.ReadAt(0, std::as_writable_bytes(std::span<char>(text))));
+  return text;
+}
+
+// The size of a width file's header (8 + N) as the cache holds it, or
+// nullopt while its first 8 bytes are not verified there.
+Result<std::optional<std::uint64_t>> CachedHeaderSize(Cache& cache, const FileInfo& f,
+                                                      const std::vector<Extent>& verified) {
+  if (f.size < 8 || !ExtentsCover(verified, {0, 8})) return std::optional<std::uint64_t>();
+  EXLR8_ASSIGN_OR_RETURN(auto src, cache.OpenVerified(f.id));
+  std::array<std::byte, 8> first{};
+  EXLR8_RETURN_IF_ERROR(src->ReadAt(0, first));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t n, SafetensorsHeaderSize(first, f.size, f.path));
+  return std::optional<std::uint64_t>(n);
+}
+
+}  // namespace
+
+Result<FilesetInfo> FindPulledFileset(Cache& cache, const std::string& repo, const std::string& revision) {
+  auto commit = cache.LookupCommit(repo, revision);
+  if (!commit.ok())
+    return NotFoundError(repo + "@" + revision + " was never pulled into " + cache.dir().string() +
+                         " (run exlr8d pull first)");
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+  for (auto& s : sets)
+    if (s.repo == repo && s.commit == *commit) return s;
+  return NotFoundError(repo + "@" + *commit + " is not in " + cache.dir().string());
+}
+
+Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, const std::string& manifest_name,
+                                         int tp, int rank) {
+  if (tp < 1 || rank < 0 || rank >= tp)
+    return InvalidArgumentError("rank " + std::to_string(rank) + " of TP " + std::to_string(tp) +
+                                " is not a rank (0 <= rank < tp)");
+  CachedRankPlan out;
+  EXLR8_ASSIGN_OR_RETURN(out.files, cache.ListFiles(set.id));
+  // What the planner reads, from verified bytes only.
+  ReleaseInputs inputs;
+  std::map<int, LayerGeometry> geometry;
+  for (const FileInfo& f : out.files) {
+    inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
+    out.by_path[f.path] = &f;
+    const ReleasePath rp = ClassifyReleasePath(f.path);
+    if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
+    auto src = cache.OpenVerified(f.id);
+    if (!src.ok()) return src.status();
+    EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(**src, rp.layer));
+    geometry[rp.layer] = LayerGeometry::Of(ix);
+    inputs.indexes.emplace(rp.layer, std::move(ix));
+    out.index_sources[f.path] = std::move(*src);
+  }
+  const std::string manifest_path = IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
+  auto manifest_file = out.by_path.find(manifest_path);
+  if (manifest_file == out.by_path.end())
+    return NotFoundError("manifest '" + manifest_name + "' is not in " + set.repo + "@" + set.commit + " (no " +
+                         manifest_path + ")");
+  EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache.OpenVerified(manifest_file->second->id));
+  EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
+  EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, manifest_name, geometry));
+  PlanOptions po;
+  po.tp = tp;
+  po.rank = rank;
+  po.defer_headers = true;  // halves are located by the index files alone
+  EXLR8_ASSIGN_OR_RETURN(out.plan, MakePlan(inputs, manifest, po));
+  return out;
+}
+
+Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
+                                   const std::string& manifest, int tp, int rank) {
+  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(cache, repo, revision));
+  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(cache, set, manifest, tp, rank));
+  RankStatus st;
+  st.commit = set.commit;
+  auto missing = [&st](const std::string& what) {
+    if (st.first_missing.empty()) st.first_missing = what;
+  };
+  for (const PlanFile& pf : planned.plan.files) {
+    auto it = planned.by_path.find(pf.path);
+    if (it == planned.by_path.end()) return InternalError(pf.path + ": in the plan but not in the cache's listing");
+    const FileInfo& f = *it->second;
+    if (pf.whole) {
+      ++st.files;
+      st.bytes_planned += f.size;
+      if (f.whole_verified) {
+        ++st.files_verified;
+        st.bytes_verified += f.size;
+      } else {
+        missing(f.path + " (a whole file) is not verified in the cache");
+      }
+      continue;
+    }
+    // One query per file (halves: hundreds of thousands at GLM-5.3 scale).
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> verified, cache.VerifiedExtents(f.id));
+    ++st.headers;
+    EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> header, CachedHeaderSize(cache, f, verified));
+    if (header) st.bytes_planned += *header;
+    if (header && ExtentsCover(verified, {0, *header})) {
+      ++st.headers_verified;
+      st.bytes_verified += *header;
+    } else {
+      missing("the header of " + f.path + " is not verified in the cache");
+    }
+    for (const PlanRange& r : pf.ranges) {
+      if (r.kind != PlanRange::Kind::kHalf) continue;
+      ++st.halves;
+      st.bytes_planned += r.length;
+      if (ExtentsCover(verified, {r.offset, r.length})) {
+        ++st.halves_verified;
+        st.bytes_verified += r.length;
+      } else {
+        missing(r.What() + " (" + f.path + " at byte " + std::to_string(r.offset) + ") is not verified in the cache");
+      }
+    }
+  }
+  return st;
+}
+
+}  // namespace exlr8

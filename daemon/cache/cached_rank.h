@@ -1,0 +1,68 @@
+// A TP rank's plan made again from what a cache holds, and how much of it
+// is there: no network and no writes, so a read-only view of a cache that
+// another process owns will do.
+//
+// The planner's inputs are the fileset's expert index files and manifest,
+// as a pull verified them whole; the halves are located by the index files
+// alone (absolute offsets: PlanOptions::defer_headers). Used by
+// exlr8d-stage (daemon/stage/rank_reader.h) and by the rank's status
+// (`exlr8d status`, GET /v1/ranks).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/cache/cache.h"
+#include "format/plan.h"
+#include "format/status.h"
+
+namespace exlr8 {
+
+// The fileset `repo` at `revision` (a branch or tag as last resolved, or a
+// commit) as pulled into `cache`: NotFound "... was never pulled into DIR
+// (run exlr8d pull first)" otherwise.
+Result<FilesetInfo> FindPulledFileset(Cache& cache, const std::string& repo, const std::string& revision);
+
+struct CachedRankPlan {
+  std::vector<FileInfo> files;
+  std::map<std::string, const FileInfo*> by_path;  // into `files`
+  // The expert index files, open on their verified bytes: the halves'
+  // checksum tails are read from them.
+  std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
+  Plan plan;  // width-file headers deferred (not in the plan)
+};
+
+// Errors: NotFound when the manifest or an index file is not verified in
+// the cache; Corruption or InvalidArgument from the format's parsers and
+// the planner (a rank outside [0, tp), say).
+Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset, const std::string& manifest,
+                                         int tp, int rank);
+
+// How much of a rank's plan the cache holds as verified: the whole files
+// (dense, vocab, config, index files, manifests), the width files' headers
+// and the halves. Only recorded (verified) bytes count.
+struct RankStatus {
+  std::string commit;
+  std::uint64_t files = 0, files_verified = 0;      // whole files
+  std::uint64_t headers = 0, headers_verified = 0;  // width files the rank reads from
+  std::uint64_t halves = 0, halves_verified = 0;
+  // Bytes of the plan; headers count once their size is known, that is
+  // once their first 8 bytes are verified.
+  std::uint64_t bytes_planned = 0, bytes_verified = 0;
+  // The first thing missing, named with its file and offset ("" when none).
+  std::string first_missing;
+  bool complete() const {
+    return files_verified == files && headers_verified == headers && halves_verified == halves;
+  }
+};
+
+// Errors as FindPulledFileset and PlanRankFromCache: a rank whose plan
+// cannot even be made from the cache (never pulled, no manifest) is an
+// error, not an incomplete status.
+Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
+                                   const std::string& manifest, int tp, int rank);
+
+}  // namespace exlr8

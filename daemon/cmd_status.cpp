@@ -1,0 +1,89 @@
+// exlr8d status: whether one TP rank is complete in the cache, from the
+// cache alone (daemon/cache/cached_rank.h). A read-only view, so it answers
+// while a pull or `exlr8d serve` owns the cache; GET /v1/ranks is the same
+// over the REST API.
+#include <cstdio>
+
+#include "client/args.h"
+#include "client/cli.h"
+#include "daemon/api/cache_report.h"
+#include "daemon/commands.h"
+#include "format/units.h"
+
+namespace exlr8 {
+
+namespace {
+
+constexpr const char* kProg = "exlr8d status";
+constexpr const char* kUsage = R"(usage: exlr8d status --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+
+Whether TP rank R of N under the manifest is complete in the cache: every
+whole file (dense, vocab, config, index files, manifests), width-file header
+and expert half of its plan verified there. The plan is made again from the
+cached index files and manifest, so some rank of the fileset must have been
+pulled. Reads the cache only (a read-only view: it answers while a pull or
+'exlr8d serve' owns it) and fetches nothing.
+
+  --repo ORG/NAME     the pulled repository
+  --revision REV      as pulled (default main), or a commit
+  --manifest NAME     manifest name (home, ...) or repo path
+  --tp N --rank R     tensor-parallel degree and rank
+  --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
+                      else ~/.cache/exlr8)
+  --json              print the status as JSON (as GET /v1/ranks does)
+
+Exit status: 0 complete; 1 not complete (the first thing missing is named:
+'exlr8d pull' fetches exactly what is missing); 2 usage; 3 never pulled, or
+the manifest or an index file is not in the cache.
+)";
+
+}  // namespace
+
+int RunStatusCommand(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"repo", "revision", "manifest", "tp", "rank", "cache"},
+                                   {"json"}, 0, &args))
+    return *exit;
+  RankQuery q;
+  auto parse = [&]() -> Status {
+    EXLR8_ASSIGN_OR_RETURN(q.repo, args.Require("repo"));
+    EXLR8_ASSIGN_OR_RETURN(q.manifest, args.Require("manifest"));
+    q.revision = args.GetOr("revision", "main");
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args.GetInt("tp", -1, 1, 1 << 20));
+    if (tp < 0) return InvalidArgumentError("missing --tp");
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args.GetInt("rank", -1, 0, tp - 1));
+    if (rank < 0) return InvalidArgumentError("missing --rank");
+    q.tp = static_cast<int>(tp);
+    q.rank = static_cast<int>(rank);
+    return Status::Ok();
+  };
+  if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
+  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  auto cache = Cache::OpenReadOnly(dir);
+  if (!cache.ok() && cache.status().code() == StatusCode::kNotFound)
+    return ReportError(kProg, NotFoundError(q.repo + "@" + q.revision + " was never pulled into " + dir +
+                                            " (nothing was)"));
+  if (!cache.ok()) return ReportError(kProg, cache.status());
+  auto st = CheckRankStatus(**cache, q.repo, q.revision, q.manifest, q.tp, q.rank);
+  if (!st.ok()) return ReportError(kProg, st.status());
+  if (args.Flag("json")) {
+    std::printf("%s\n", RankStatusJson(q, *st).c_str());
+  } else {
+    std::printf("%s@%s (commit %s), manifest %s, TP %d rank %d: %s\n", q.repo.c_str(), q.revision.c_str(),
+                st->commit.substr(0, 8).c_str(), q.manifest.c_str(), q.tp, q.rank,
+                st->complete() ? "complete" : "NOT complete");
+    auto line = [](const char* what, std::uint64_t have, std::uint64_t of) {
+      std::printf("  %-14s %llu of %llu verified\n", what, static_cast<unsigned long long>(have),
+                  static_cast<unsigned long long>(of));
+    };
+    line("whole files", st->files_verified, st->files);
+    line("headers", st->headers_verified, st->headers);
+    line("halves", st->halves_verified, st->halves);
+    std::printf("  %-14s %s of %s verified\n", "bytes", HumanBytes(st->bytes_verified).c_str(),
+                HumanBytes(st->bytes_planned).c_str());
+    if (!st->complete()) std::printf("  first missing  %s\n", st->first_missing.c_str());
+  }
+  return st->complete() ? kExitOk : kExitVerifyFailed;
+}
+
+}  // namespace exlr8

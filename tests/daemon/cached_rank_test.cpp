@@ -1,0 +1,117 @@
+// A rank's status from the cache alone (daemon/cache/cached_rank.h), on a
+// real cache pulled from the hub simulator, and `exlr8d status` over it.
+#include "daemon/cache/cached_rank.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "format/json.h"
+#include "format/layout.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/shell_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+Result<RankStatus> StatusOf(const fs::path& cache, const std::string& manifest, int tp, int rank,
+                            const std::string& repo = "exlr8/test") {
+  EXLR8_ASSIGN_OR_RETURN(auto view, Cache::OpenReadOnly(cache));
+  return CheckRankStatus(*view, repo, "main", manifest, tp, rank);
+}
+
+// A pulled rank is complete and counts exactly what its pull planned; a
+// rank never pulled is not, and names a half it lacks.
+TEST(CachedRankTest, APulledRankIsCompleteAndAnotherIsNot) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "down1", 3, 2));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  auto st = StatusOf(cache.path(), "down1", 3, 2);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_TRUE(st->complete());
+  EXPECT_EQ(st->commit, pulled->commit);
+  EXPECT_EQ(st->bytes_planned, pulled->bytes_planned);
+  EXPECT_EQ(st->bytes_verified, pulled->bytes_planned);
+  EXPECT_EQ(st->halves, pulled->plan.totals.routed_halves + pulled->plan.totals.shared_halves);
+  EXPECT_GT(st->files, 0u);
+  EXPECT_GT(st->headers, 0u);
+  EXPECT_EQ(st->first_missing, "");
+
+  auto other = StatusOf(cache.path(), "down1", 3, 0);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->complete());
+  EXPECT_EQ(other->files_verified, other->files);  // every rank fetches every whole file
+  EXPECT_LT(other->halves_verified, other->halves);
+  EXPECT_THAT(other->first_missing, HasSubstr("is not verified in the cache"));
+
+  EXPECT_EQ(StatusOf(cache.path(), "down1", 3, 2, "exlr8/never").status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(StatusOf(cache.path(), "nosuch", 3, 2).status().message(), HasSubstr("manifest 'nosuch'"));
+  EXPECT_EQ(StatusOf(cache.path(), "down1", 3, 3).status().code(), StatusCode::kInvalidArgument);
+}
+
+// What a scrub forgets (a header, a whole file) makes the rank incomplete
+// again, each counted where it belongs.
+TEST(CachedRankTest, ForgottenBytesMakeTheRankIncomplete) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    const FilesetId set = *(*c)->PutFileset("exlr8/test", "main", pulled->commit);
+    std::vector<VerifiedExtent> forget;
+    const std::vector<FileInfo> files = *(*c)->ListFiles(set);
+    for (const FileInfo& f : files) {
+      if (ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertWidth && forget.empty() && f.bytes_cached > 0)
+        forget.push_back({f.id, 0, 8});  // the header's first bytes: its size is no longer known
+    }
+    ASSERT_EQ(forget.size(), 1u);
+    ASSERT_TRUE((*c)->ForgetExtents(forget).ok());
+  }
+  auto st = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_FALSE(st->complete());
+  EXPECT_EQ(st->headers_verified + 1, st->headers);
+  EXPECT_EQ(st->halves_verified, st->halves);
+  EXPECT_THAT(st->first_missing, HasSubstr("the header of "));
+  // The next pull fetches it again, and the rank is complete.
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  EXPECT_TRUE(StatusOf(cache.path(), "home", 2, 1)->complete());
+}
+
+// `exlr8d status`: 0 complete, 1 not, 3 never pulled; --json as the API's.
+TEST(CachedRankTest, TheStatusCommandSaysWhetherARankIsThere) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  const std::string status = Exlr8d() + " status --cache " + Quote(cache.path().string()) +
+                             " --repo exlr8/test --manifest home --tp 4";
+  ShellRun done = Shell(status + " --rank 1");
+  EXPECT_EQ(done.status, 0) << done.out;
+  EXPECT_THAT(done.out, HasSubstr("TP 4 rank 1: complete"));
+  ShellRun missing = Shell(status + " --rank 2");
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_THAT(missing.out, HasSubstr("NOT complete"));
+  EXPECT_THAT(missing.out, HasSubstr("first missing"));
+  ShellRun json = Shell(status + " --rank 1 --json");
+  ASSERT_EQ(json.status, 0) << json.out;
+  auto v = ParseJson(json.out);
+  ASSERT_TRUE(v.ok()) << json.out;
+  EXPECT_TRUE(v->Find("complete")->as_bool());
+  EXPECT_EQ(*v->Find("bytes_verified")->as_uint64(), pulled->bytes_planned);
+  EXPECT_TRUE(v->Find("first_missing")->is_null());
+  EXPECT_EQ(Shell(Exlr8d() + " status --cache " + Quote(cache.path().string()) +
+                  " --repo exlr8/other --manifest home --tp 4 --rank 1")
+                .status,
+            3);
+  EXPECT_EQ(Shell(status + " --rank 4").status, 2);  // not a rank of TP 4
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -4,7 +4,9 @@
 // signal handler, so it may lock and log). The destructor wakes that thread
 // with SIGUSR1 aimed at it alone, so the command exits as soon as its work
 // ends. Construct it before starting any other thread, so they all inherit
-// the blocked mask.
+// the blocked mask. The destructor unblocks the signals again, unless told
+// to keep them blocked (a program about to exit that has reported its end
+// must not then die of a signal that came after).
 #pragma once
 
 #include <pthread.h>
@@ -19,7 +21,9 @@ namespace exlr8 {
 
 class SignalWatcher {
  public:
-  explicit SignalWatcher(std::function<void(int)> on_signal) : on_signal_(std::move(on_signal)) {
+  enum class AtEnd { kUnblock, kKeepBlocked };
+  explicit SignalWatcher(std::function<void(int)> on_signal, AtEnd at_end = AtEnd::kUnblock)
+      : on_signal_(std::move(on_signal)), at_end_(at_end) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
@@ -41,7 +45,7 @@ class SignalWatcher {
     stop_.store(true);
     pthread_kill(thread_.native_handle(), SIGUSR1);
     thread_.join();
-    pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
+    if (at_end_ == AtEnd::kUnblock) pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
   }
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
@@ -50,6 +54,7 @@ class SignalWatcher {
 
  private:
   std::function<void(int)> on_signal_;
+  AtEnd at_end_;
   sigset_t set_;
   std::atomic<bool> stop_{false}, signalled_{false};
   std::thread thread_;

@@ -39,8 +39,9 @@ reports and exits, releasing the memory; with --hold it keeps the buffers and
 leases them to serving processes on this machine (CUDA IPC; daemon/stage/
 lease.h has the protocol) until SIGINT or SIGTERM, then waits for its
 lessees to let go; told to stop before it holds, it stops reading or
-uploading within a half and exits 130. While it runs, the fileset is pinned (a process pin, which
-'exlr8d list' shows and 'exlr8d gc' respects; it goes when this process does).
+uploading within a half and exits 130. While it runs, the fileset is pinned
+(a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it goes
+when this process does).
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -183,7 +184,9 @@ int Run(const std::vector<std::string>& argv) {
   // (DELETE /v1/stages/{id} right after POST) ends that step cleanly, never
   // the process mid-way.
   StopRequests stops;
-  SignalWatcher signals([&stops](int sig) { stops.Add(sig); });
+  // Kept blocked at the end: "released" is reported by then, and a signal
+  // that comes after must not turn the exit into a death.
+  SignalWatcher signals([&stops](int sig) { stops.Add(sig); }, SignalWatcher::AtEnd::kKeepBlocked);
   // With --state-dir, every step, its progress and the outcome go to
   // DIR/state.json too; the progress of a long step is printed as well.
   std::unique_ptr<StageStateWriter> state;

@@ -97,6 +97,8 @@ trap 'kill $sim $srv 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 api=$(sed -n 's#.*\(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/serve.out")
 echo "  $(cat "$work/serve.out")"
+echo "  GET $api/v1/ranks?repo=demo/glm-mini&manifest=home&tp=4&rank=2 (is rank 2 here? not yet)"
+echo "  $(curl -sS "$api/v1/ranks?repo=demo/glm-mini&manifest=home&tp=4&rank=2")"
 echo "  POST $api/v1/pulls"
 curl -sS -X POST "$api/v1/pulls" -d '{"repo":"demo/glm-mini","manifest":"home","tp":4,"rank":2,"pin":"demo"}'
 echo
@@ -124,4 +126,6 @@ curl -sS "$api/metrics" | grep -E '^exlr8d_(fileset_verified_bytes|jobs\{state="
 kill $srv; wait $srv 2>/dev/null || true
 [[ $state == done ]] || { echo "job 1 ended $state"; cat "$work/serve.log"; exit 1; }
 "$bin/exlr8d" list --cache "$work/cache"
+say "is rank 2 all there now? (exlr8d status; exit 0: every byte of its plan is verified in the cache)"
+"$bin/exlr8d" status --repo demo/glm-mini --manifest home --tp 4 --rank 2 --cache "$work/cache"
 say "done"

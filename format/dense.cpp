@@ -139,6 +139,25 @@ Status BadE4M3(const MatrixErrors& err, const DenseTensor& t, std::size_t i) {
                 "E4M3 NaN byte (0x7F/0xFF)");
 }
 
+// A finite scale times a stored value that overflows fp32: no real weight
+// is that large, so the file is refused rather than decoded to infinities.
+Status ScaleOverflow(const MatrixErrors& err, const DenseTensor& scales, std::size_t i, std::size_t o,
+                     std::size_t col) {
+  return err.At("tensor '" + scales.name + "' element " + std::to_string(i), scales.offset + DTypeSize(scales.dtype) * i,
+                "scale overflows fp32 at weight [" + std::to_string(o) + ", " + std::to_string(col) + "]");
+}
+
+// Entry g of a TRELLIS matrix reconstructed to `t` (`cols` wide): finite
+// vectors whose products overflow fp32 are refused like scales that do.
+Status CheckEntryFinite(const MatrixErrors& err, const DenseTensor& trellis, std::uint64_t g,
+                        std::uint64_t entry_bytes, std::span<const float> t, std::uint64_t cols) {
+  const auto bad = FirstNonFinite(t);
+  if (!bad) return Status::Ok();
+  return err.At("tensor '" + trellis.name + "' entry " + std::to_string(g), trellis.offset + g * entry_bytes,
+                "reconstructed value [" + std::to_string(*bad / cols) + ", " + std::to_string(*bad % cols) +
+                    "] overflows fp32: suh/svh hold absurd scales");
+}
+
 // TRELLIS (8.3, 9): entry by entry, decode the run, reconstruct it and write
 // its transpose into the (out, inp) result.
 Status DecodeTrellis(const DenseMatrix& m, const ByteSource& source, const MatrixErrors& err,
@@ -160,12 +179,14 @@ Status DecodeTrellis(const DenseMatrix& m, const ByteSource& source, const Matri
       EXLR8_RETURN_IF_ERROR(DecodeTrellisRun(run, r.k, HalfLayout::kDown, len, t));
       EXLR8_RETURN_IF_ERROR(ReconstructHalf(HalfLayout::kDown, len, t,
                                             std::span(suh).subspan(g * kB, kB), svh));
+      EXLR8_RETURN_IF_ERROR(CheckEntryFinite(err, trellis, g, entry_bytes, t, len));
       for (std::size_t j = 0; j < kB; ++j)
         for (std::size_t o = 0; o < len; ++o) w[o * inp + g * kB + j] = t[j * len + o];
     } else {  // output columns 128g.., laid out like a gate/up half: inp x 128
       EXLR8_RETURN_IF_ERROR(DecodeTrellisRun(run, r.k, HalfLayout::kGateUp, len, t));
       EXLR8_RETURN_IF_ERROR(ReconstructHalf(HalfLayout::kGateUp, len, t, suh,
                                             std::span(svh).subspan(g * kB, kB)));
+      EXLR8_RETURN_IF_ERROR(CheckEntryFinite(err, trellis, g, entry_bytes, t, kB));
       for (std::size_t i = 0; i < len; ++i)
         for (std::size_t j = 0; j < kB; ++j) w[(g * kB + j) * inp + i] = t[i * kB + j];
     }
@@ -191,7 +212,9 @@ Status DecodeInt4(const DenseMatrix& m, const ByteSource& source, const MatrixEr
       }
       const unsigned b = std::to_integer<unsigned>(q4[byte]);
       const int nib = static_cast<int>((i & 1) ? (b >> 4) : (b & 0xF));
-      w[o * inp + i] = static_cast<float>(nib - 8) * s4[scale];
+      const float x = static_cast<float>(nib - 8) * s4[scale];
+      if (!std::isfinite(x)) return ScaleOverflow(err, m.data[1], scale, o, i);
+      w[o * inp + i] = x;
     }
   }
   return Status::Ok();
@@ -220,13 +243,15 @@ Status DecodeFp8(const DenseMatrix& m, const ByteSource& source, const MatrixErr
     for (std::size_t i = 0; i < inp; ++i) {
       const std::uint8_t b = std::to_integer<std::uint8_t>(fp8[o * inp + i]);
       if (IsE4M3NaN(b)) return BadE4M3(err, m.data[0], o * inp + i);
-      float s;
+      std::size_t si;
       switch (r.format) {
-        case DenseFormat::kMxfp8: s = scale[o * (inp / 32) + i / 32]; break;
-        case DenseFormat::kFp8Block: s = scale[(o / kB) * grid_cols + i / kB]; break;
-        default: s = scale[o]; break;  // FP8_ROW
+        case DenseFormat::kMxfp8: si = o * (inp / 32) + i / 32; break;
+        case DenseFormat::kFp8Block: si = (o / kB) * grid_cols + i / kB; break;
+        default: si = o; break;  // FP8_ROW
       }
-      w[o * inp + i] = E4M3ToFloat(b) * s;
+      const float x = E4M3ToFloat(b) * scale[si];
+      if (!std::isfinite(x)) return ScaleOverflow(err, m.data[1], si, o, i);
+      w[o * inp + i] = x;
     }
   }
   return Status::Ok();

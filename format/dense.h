@@ -31,7 +31,9 @@
 //
 // Decoding (DecodeDenseMatrix) additionally rejects, as Corruption, E4M3 NaN
 // bytes (0x7F/0xFF), E8M0 = 255 and non-finite scale/vector elements
-// (U-10). BF16/FP32 weights are returned as stored.
+// (U-10), and finite scales or vectors whose products overflow fp32 (the
+// scale element or TRELLIS entry is named). BF16/FP32 weights are returned
+// as stored.
 //
 // Ownership and threads: DenseFile is a value holding copies of what it
 // needs (names, shapes, absolute offsets, checksums); it does not refer to

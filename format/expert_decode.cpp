@@ -34,7 +34,14 @@ Status DecodeExpertHalf(const ExpertIndex& index, const ByteSource& index_file, 
   if (stage == DecodeStage::kTiles) return Status::Ok();
   std::vector<float> u, v;
   EXLR8_RETURN_IF_ERROR(index.LoadHalfVectors(index_file, expert, p, h, k, &u, &v));
-  return ReconstructHalf(layout, index.hidden(), *out, u, v);
+  EXLR8_RETURN_IF_ERROR(ReconstructHalf(layout, index.hidden(), *out, u, v));
+  if (const auto bad = FirstNonFinite(*out)) {
+    const std::uint64_t cols = layout == HalfLayout::kDown ? index.hidden() : 128;
+    return CorruptionError(index_file.name() + ": " + tag.What() + ": reconstructed weight [" +
+                           std::to_string(*bad / cols) + ", " + std::to_string(*bad % cols) +
+                           "] overflows fp32: the half's vectors hold absurd scales");
+  }
+  return Status::Ok();
 }
 
 }  // namespace exlr8

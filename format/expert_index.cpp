@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace exlr8 {
 
@@ -235,19 +236,36 @@ Status ExpertIndex::LoadHalfVectors(const ByteSource& src, int expert, Proj p, s
   const WidthTables* t = Tables(k, shared);
   const std::uint64_t e = shared ? 0 : static_cast<std::uint64_t>(expert);
   const auto pi = static_cast<size_t>(p);
-  auto read_floats = [&](const VectorRef& ref, ByteRun run, std::vector<float>* out) -> Status {
+  // Elements [row, first ..) of `ref`; a non-finite one is Corruption naming
+  // the tensor, the element and its byte (spec U-10).
+  auto read_floats = [&](const VectorRef& ref, std::uint64_t row, std::uint64_t first, std::uint64_t count,
+                         std::vector<float>* out) -> Status {
+    const ByteRun run = ref.Slice(row, first, count);
     std::vector<std::byte> buf(run.length);
     EXLR8_RETURN_IF_ERROR(src.ReadAt(run.offset, buf));
-    out->resize(run.length / DTypeSize(ref.dtype));
-    return ConvertToFloat(ref.dtype, buf, *out);
+    out->resize(count);
+    EXLR8_RETURN_IF_ERROR(ConvertToFloat(ref.dtype, buf, *out));
+    for (std::uint64_t i = 0; i < count; ++i)
+      if (!std::isfinite((*out)[i]))
+        return CorruptionError(src.name() + ": tensor '" + ref.name + "' element [" + std::to_string(row) + ", " +
+                               std::to_string(first + i) + "] at byte " +
+                               std::to_string(run.offset + i * DTypeSize(ref.dtype)) + ": non-finite value");
+    return Status::Ok();
   };
   std::vector<float> channel, block, signs;
-  EXLR8_RETURN_IF_ERROR(read_floats(t->channel[pi], t->channel[pi].Slice(e, 128ull * h, 128), &channel));
-  EXLR8_RETURN_IF_ERROR(read_floats(t->block[pi], t->block[pi].Slice(e, 0, hidden_ / 128), &block));
+  EXLR8_RETURN_IF_ERROR(read_floats(t->channel[pi], e, 128ull * h, 128, &channel));
+  EXLR8_RETURN_IF_ERROR(read_floats(t->block[pi], e, 0, hidden_ / 128, &block));
   const VectorRef& sref = p == Proj::kDown ? signs_out_ : signs_in_;
-  EXLR8_RETURN_IF_ERROR(read_floats(sref, sref.Slice(0, 0, hidden_), &signs));
+  EXLR8_RETURN_IF_ERROR(read_floats(sref, 0, 0, hidden_, &signs));
   std::vector<float> hidden_side(hidden_);
-  for (std::uint64_t i = 0; i < hidden_; ++i) hidden_side[i] = signs[i] * block[i / 128];
+  for (std::uint64_t i = 0; i < hidden_; ++i) {
+    hidden_side[i] = signs[i] * block[i / 128];
+    if (!std::isfinite(hidden_side[i]))  // signs are ±1 in a sane file
+      return CorruptionError(src.name() + ": tensor '" + sref.name + "' element [0, " + std::to_string(i) +
+                             "] at byte " + std::to_string(sref.Slice(0, i, 1).offset) + " times '" +
+                             t->block[pi].name + "' element [" + std::to_string(e) + ", " +
+                             std::to_string(i / 128) + "] overflows fp32");
+  }
   if (p == Proj::kDown) {
     *u = std::move(channel);
     *v = std::move(hidden_side);

@@ -141,7 +141,8 @@ class ExpertIndex {
   // Reconstruction vectors of a half (spec 9.2), converted to fp32 exactly:
   // gate/up: u has D entries (signs.in x su_block), v has 128 (svh slice);
   // down: u has 128 (suh slice), v has D (signs.out x sv_block).
-  // `source` is the same index file.
+  // `source` is the same index file. A non-finite element is Corruption
+  // naming the tensor, the element and its byte offset (spec U-10).
   Status LoadHalfVectors(const ByteSource& source, int expert, Proj p, std::uint32_t h, int k,
                          std::vector<float>* u, std::vector<float>* v) const;
 

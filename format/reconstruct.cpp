@@ -1,5 +1,6 @@
 #include "format/reconstruct.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -99,6 +100,12 @@ Status ReconstructHalf(HalfLayout layout, std::uint64_t hidden, std::span<float>
                        std::span<const float> v) {
   if (layout == HalfLayout::kGateUp) return ReconstructBlocks(hidden, kB, w, u, v);
   return ReconstructBlocks(kB, hidden, w, u, v);
+}
+
+std::optional<std::size_t> FirstNonFinite(std::span<const float> w) {
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (!std::isfinite(w[i])) return i;
+  return std::nullopt;
 }
 
 Status ExpandHiddenSideVector(std::span<const float> signs, std::span<const float> block_scales,

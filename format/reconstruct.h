@@ -24,7 +24,9 @@
 // Thread safety: pure functions; distinct outputs may be computed in parallel.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "format/status.h"
@@ -45,6 +47,13 @@ Status ReconstructBlocks(std::uint64_t rows, std::uint64_t cols, std::span<float
 // Same errors as ReconstructBlocks.
 Status ReconstructHalf(HalfLayout layout, std::uint64_t hidden, std::span<float> w,
                        std::span<const float> u, std::span<const float> v);
+
+// The index of the first element of `w` that is not finite, or nullopt.
+// Reconstruction multiplies finite tiles by finite vectors, yet the result
+// can overflow fp32 when a vector holds absurd values (a file can checksum
+// fine and still do so): callers reject such weights as Corruption instead
+// of handing infinities on (spec U-10's rule, applied to what scales yield).
+std::optional<std::size_t> FirstNonFinite(std::span<const float> w);
 
 // Hidden-side vector of spec 9.2: out[i] = signs[i] * block_scales[i / 128]
 // (gate/up u from signs.in and su_block; down v from signs.out and sv_block).

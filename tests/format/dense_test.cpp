@@ -363,7 +363,7 @@ TEST(DenseParse, RejectsBrokenRecordsAndTensors) {
 
 // ---- corrupt values found while decoding (U-10) ----
 
-TEST(DenseDecode, RejectsNaNBytesE8M0MaxAndNonFiniteScales) {
+TEST(DenseDecode, RejectsNaNBytesE8M0MaxNonFiniteScalesAndOverflow) {
   struct Case {
     const char* what;
     std::vector<Tensor> tensors;
@@ -392,6 +392,29 @@ TEST(DenseDecode, RejectsNaNBytesE8M0MaxAndNonFiniteScales) {
        {GoodRecord(Record(2, 1, 32, 0, 1)), Checksums("m", {0}), {"m.q4", "U8", {1, 16}, Bytes(16, 0)},
         {"m.s4", "F16", {1, 1}, F16s({NAN})}},
        0, 3},
+      // Finite scales whose products overflow fp32 (found by fuzz_dense):
+      // nibble 0 is -8, and -8 x 3e38 is -inf.
+      {"INT4 scale overflows",
+       {GoodRecord(Record(2, 1, 32, 0, 1)), Checksums("m", {0}), {"m.q4", "U8", {1, 16}, Bytes(16, 0)},
+        {"m.s4", "F32", {1, 1}, F32s({3e38f})}},
+       0, 3},
+      // 0x7E is E4M3 448: 448 x 1e38 overflows, 448 x 1 does not.
+      {"FP8_ROW scale overflows",
+       {GoodRecord(Record(5, 2, 32, 0, 0)), Checksums("m", {0}), {"m.fp8", "U8", {2, 32}, Bytes(64, 0x7E)},
+        {"m.scale", "F32", {2}, F32s({1, 1e38f})}},
+       4, 3},
+      // E8M0 254 is 2^127: 448 x 2^127 overflows.
+      {"MXFP8 scale overflows",
+       {GoodRecord(Record(3, 2, 32, 0, 0)), Checksums("m", {0}), {"m.fp8", "U8", {2, 32}, Bytes(64, 0x7E)},
+        {"m.e8m0", "U8", {2, 1}, [] { auto e = Bytes(2, 127); e[1] = std::byte{254}; return e; }()}},
+       1, 3},
+      // TRELLIS: all-zero bytes decode to 1.875 (spec 15.1), times suh x
+      // svh of 1e30 each: the reconstructed entry overflows.
+      {"TRELLIS vectors overflow",
+       {GoodRecord(Record(1, 128, 128, 1, 0)), Checksums("m", {0}), {"m.trellis", "U8", {1, 16 * 128}, Bytes(2048, 0)},
+        {"m.suh", "F32", {128}, F32s(std::vector<float>(128, 1e30f))},
+        {"m.svh", "F32", {128}, F32s(std::vector<float>(128, 1e30f))}},
+       0, 2},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -405,6 +428,7 @@ TEST(DenseDecode, RejectsNaNBytesE8M0MaxAndNonFiniteScales) {
     ASSERT_NE(t, nullptr);
     const std::uint64_t abs = built->header->AbsoluteOffset(*t) + c.bad_byte;
     EXPECT_NE(w.status().message().find("at byte " + std::to_string(abs)), std::string::npos) << w.status().message();
+    EXPECT_NE(w.status().message().find("matrix 'm'"), std::string::npos) << w.status().message();
   }
 }
 

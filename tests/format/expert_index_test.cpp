@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include "format/dtype.h"
+#include "format/expert_decode.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
 #include "tests/format/test_util.h"
@@ -80,6 +83,85 @@ TEST(ExpertIndexTest, LoadHalfVectorsFoldsSignsAndBlockScales) {
     EXPECT_EQ(u[i], s * b) << i;
   }
   EXPECT_EQ(v[5], HalfToFloat(LoadLE16(bytes.data() + svh + 2 * (2048 + 256 + 5))));
+}
+
+// Non-finite vector elements pass the index reader (they are data, read
+// only when a half is reconstructed) but are refused there (spec U-10),
+// naming the tensor, the element and its byte.
+TEST(ExpertIndexTest, LoadHalfVectorsRejectsNonFiniteElements) {
+  struct Case {
+    const char* tensor;
+    std::uint64_t element;  // flat index into the tensor
+    int bytes_per;
+    std::uint32_t bits;  // the non-finite value's bit pattern
+    const char* shown;   // "[row, col]"
+  };
+  // Expert 1, gate, half 2, K3: svh F16 [4, 2048], su_block F32 [4, 2], signs.in F16 [256].
+  for (const Case& c : {Case{"k3.gate.svh", 2048 + 256 + 5, 2, 0x7C00, "[1, 261]"},           // +inf
+                        Case{"k3.gate.su_block", 2 + 1, 4, 0x7FC00000, "[1, 1]"},              // NaN
+                        Case{"signs.in", 200, 2, 0xFC00, "[0, 200]"}}) {                        // -inf
+    SCOPED_TRACE(c.tensor);
+    auto bytes = FixtureIndex();
+    const std::uint64_t at = TensorOffset(bytes, c.tensor) + c.element * c.bytes_per;
+    if (c.bytes_per == 2) StoreLE16(bytes.data() + at, static_cast<std::uint16_t>(c.bits));
+    else StoreLE32(bytes.data() + at, c.bits);
+    SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
+    auto ix = ExpertIndex::Read(src, 3);
+    ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+    std::vector<float> u, v;
+    Status st = ix->LoadHalfVectors(src, 1, Proj::kGate, 2, 3, &u, &v);
+    ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr("exlr8-layer-003.index.safetensors: tensor '" + std::string(c.tensor) +
+                                        "' element " + c.shown + " at byte " + std::to_string(at)));
+    EXPECT_THAT(st.message(), HasSubstr("non-finite"));
+    // Other halves do not read that element.
+    EXPECT_TRUE(ix->LoadHalfVectors(src, 0, Proj::kDown, 2, 3, &u, &v).ok());
+  }
+}
+
+// Finite signs and block scales whose product overflows (found by
+// fuzz_expert_index): the hidden-side vector is refused, naming both.
+TEST(ExpertIndexTest, LoadHalfVectorsRejectsAnOverflowingHiddenSide) {
+  auto bytes = FixtureIndex();
+  const std::uint64_t signs = TensorOffset(bytes, "signs.in");        // F16 [256]
+  const std::uint64_t su = TensorOffset(bytes, "k3.gate.su_block");   // F32 [4, 2]
+  StoreLE16(bytes.data() + signs + 2 * 200, 0x4000);                   // 2.0
+  StoreLE32(bytes.data() + su + 4 * (2 + 1), std::bit_cast<std::uint32_t>(3e38f));
+  SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
+  auto ix = ExpertIndex::Read(src, 3);
+  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+  std::vector<float> u, v;
+  Status st = ix->LoadHalfVectors(src, 1, Proj::kGate, 2, 3, &u, &v);
+  ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("tensor 'signs.in' element [0, 200] at byte " + std::to_string(signs + 400) +
+                                      " times 'k3.gate.su_block' element [1, 1] overflows fp32"));
+}
+
+// Finite vectors can still make weights overflow fp32: the decode refuses
+// such a half instead of returning infinities.
+TEST(ExpertIndexTest, DecodeRefusesWeightsThatOverflow) {
+  auto bytes = FixtureIndex();
+  const std::uint64_t su = TensorOffset(bytes, "k3.gate.su_block");  // F32 [4, 2]
+  for (int b = 0; b < 2; ++b) StoreLE32(bytes.data() + su + 4 * (2 + b), std::bit_cast<std::uint32_t>(3e38f));
+  SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
+  auto ix = ExpertIndex::Read(src, 3);
+  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+  auto he = ix->Half(1, Proj::kGate, 2, 3);
+  ASSERT_TRUE(he.ok());
+  const auto width_file = ReadBytes(TinyRelease() / ExpertWidthPath(3, 3));
+  const std::span<const std::byte> half(width_file.data() + he->offset, he->length);
+  std::vector<float> out;
+  Status st = DecodeExpertHalf(*ix, src, half, 1, Proj::kGate, 2, 3, DecodeStage::kWeights, false, &out);
+  ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_THAT(st.message(), HasSubstr("exlr8-layer-003.index.safetensors: L3 e1 gate h2 K3: reconstructed weight ["));
+  EXPECT_THAT(st.message(), HasSubstr("overflows fp32"));
+  // The tiles alone are fine, and so is a half whose vectors are not touched.
+  EXPECT_TRUE(DecodeExpertHalf(*ix, src, half, 1, Proj::kGate, 2, 3, DecodeStage::kTiles, false, &out).ok());
+  auto other = ix->Half(0, Proj::kGate, 2, 3);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(DecodeExpertHalf(*ix, src, std::span<const std::byte>(width_file.data() + other->offset, other->length),
+                               0, Proj::kGate, 2, 3, DecodeStage::kWeights, true, &out)
+                  .ok());
 }
 
 // ---- catalogue of broken index files: each must be rejected with its error ----

@@ -4,7 +4,9 @@
 // Invariants: no crash, hang, sanitizer report or unbounded allocation;
 // errors are Corruption and name the file; an accepted index has consistent
 // geometry, every half has length 16*K*hidden, checksum tails lie inside the
-// file, and reading a half's vectors either works or fails cleanly.
+// file, and reading a half's vectors gives finite values or a Corruption
+// naming the file.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -35,7 +37,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const exlr8::ByteRun& r : ix->ChecksumTail(e, p, h, k)) EXLR8_FUZZ_CHECK(r.end() <= size);
         std::vector<float> u, v;
         exlr8::Status s = ix->LoadHalfVectors(src, e, p, h, k, &u, &v);
-        if (s.ok()) EXLR8_FUZZ_CHECK(u.size() * v.size() == 128ull * ix->hidden());
+        if (s.ok()) {
+          EXLR8_FUZZ_CHECK(u.size() * v.size() == 128ull * ix->hidden());
+          for (float x : u) EXLR8_FUZZ_CHECK(std::isfinite(x));
+          for (float x : v) EXLR8_FUZZ_CHECK(std::isfinite(x));
+        } else {
+          EXLR8_FUZZ_CHECK(s.code() == exlr8::StatusCode::kCorruption);
+          EXLR8_FUZZ_CHECK(s.message().find("fuzz.index.safetensors") != std::string::npos);
+        }
       }
     }
   }

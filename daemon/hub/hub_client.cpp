@@ -283,53 +283,8 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
     api_requests_.fetch_add(1, std::memory_order_relaxed);
     EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, page_what));
     if (r.head.status != 200) return HttpError(r.head.status, r.head, page_what, settings_.ShouldSendToken(url));
-    auto json = ParseJson(r.body);
-    if (!json.ok()) return json.status().WithContext(page_what);
-    if (!json->is_array()) return CorruptionError(page_what + ": expected a JSON array");
-    const auto& items = json->as_array();
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const JsonValue& item = items[i];
-      const std::string where = page_what + " entry " + std::to_string(i);
-      if (!item.is_object()) return CorruptionError(where + ": not an object");
-      const JsonValue* type = item.Find("type");
-      const JsonValue* path = item.Find("path");
-      if (type == nullptr || !type->is_string()) return CorruptionError(where + ": missing \"type\"");
-      if (path == nullptr || !path->is_string()) return CorruptionError(where + ": missing \"path\"");
-      EXLR8_RETURN_IF_ERROR(ValidateHubPath(path->as_string()).WithContext(where));
-      if (type->as_string() != "file") continue;  // directories, submodules
-      const std::string file_where = where + " ('" + EscapeForMessage(path->as_string()) + "')";
-      HubFile f;
-      f.path = path->as_string();
-      const JsonValue* size = item.Find("size");
-      const auto size_v = (size != nullptr && size->is_number()) ? size->as_uint64() : std::nullopt;
-      if (!size_v || *size_v > kMaxHubFileSize) {
-        return CorruptionError(file_where + ": \"size\" missing or not an integer in [0, 2^50]");
-      }
-      f.size = *size_v;
-      if (const JsonValue* oid = item.Find("oid"); oid != nullptr) {
-        if (!oid->is_string() || oid->as_string().size() > 128) {
-          return CorruptionError(file_where + ": \"oid\" is not a short string");
-        }
-        f.blob_id = oid->as_string();
-      }
-      if (const JsonValue* lfs = item.Find("lfs"); lfs != nullptr && !lfs->is_null()) {
-        const JsonValue* sha = lfs->is_object() ? lfs->Find("oid") : nullptr;
-        if (sha == nullptr) sha = lfs->is_object() ? lfs->Find("sha256") : nullptr;
-        if (sha == nullptr || !sha->is_string() || !IsSha256Hex(sha->as_string())) {
-          return CorruptionError(file_where + ": \"lfs.oid\" is not 64 hex digits");
-        }
-        f.lfs_sha256 = sha->as_string();
-        for (char& c : f.lfs_sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (const JsonValue* lsize = lfs->Find("size"); lsize != nullptr) {
-          const auto lv = lsize->is_number() ? lsize->as_uint64() : std::nullopt;
-          if (!lv || *lv != f.size) {
-            return CorruptionError(file_where + ": \"lfs.size\" differs from \"size\" " + std::to_string(f.size));
-          }
-        }
-      }
-      if (!seen_paths.insert(f.path).second) return CorruptionError(file_where + ": duplicate path");
-      files.push_back(std::move(f));
-    }
+    EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> page_files, ParseTreePage(r.body, page_what, seen_paths));
+    for (HubFile& f : page_files) files.push_back(std::move(f));
     auto next = ParseNextLink(r.head.link);
     if (!next) break;
     auto abs = ResolveLocation(url, *next);

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "daemon/hub/http_common.h"
+#include "daemon/hub/hub_protocol.h"  // HubFile
 #include "format/status.h"
 
 namespace exlr8 {
@@ -85,14 +86,6 @@ struct HubOptions {
   std::chrono::seconds signed_url_ttl{std::chrono::minutes(50)};
   // Largest JSON answer accepted (per page).
   std::size_t max_json_bytes = 64u << 20;
-};
-
-// One file of the pinned commit.
-struct HubFile {
-  std::string path;        // validated: relative, no '..', no control chars
-  std::uint64_t size = 0;  // <= kMaxHubFileSize
-  std::string blob_id;     // git blob oid (may be empty)
-  std::string lfs_sha256;  // 64 lowercase hex for LFS files, else empty
 };
 
 // Where the bytes of one file are, as answered by /resolve/.

@@ -10,6 +10,8 @@
 namespace exlr8 {
 namespace {
 
+constexpr std::int64_t kMaxRetryAfterSeconds = 86400 * 365;  // waits are capped at a year
+
 bool IsUnreserved(unsigned char c) {
   return std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~';
 }
@@ -121,6 +123,60 @@ bool IsSha256Hex(std::string_view s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), IsHex);
 }
 
+Result<std::vector<HubFile>> ParseTreePage(std::string_view body, std::string_view what,
+                                           std::unordered_set<std::string>& seen_paths) {
+  const std::string page_what(what);
+  auto json = ParseJson(body);
+  if (!json.ok()) return json.status().WithContext(page_what);
+  if (!json->is_array()) return CorruptionError(page_what + ": expected a JSON array");
+  std::vector<HubFile> files;
+  const auto& items = json->as_array();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const JsonValue& item = items[i];
+    const std::string where = page_what + " entry " + std::to_string(i);
+    if (!item.is_object()) return CorruptionError(where + ": not an object");
+    const JsonValue* type = item.Find("type");
+    const JsonValue* path = item.Find("path");
+    if (type == nullptr || !type->is_string()) return CorruptionError(where + ": missing \"type\"");
+    if (path == nullptr || !path->is_string()) return CorruptionError(where + ": missing \"path\"");
+    EXLR8_RETURN_IF_ERROR(ValidateHubPath(path->as_string()).WithContext(where));
+    if (type->as_string() != "file") continue;  // directories, submodules
+    const std::string file_where = where + " ('" + EscapeForMessage(path->as_string()) + "')";
+    HubFile f;
+    f.path = path->as_string();
+    const JsonValue* size = item.Find("size");
+    const auto size_v = (size != nullptr && size->is_number()) ? size->as_uint64() : std::nullopt;
+    if (!size_v || *size_v > kMaxHubFileSize) {
+      return CorruptionError(file_where + ": \"size\" missing or not an integer in [0, 2^50]");
+    }
+    f.size = *size_v;
+    if (const JsonValue* oid = item.Find("oid"); oid != nullptr) {
+      if (!oid->is_string() || oid->as_string().size() > 128) {
+        return CorruptionError(file_where + ": \"oid\" is not a short string");
+      }
+      f.blob_id = oid->as_string();
+    }
+    if (const JsonValue* lfs = item.Find("lfs"); lfs != nullptr && !lfs->is_null()) {
+      const JsonValue* sha = lfs->is_object() ? lfs->Find("oid") : nullptr;
+      if (sha == nullptr) sha = lfs->is_object() ? lfs->Find("sha256") : nullptr;
+      if (sha == nullptr || !sha->is_string() || !IsSha256Hex(sha->as_string())) {
+        return CorruptionError(file_where + ": \"lfs.oid\" is not 64 hex digits");
+      }
+      f.lfs_sha256 = sha->as_string();
+      for (char& c : f.lfs_sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (const JsonValue* lsize = lfs->Find("size"); lsize != nullptr) {
+        const auto lv = lsize->is_number() ? lsize->as_uint64() : std::nullopt;
+        if (!lv || *lv != f.size) {
+          return CorruptionError(file_where + ": \"lfs.size\" differs from \"size\" " + std::to_string(f.size));
+        }
+      }
+    }
+    if (!seen_paths.insert(f.path).second) return CorruptionError(file_where + ": duplicate path");
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
 std::optional<std::string> ParseNextLink(std::string_view link_header) {
   std::optional<std::string> next;
   SplitUnquoted(link_header, ',', [&](std::string_view link) {
@@ -165,7 +221,7 @@ std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
                                                     std::chrono::system_clock::time_point now) {
   value = Trim(value);
   if (auto secs = ParseDecimalU64(value)) {
-    return std::chrono::seconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*secs, 86400 * 365)));
+    return std::chrono::seconds(static_cast<std::int64_t>(std::min<std::uint64_t>(*secs, kMaxRetryAfterSeconds)));
   }
   // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
   std::tm tm{};
@@ -174,8 +230,12 @@ std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
   if (end == nullptr || *end != '\0') return std::nullopt;
   const std::time_t when = timegm(&tm);
   if (when == static_cast<std::time_t>(-1)) return std::nullopt;
-  const auto delta = std::chrono::system_clock::from_time_t(when) - now;
-  return std::max(std::chrono::seconds(0), std::chrono::duration_cast<std::chrono::seconds>(delta));
+  // In seconds, as time_t: a date centuries away does not fit the clock's
+  // nanoseconds (found by fuzz_hub_protocol: year 9194 overflowed). Capped
+  // like delta-seconds.
+  const std::int64_t delta = static_cast<std::int64_t>(when) - static_cast<std::int64_t>(
+                                                                   std::chrono::system_clock::to_time_t(now));
+  return std::chrono::seconds(std::clamp<std::int64_t>(delta, 0, kMaxRetryAfterSeconds));
 }
 
 std::optional<std::chrono::seconds> ParseRateLimitReset(std::string_view value) {

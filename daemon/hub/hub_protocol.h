@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
+#include <vector>
 
 #include "format/json.h"  // EscapeForMessage
 #include "format/status.h"
@@ -44,12 +46,34 @@ bool IsCommitSha(std::string_view s);
 // An LFS sha256: exactly 64 hex digits (either case).
 bool IsSha256Hex(std::string_view s);
 
+// A file of the repo listing, as the tree API describes it.
+struct HubFile {
+  std::string path;        // validated: relative, no '..', no control chars
+  std::uint64_t size = 0;  // <= kMaxHubFileSize
+  std::string blob_id;     // git blob oid (may be empty)
+  std::string lfs_sha256;  // 64 lowercase hex for LFS files, else empty
+};
+
+// One page of `GET /api/models/{repo}/tree/{commit}?recursive=true` (a JSON
+// array; untrusted): its files, in order. Directories and other non-file
+// entries are skipped, but their paths are validated too. `seen_paths`
+// holds the paths of earlier pages; this page's files are added to it.
+// Corruption, whose message starts with `what` and names the entry (index,
+// and path once it is known to be a valid one), for: a body that is not a
+// JSON array of objects, a missing "type" or "path", a path ValidateHubPath
+// refuses, a file "size" missing or not an integer in [0, kMaxHubFileSize],
+// an "oid" that is not a string of at most 128 bytes, an "lfs" without a
+// 64-hex "oid" (or "sha256"), an "lfs.size" other than "size", and a path
+// already in `seen_paths`.
+Result<std::vector<HubFile>> ParseTreePage(std::string_view body, std::string_view what,
+                                           std::unordered_set<std::string>& seen_paths);
+
 // The URL of the `rel="next"` link in an RFC 8288 Link header, if any.
 // Example: `<https://hf.co/api/models/a/b/tree/c?cursor=x>; rel="next"`.
 std::optional<std::string> ParseNextLink(std::string_view link_header);
 
 // Retry-After: delta-seconds or an IMF-fixdate; the wait from `now`, clamped
-// to >= 0. nullopt when unparseable.
+// to [0, 365 days]. nullopt when unparseable.
 std::optional<std::chrono::seconds> ParseRetryAfter(
     std::string_view value, std::chrono::system_clock::time_point now);
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <unordered_set>
 
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"
@@ -470,6 +471,44 @@ TEST(HubProtocolTest, PathValidation) {
   EXPECT_EQ(ValidateHubPath(std::string(5000, 'a')).code(), StatusCode::kCorruption);
 }
 
+TEST(HubProtocolTest, TreePageListsFilesAndRefusesWhatIsOff) {
+  const std::string sha(64, 'A');
+  std::unordered_set<std::string> seen;
+  auto files = ParseTreePage(R"([{"type":"directory","path":"dense"},
+      {"type":"file","path":"dense/a.safetensors","size":10,"oid":"b1","lfs":{"oid":")" + sha + R"(","size":10}},
+      {"type":"file","path":"config.json","size":2}])",
+                             "page 0", seen);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].path, "dense/a.safetensors");
+  EXPECT_EQ((*files)[0].lfs_sha256, std::string(64, 'a'));  // lowercased
+  EXPECT_EQ((*files)[0].blob_id, "b1");
+  EXPECT_EQ((*files)[1].lfs_sha256, "");
+  EXPECT_EQ(seen.size(), 2u);
+  // The next page may not list a path again.
+  auto again = ParseTreePage(R"([{"type":"file","path":"config.json","size":2}])", "page 1", seen);
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(again.status().message(), HasSubstr("page 1 entry 0 ('config.json'): duplicate path"));
+  struct Bad {
+    const char* body;
+    const char* expect;
+  };
+  for (const Bad& b : {Bad{"{}", "page 2: expected a JSON array"},
+                       Bad{"[1]", "page 2 entry 0: not an object"},
+                       Bad{R"([{"path":"x"}])", "missing \"type\""},
+                       Bad{R"([{"type":"directory","path":"../x"}])", "page 2 entry 0"},
+                       Bad{R"([{"type":"file","path":"x","size":-1}])", "\"size\" missing"},
+                       Bad{R"([{"type":"file","path":"x","size":2000000000000000000}])", "\"size\" missing"},
+                       Bad{R"([{"type":"file","path":"x","size":1,"lfs":{"oid":"12"}}])", "\"lfs.oid\""},
+                       Bad{R"([{"type":"file","path":"y","size":1,"oid":7}])", "\"oid\" is not a short string"}}) {
+    std::unordered_set<std::string> none;
+    auto r = ParseTreePage(b.body, "page 2", none);
+    ASSERT_FALSE(r.ok()) << b.body;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << b.body;
+    EXPECT_THAT(r.status().message(), HasSubstr(b.expect)) << b.body;
+  }
+}
+
 TEST(HubProtocolTest, HeaderParsers) {
   EXPECT_EQ(ParseNextLink("<https://h/a?c=1>; rel=\"next\""), "https://h/a?c=1");
   EXPECT_EQ(ParseNextLink("<https://h/p>; rel=\"prev\", <https://h/n>; rel=next"), "https://h/n");
@@ -478,6 +517,11 @@ TEST(HubProtocolTest, HeaderParsers) {
   EXPECT_EQ(ParseRetryAfter("7", now), std::chrono::seconds(7));
   EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:50:07 GMT", now), std::chrono::seconds(30));
   EXPECT_EQ(ParseRetryAfter("soon", now), std::nullopt);
+  // A date long past waits nothing; one centuries away (past what the
+  // clock's nanoseconds hold: found by fuzz_hub_protocol) waits the cap.
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1904 08:50:07 GMT", now), std::chrono::seconds(0));
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 9194 08:49:37 GMT", now), std::chrono::seconds(86400 * 365));
+  EXPECT_EQ(ParseRetryAfter("99999999999", now), std::chrono::seconds(86400 * 365));
   EXPECT_EQ(ParseRateLimitReset("\"api\";r=0;t=55"), std::chrono::seconds(55));
   EXPECT_EQ(ParseRateLimitReset("\"a\";r=10;t=5, \"b\";r=0;t=40"), std::chrono::seconds(40));
   EXPECT_EQ(ParseRateLimitReset("limit=100, remaining=0, reset=9"), std::chrono::seconds(9));

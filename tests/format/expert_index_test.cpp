@@ -85,6 +85,16 @@ TEST(ExpertIndexTest, LoadHalfVectorsFoldsSignsAndBlockScales) {
   EXPECT_EQ(v[5], HalfToFloat(LoadLE16(bytes.data() + svh + 2 * (2048 + 256 + 5))));
 }
 
+// Reads the (patched) index and the reconstruction vectors of half h of
+// expert e's projection p at K3.
+Status LoadVectorsK3(const std::vector<std::byte>& bytes, int e, Proj p, std::uint32_t h) {
+  SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
+  auto ix = ExpertIndex::Read(src, 3);
+  if (!ix.ok()) return ix.status();
+  std::vector<float> u, v;
+  return ix->LoadHalfVectors(src, e, p, h, 3, &u, &v);
+}
+
 // Non-finite vector elements pass the index reader (they are data, read
 // only when a half is reconstructed) but are refused there (spec U-10),
 // naming the tensor, the element and its byte.
@@ -105,17 +115,13 @@ TEST(ExpertIndexTest, LoadHalfVectorsRejectsNonFiniteElements) {
     const std::uint64_t at = TensorOffset(bytes, c.tensor) + c.element * c.bytes_per;
     if (c.bytes_per == 2) StoreLE16(bytes.data() + at, static_cast<std::uint16_t>(c.bits));
     else StoreLE32(bytes.data() + at, c.bits);
-    SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
-    auto ix = ExpertIndex::Read(src, 3);
-    ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-    std::vector<float> u, v;
-    Status st = ix->LoadHalfVectors(src, 1, Proj::kGate, 2, 3, &u, &v);
+    const Status st = LoadVectorsK3(bytes, 1, Proj::kGate, 2);
     ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
     EXPECT_THAT(st.message(), HasSubstr("exlr8-layer-003.index.safetensors: tensor '" + std::string(c.tensor) +
                                         "' element " + c.shown + " at byte " + std::to_string(at)));
     EXPECT_THAT(st.message(), HasSubstr("non-finite"));
     // Other halves do not read that element.
-    EXPECT_TRUE(ix->LoadHalfVectors(src, 0, Proj::kDown, 2, 3, &u, &v).ok());
+    EXPECT_TRUE(LoadVectorsK3(bytes, 0, Proj::kDown, 2).ok());
   }
 }
 
@@ -127,11 +133,7 @@ TEST(ExpertIndexTest, LoadHalfVectorsRejectsAnOverflowingHiddenSide) {
   const std::uint64_t su = TensorOffset(bytes, "k3.gate.su_block");   // F32 [4, 2]
   StoreLE16(bytes.data() + signs + 2 * 200, 0x4000);                   // 2.0
   StoreLE32(bytes.data() + su + 4 * (2 + 1), std::bit_cast<std::uint32_t>(3e38f));
-  SpanByteSource src(bytes, "exlr8-layer-003.index.safetensors");
-  auto ix = ExpertIndex::Read(src, 3);
-  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-  std::vector<float> u, v;
-  Status st = ix->LoadHalfVectors(src, 1, Proj::kGate, 2, 3, &u, &v);
+  const Status st = LoadVectorsK3(bytes, 1, Proj::kGate, 2);
   ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
   EXPECT_THAT(st.message(), HasSubstr("tensor 'signs.in' element [0, 200] at byte " + std::to_string(signs + 400) +
                                       " times 'k3.gate.su_block' element [1, 1] overflows fp32"));

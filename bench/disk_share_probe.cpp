@@ -13,8 +13,8 @@
 //   kick     pwrite; every 8 MiB start write-back of the file
 //            (sync_file_range WRITE), fdatasync every 16 MiB on a committer
 //            thread, fdatasync at the end (what exlr8d does today)
-//   paced    pwrite; one write-back thread makes the written pieces durable
-//            in order, at most PACE bytes in flight (sync_file_range
+//   paced    pwrite; PACE_DEPTH write-back threads make the written pieces
+//            durable in order, each PACE bytes at a time (sync_file_range
 //            WAIT_BEFORE|WRITE|WAIT_AFTER), fdatasync at the end
 //   idle     kick, but the write-back and commits come from a thread in the
 //            idle I/O class (ioprio_set): only a scheduler that honours
@@ -22,12 +22,20 @@
 //   direct   O_DIRECT pwrite from the readers (no page-cache copy, no
 //            write-back later), fdatasync at the end
 //
+// --read-rate caps the readers' total rate, as a network-bound server
+// would (curl reads the cold benchmark's rank at about 650 MB/s), so the
+// disk has idle time the writes may use. --read-chunk reads each piece in
+// requests of that size, one after another, readahead off: a server whose
+// reads wait on the disk's latency (nginx's sendfile cold) rather than on
+// its bandwidth.
+//
 // Prints, per run: when the last read ended, when every byte was durable,
 // and the rate. Before each run it drops the page cache (needs root), so
 // SRC is read from the disk. Also prints the disk's queue settings.
 //
 //   disk_share_probe SRC DST_DIR [--bytes 578M] [--modes memory,sync,kick,paced,idle,direct]
 //                    [--rounds 3] [--threads 16] [--piece 192K] [--stride 4] [--pace 1M]
+//                    [--pace-depth 1] [--read-rate 0] [--read-chunk 0]
 //
 // SRC is created (random bytes, fsync'ed) when it is missing or too small.
 // Results and what they mean: docs/BENCHMARKS.md (issue 3, the cold mode).
@@ -67,6 +75,9 @@ struct Options {
   std::uint64_t piece = 192 << 10;
   std::uint64_t stride = 4;
   std::uint64_t pace = 1 << 20;
+  int pace_depth = 1;          // write-back threads of `paced`
+  std::uint64_t read_rate = 0;  // bytes/s all readers together; 0 = as fast as the disk
+  std::uint64_t read_chunk = 0;  // each piece read in requests of this size, readahead off; 0 = one pread
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -166,6 +177,7 @@ RunResult RunOnce(const Options& o, const std::string& mode, int round) {
   DropCaches();
   const int src = ::open(o.src.c_str(), O_RDONLY | O_CLOEXEC);
   if (src < 0) Die("open " + o.src);
+  if (o.read_chunk > 0) (void)::posix_fadvise(src, 0, 0, POSIX_FADV_RANDOM);  // no readahead
   const bool direct = mode == "direct";
   const int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
   if (out < 0) Die("create " + dst);
@@ -194,7 +206,8 @@ RunResult RunOnce(const Options& o, const std::string& mode, int round) {
   };
 
   const auto t0 = Clock::now();
-  std::thread committer, pacer;
+  std::thread committer;
+  std::vector<std::thread> pacers;
   if (kicks) {
     committer = std::thread([&] {
       if (mode == "idle") SetIdleIoPriority();
@@ -212,8 +225,8 @@ RunResult RunOnce(const Options& o, const std::string& mode, int round) {
       }
     });
   }
-  if (mode == "paced") {
-    pacer = std::thread([&] {
+  for (int d = 0; mode == "paced" && d < o.pace_depth; ++d) {
+    pacers.emplace_back([&] {
       std::unique_lock l(written.mu);
       while (true) {
         written.cv.wait(l, [&] { return !written.q.empty() || written.done; });
@@ -244,8 +257,17 @@ RunResult RunOnce(const Options& o, const std::string& mode, int round) {
       if (::posix_memalign(&mem, 4096, o.piece) != 0) Die("posix_memalign");
       char* buf = static_cast<char*>(mem);
       for (std::uint64_t i; (i = next.fetch_add(1)) < pieces;) {
+        // A network-bound server hands out pieces no faster than read_rate.
+        if (o.read_rate > 0)
+          std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                                 static_cast<double>(i * o.piece) / static_cast<double>(o.read_rate))));
         const std::uint64_t off = i * o.stride * o.piece;
-        PreadAll(src, buf, o.piece, off);
+        if (o.read_chunk == 0) {
+          PreadAll(src, buf, o.piece, off);
+        } else {  // one disk request per chunk, each waited for: latency-bound, like sendfile
+          for (std::uint64_t c = 0; c < o.piece; c += o.read_chunk)
+            PreadAll(src, buf + c, std::min(o.read_chunk, o.piece - c), off + c);
+        }
         PwriteAll(out, buf, o.piece, off, "write destination");
         if (kicks) kick_and_commit(o.piece);
         if (mode == "paced") {
@@ -267,13 +289,13 @@ RunResult RunOnce(const Options& o, const std::string& mode, int round) {
     }
     committer.join();
   }
-  if (pacer.joinable()) {
+  if (!pacers.empty()) {
     {
       std::lock_guard l(written.mu);
       written.done = true;
-      written.cv.notify_one();
+      written.cv.notify_all();
     }
-    pacer.join();
+    for (auto& p : pacers) p.join();
   }
   if (mode != "memory") Fdatasync(out);
   const double durable_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -317,11 +339,15 @@ int main(int argc, char** argv) {
     else if (a == "--piece") o.piece = ParseBytes(value());
     else if (a == "--stride") o.stride = ParseBytes(value());
     else if (a == "--pace") o.pace = ParseBytes(value());
+    else if (a == "--pace-depth") o.pace_depth = std::atoi(value().c_str());
+    else if (a == "--read-rate") o.read_rate = ParseBytes(value());
+    else if (a == "--read-chunk") o.read_chunk = ParseBytes(value());
     else pos.push_back(a);
   }
-  if (pos.size() != 2 || o.piece % 4096 != 0 || o.threads < 1 || o.stride < 1) {
+  if (pos.size() != 2 || o.piece % 4096 != 0 || o.threads < 1 || o.stride < 1 || o.pace_depth < 1) {
     std::fprintf(stderr, "usage: disk_share_probe SRC DST_DIR [--bytes N] [--modes a,b] [--rounds R] "
-                         "[--threads T] [--piece N (multiple of 4096)] [--stride S] [--pace N]\n");
+                         "[--threads T] [--piece N (multiple of 4096)] [--stride S] [--pace N] [--pace-depth D] "
+                         "[--read-rate BYTES/s] [--read-chunk N]\n");
     return 2;
   }
   o.src = pos[0];
@@ -329,9 +355,11 @@ int main(int argc, char** argv) {
   PrintDiskSettings(o.dst_dir);
   std::fflush(stdout);
   MakeSource(o);
-  std::printf("%llu pieces of %llu KiB, one in %llu, %d readers; pace %llu KiB\n",
+  std::printf("%llu pieces of %llu KiB, one in %llu, %d readers (%s); pace %llu KiB x %d\n",
               static_cast<unsigned long long>(o.bytes / o.piece), static_cast<unsigned long long>(o.piece >> 10),
-              static_cast<unsigned long long>(o.stride), o.threads, static_cast<unsigned long long>(o.pace >> 10));
+              static_cast<unsigned long long>(o.stride), o.threads,
+              o.read_rate ? (std::to_string(o.read_rate / 1000000) + " MB/s").c_str() : "as fast as the disk",
+              static_cast<unsigned long long>(o.pace >> 10), o.pace_depth);
   std::printf("%-8s %5s %10s %12s %10s\n", "mode", "round", "reads end", "all durable", "MB/s");
   for (int round = 0; round < o.rounds; ++round) {
     // Rotate the order, so no mode always runs first after the source was written.

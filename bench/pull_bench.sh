@@ -21,7 +21,8 @@
 #      part A's rounds): VARIANTS, ';'-separated sets of pull options ("" =
 #      the defaults; a set may start with BIN=PATH to run another exlr8d
 #      build, e.g. the last commit's), each run ROUNDS times per mode in MODES (cold and/or
-#      warm, as in A) beside curl, order rotating; prints every run and the
+#      warm, as in A) beside curl, order rotating; prints every run (with what it read from and wrote to
+#      the disk under the work directory, /sys/class/block/DEV/stat) and the
 #      median and best per variant. TMPFS=DIR also runs exlr8d (defaults)
 #      and curl writing into DIR (a tmpfs: no disk writes of their own),
 #      which tells what the disk costs from the rest.
@@ -96,6 +97,19 @@ drop_caches() {
   else
     cache_state=warm
   fi
+}
+# The block device under the work directory, and its sectors read and
+# written so far (/sys/class/block/DEV/stat): what a run cost the disk.
+disk_dev=$(basename "$(df --output=source "$w" | tail -1)")
+disk_sectors() {
+  if [[ -r /sys/class/block/$disk_dev/stat ]]; then awk '{print $3, $7}' "/sys/class/block/$disk_dev/stat"; else echo "0 0"; fi
+}
+# disk_delta "R0 W0" "R1 W1": "disk read X MB, wrote Y MB".
+disk_delta() {
+  local a b
+  read -r -a a <<< "$1"
+  read -r -a b <<< "$2"
+  echo "disk read $(((b[0] - a[0]) * 512 / 1000000)) MB, wrote $(((b[1] - a[1]) * 512 / 1000000)) MB"
 }
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.2", 0)); print(s.getsockname()[1])'
@@ -231,10 +245,13 @@ if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
     prepare "$mode"
     curl -s -X POST "$hub/_sim/reset" > /dev/null
     l=$(load)
+    local io0
+    io0=$(disk_sectors)
     t0=$(now)
     /usr/bin/time -f '%M' -o "$w/time.txt" "${exe:-$bin/exlr8d}" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
       --no-progress --json > "$w/pull.json"
     t1=$(now)
+    disk_delta "$io0" "$(disk_sectors)" > "$w/io"
     curl -s "$hub/_sim/stats" > "$w/stats.json"
     python3 - "$w/pull.json" "$w/stats.json" "$t0" "$t1" "$(cat "$w/time.txt")" "$l" "$mode/$cache_state" << 'PY'
 import json, sys
@@ -260,9 +277,12 @@ PY
     sed "s|^output = \"$w/curl.out/|output = \"$dir/|" "$w/curl.cfg" > "$w/curl.run.cfg"
     prepare "$mode"
     l=$(load)
+    local io0
+    io0=$(disk_sectors)
     t0=$(now)
     curl --parallel --parallel-max 16 -sS --no-progress-meter --fail -K "$w/curl.run.cfg"
     t1=$(now)
+    disk_delta "$io0" "$(disk_sectors)" > "$w/io"
     # exlr8d's bytes are on stable storage when it exits; curl's are not:
     # also note when they are (syncfs of the file system they are on).
     sync -f "$dir"
@@ -338,8 +358,8 @@ PY
           if [[ $t == *curl ]]; then run_curl "$mode" > "$w/row"; else run_exlr8d "$mode" > "$w/row"; fi
           read -r -a f < "$w/row"
           printf '%s\t%s\t%s\n' "$mode" "$label" "${f[1]}" >> "$w/ab"
-          printf '  %-6s %-44s %8.3f s  %s\n' "$mode" "$label" "${f[1]}" "$(tail -1 "$w/pull.json.phases" 2> /dev/null |
-            sed 's/.*s: //; s/resolve [0-9.]*, list [0-9.]*, //')"
+          printf '  %-6s %-44s %8.3f s  %s  [%s]\n' "$mode" "$label" "${f[1]}" "$(tail -1 "$w/pull.json.phases" 2> /dev/null |
+            sed 's/.*s: //; s/resolve [0-9.]*, list [0-9.]*, //')" "$(cat "$w/io")"
           [[ $t == v* || $t == tmpfs ]] && rm -rf "$out_root/exlr8d.$n_run"  # 48 files: cheap to delete
           [[ $out_root != "$w/out" ]] && rm -rf "$out_root"
           : > "$w/pull.json.phases"

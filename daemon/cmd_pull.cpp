@@ -37,6 +37,10 @@ resumes where it stopped.
   --jobs J               parallel transfers (default 16)
   --token-file FILE      token file (default: $HF_TOKEN, else $HF_HOME/token)
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
+  --ca-bundle FILE       CA certificates (PEM) to verify HTTPS servers with,
+                         e.g. a mirror's private CA (default: $CURL_CA_BUNDLE,
+                         else $REQUESTS_CA_BUNDLE, else $SSL_CERT_FILE, else
+                         the system's store)
   --limit-rate BYTES     total download rate limit, e.g. 200M (bytes/s)
   --budget BYTES         refuse to grow the cache past this size
   --make-room            when the bytes to fetch do not fit (disk or budget),
@@ -135,7 +139,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   Args parsed;
   if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
-                                    "token-file", "proxy", "limit-rate", "budget", "coalesce-gap",
+                                    "token-file", "proxy", "ca-bundle", "limit-rate", "budget", "coalesce-gap",
                                     "commit-interval-ms", "background-jobs", "write-threads", "write-behind"},
                                    {"dry-run", "offline", "no-progress", "json", "make-room"}, 0, &parsed))
     return *exit;
@@ -158,6 +162,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.hub.endpoint = args->GetOr("endpoint", "");
     opt.hub.token_file = args->GetOr("token-file", "");
     opt.hub.proxy = args->GetOr("proxy", "");
+    opt.hub.ca_bundle = args->GetOr("ca-bundle", "");
     if (auto r = args->Get("limit-rate")) {
       EXLR8_ASSIGN_OR_RETURN(opt.fetch.max_bytes_per_second, ParseByteCount(*r));
     }

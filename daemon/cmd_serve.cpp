@@ -65,6 +65,9 @@ Pull options (for every job; as for 'exlr8d pull'):
                       A job may name another endpoint; it then runs without a token
   --token-file FILE   token file (default: $HF_TOKEN, else $HF_HOME/token)
   --proxy URL         proxy for every request (default: HTTPS_PROXY etc.)
+  --ca-bundle FILE    CA certificates (PEM) to verify HTTPS servers with
+                      (default: $CURL_CA_BUNDLE, $REQUESTS_CA_BUNDLE,
+                      $SSL_CERT_FILE, else the system's store)
   --jobs J            parallel transfers per pull (default 16)
   --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
                       running jobs together
@@ -97,6 +100,7 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   p.hub.endpoint = args.GetOr("endpoint", "");
   p.hub.token_file = args.GetOr("token-file", "");
   p.hub.proxy = args.GetOr("proxy", "");
+  p.hub.ca_bundle = args.GetOr("ca-bundle", "");
   EXLR8_ASSIGN_OR_RETURN(std::int64_t parallel, args.GetInt("jobs", 16, 1, 1024));
   p.fetch.max_parallel = static_cast<int>(parallel);
   p.fetch.max_queued = std::max(64, 4 * static_cast<int>(parallel));
@@ -124,7 +128,7 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   constexpr const char* kProg = "exlr8d serve";
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
-                                   {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy",
+                                   {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy", "ca-bundle",
                                     "jobs", "limit-rate", "budget", "stage-binary"},
                                    {"no-socket"}, 0, &args))
     return *exit;

@@ -14,22 +14,41 @@ pkgs=(
   libgtest-dev libgmock-dev # tests
   clang libclang-rt-14-dev  # libFuzzer targets
   python3 python3-venv      # huggingface_hub compatibility test
-  curl
+  curl openssl              # openssl: the test CA of pull_tls_test
 )
 if [[ "${EXLR8_SETUP_BENCH:-0}" == 1 ]]; then
   pkgs+=(nginx-light aria2 time bc)
 fi
+
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO=sudo
 
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO=sudo
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# nginx for the HTTPS + HTTP/2 CDN of tests/daemon/pull_tls_test.cpp: the
+# binary of Debian's nginx package unpacked under .tools/ (git ignores it),
+# not installed, so no nginx service is started or enabled on a developer's
+# machine. The test also finds a system nginx; without either it skips,
+# saying so.
+tools=$(cd "$(dirname "$0")/.." && pwd)/.tools
+if [[ ! -x $tools/nginx/usr/sbin/nginx ]]; then
+  debs=$(mktemp -d)
+  if ! (cd "$debs" && apt-get download -qq nginx 2> /dev/null); then
+    $SUDO apt-get update -qq
+    (cd "$debs" && apt-get download -qq nginx 2> /dev/null)
+  fi
+  mkdir -p "$tools/nginx"
+  dpkg -x "$debs"/nginx_*.deb "$tools/nginx"
+  rm -rf "$debs"
+  echo "setup: nginx unpacked under $tools/nginx (for the TLS pull test)"
 fi

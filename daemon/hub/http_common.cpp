@@ -125,6 +125,30 @@ void ApplyCommonOptions(CURL* easy, const HttpSettings& s, const std::string& ur
   // An empty string disables libcurl's own environment lookup, so the choice
   // above is the only one.
   curl_easy_setopt(easy, CURLOPT_PROXY, proxy.c_str());
+  if (!s.ca_bundle.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, s.ca_bundle.c_str());
+}
+
+bool IsPermanentCurlError(int curl_code) {
+  switch (static_cast<CURLcode>(curl_code)) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_ISSUER_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string DescribeCurlError(int curl_code, const char* errbuf) {
+  const auto code = static_cast<CURLcode>(curl_code);
+  std::string msg = curl_easy_strerror(code);
+  if (errbuf != nullptr && errbuf[0] != '\0') msg += std::string(" (") + errbuf + ")";
+  if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_ISSUER_ERROR)
+    msg += "; if the server's certificate comes from a private CA, name its PEM file with --ca-bundle "
+           "(or CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)";
+  return msg;
 }
 
 void ResponseHead::AddLine(std::string_view line) {

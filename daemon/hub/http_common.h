@@ -40,6 +40,9 @@ struct HttpSettings {
   // measured on loopback (1 GiB as 2,731 ranges, 16 transfers), 512 KiB was
   // 2x slower than this (buffer churn per transfer, cache misses).
   long buffer_size = 100 * 1024;
+  // PEM file of the CAs that HTTPS servers are verified against; empty:
+  // libcurl's default store. Verification is never turned off.
+  std::string ca_bundle;
 
   // True iff `url` is on the hub endpoint's origin (scheme, host, port).
   bool ShouldSendToken(std::string_view url) const;
@@ -56,8 +59,18 @@ std::string ProxyForUrl(std::string_view url, const std::string& explicit_proxy,
 
 // Resets `easy` and sets what every request needs: URL, user agent, no
 // automatic redirects, no signals, timeouts, proxy (as ProxyForUrl says),
-// HTTP/2 over TLS where offered, keep-alive.
+// HTTP/2 over TLS where offered, keep-alive, the CA bundle.
 void ApplyCommonOptions(CURL* easy, const HttpSettings& settings, const std::string& url);
+
+// What a failed transfer says, from libcurl's code and error buffer; for a
+// certificate the server's chain does not verify against, with what to do
+// about it (a private CA: --ca-bundle).
+std::string DescribeCurlError(int curl_code, const char* errbuf);
+
+// True for failures another attempt cannot mend (a certificate that does
+// not verify, a CA file libcurl cannot use): the request fails at once
+// instead of after every retry's backoff.
+bool IsPermanentCurlError(int curl_code);
 
 // The response headers the hub code acts on, captured by a CURLOPT_HEADERFUNCTION.
 struct ResponseHead {

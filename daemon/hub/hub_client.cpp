@@ -57,11 +57,6 @@ SlistPtr MakeHeaders(const HttpSettings& s, const std::string& url, const std::s
   return SlistPtr(list);
 }
 
-std::string CurlErrorText(CURLcode code, const char* errbuf) {
-  std::string msg = curl_easy_strerror(code);
-  if (errbuf != nullptr && errbuf[0] != '\0') msg += std::string(" (") + errbuf + ")";
-  return msg;
-}
 
 Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
   std::ifstream in(path, std::ios::binary);
@@ -121,6 +116,18 @@ Result<std::string> LoadHubToken(const HubOptions& options) {
   return token;
 }
 
+Result<std::string> ChooseCaBundle(const HubOptions& options) {
+  std::string path = options.ca_bundle, source = "--ca-bundle";
+  for (const char* var : {"CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"}) {
+    if (!path.empty()) break;
+    if (const char* v = Env(var)) path = v, source = var;
+  }
+  if (path.empty()) return path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("CA bundle '" + path + "' (from " + source + ") cannot be read");
+  return path;
+}
+
 struct HubClient::Response {
   ResponseHead head;
   std::string body;
@@ -150,6 +157,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
                                 "' is not an http(s) URL without query");
   }
   EXLR8_ASSIGN_OR_RETURN(std::string token, LoadHubToken(options));
+  EXLR8_ASSIGN_OR_RETURN(c->settings_.ca_bundle, ChooseCaBundle(options));
 
   c->settings_.hub_origin = *origin;
   c->settings_.token = std::move(token);
@@ -231,7 +239,8 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     }
     std::optional<milliseconds> wait;
     if (rc != CURLE_OK) {
-      last_error = IOError(std::string(what) + ": " + CurlErrorText(rc, errbuf));
+      last_error = IOError(std::string(what) + ": " + DescribeCurlError(rc, errbuf));
+      if (IsPermanentCurlError(rc)) return last_error;
     } else if (IsRetryableHttp(status)) {
       if (status == 429) rate_limited_.fetch_add(1, std::memory_order_relaxed);
       last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url));
@@ -462,7 +471,8 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
     if (!ctx.error.ok()) {
       last_error = ctx.error.WithContext(what);
     } else if (rc != CURLE_OK) {
-      last_error = IOError(what + ": " + CurlErrorText(rc, errbuf));
+      last_error = IOError(what + ": " + DescribeCurlError(rc, errbuf));
+      if (IsPermanentCurlError(rc)) return last_error;
     } else if (status == 200 || status == 206) {
       if (where.size && ctx.delivered != *where.size) {
         last_error = IOError(what + ": got " + std::to_string(ctx.delivered) + " bytes, expected " +

@@ -67,6 +67,13 @@ struct HubOptions {
   // unless use_env_proxy is false.
   std::string proxy;
   bool use_env_proxy = true;
+  // CA certificates (PEM) that HTTPS hubs, mirrors and CDNs are verified
+  // against: `ca_bundle` if set, else $CURL_CA_BUNDLE, else
+  // $REQUESTS_CA_BUNDLE, else $SSL_CERT_FILE (the variables curl, Python
+  // requests and huggingface_hub honour), else libcurl's default store. A
+  // file that cannot be read is InvalidArgument naming it and where it came
+  // from. Verification itself is never turned off.
+  std::string ca_bundle;
 
   // Retries of API/resolve/whole-file requests on transport errors, 5xx and
   // 429: at most max_attempts tries, exponential backoff from retry_base
@@ -207,5 +214,10 @@ class HubClient {
 // InvalidArgument when an explicitly named file is unreadable or the token
 // has whitespace/control characters inside (messages never show it).
 Result<std::string> LoadHubToken(const HubOptions& options);
+
+// The CA bundle HubOptions selects (see HubOptions::ca_bundle), or "" for
+// libcurl's default store. InvalidArgument when the chosen file cannot be
+// read, naming it and its source (the option or the variable).
+Result<std::string> ChooseCaBundle(const HubOptions& options);
 
 }  // namespace exlr8

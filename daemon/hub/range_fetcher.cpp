@@ -453,9 +453,9 @@ struct RangeFetcher::Impl {
       resolve_queue.push_back(fi);
     };
     if (rc != CURLE_OK) {
-      std::string msg = curl_easy_strerror(rc);
-      if (t.errbuf[0] != '\0') msg += std::string(" (") + t.errbuf + ")";
-      retry(IOError(hub.DescribeFile(f.path) + ": resolve: " + msg), std::nullopt);
+      const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " + DescribeCurlError(rc, t.errbuf));
+      if (IsPermanentCurlError(rc)) FailFile(fi, error);  // another try meets the same certificate
+      else retry(error, std::nullopt);
       return;
     }
     HubClient::ResolveStep step = hub.InterpretResolve(f.path, t.url, t.head);
@@ -718,11 +718,14 @@ struct RangeFetcher::Impl {
       Retry(ji, t.error);
       return;
     }
+    if (status == 0 && IsPermanentCurlError(rc)) {  // the CDN's certificate: no try will pass
+      FailJob(ji, IOError(Describe(j) + ": " + DescribeCurlError(rc, t.errbuf)));
+      return;
+    }
     if (status == 200 || status == 206 || status == 0) {
       std::string msg;
       if (rc != CURLE_OK) {
-        msg = curl_easy_strerror(rc);
-        if (t.errbuf[0] != '\0') msg += std::string(" (") + t.errbuf + ")";
+        msg = DescribeCurlError(rc, t.errbuf);
       } else {
         Inc(counters.bad_answers);
         msg = "short body";

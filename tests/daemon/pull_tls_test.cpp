@@ -1,0 +1,283 @@
+// Pulls over HTTPS and HTTP/2, as from the real Hub's CDN: the hub API is
+// the simulator on 127.0.0.1, and /resolve/ sends every file to nginx on
+// 127.0.0.2 with TLS (a certificate of a private CA made for the test) and
+// HTTP/2. Real sockets, a real TLS handshake, real libcurl, a real cache.
+//
+// Needs nginx ($EXLR8_NGINX, else the one scripts/setup.sh unpacks under
+// .tools/, else a system nginx) and the openssl tool; without them the tests
+// skip, saying so.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/pull/pull_job.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/hubsim/hubsim.h"
+
+namespace exlr8 {
+namespace {
+
+namespace fs = std::filesystem;
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "hf_exlr8_tls_token";
+
+std::string FindProgram(const std::vector<std::string>& candidates) {
+  for (const std::string& c : candidates)
+    if (::access(c.c_str(), X_OK) == 0) return c;
+  return "";
+}
+
+std::uint16_t FreePort(const char* address) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, address, &a.sin_addr);
+  socklen_t len = sizeof a;
+  std::uint16_t port = 0;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(s);
+  return port;
+}
+
+bool Accepts(const char* address, std::uint16_t port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, address, &a.sin_addr);
+  const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(s);
+  return ok;
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool LibcurlSpeaksHttp2() { return (curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_HTTP2) != 0; }
+
+// nginx in the foreground serving `root` over TLS and HTTP/2 on 127.0.0.2,
+// logging each request's protocol, Authorization header, status and Range.
+class TlsCdn {
+ public:
+  TlsCdn(const std::string& nginx, const fs::path& dir, const fs::path& root, const fs::path& cert,
+         const fs::path& key)
+      : dir_(dir), port_(FreePort("127.0.0.2")) {
+    fs::create_directories(dir / "ngx");
+    std::ofstream conf(dir / "ngx" / "nginx.conf");
+    conf << "daemon off;\nworker_processes 2;\n" << (::geteuid() == 0 ? "user root root;\n" : "")
+         << "pid " << (dir / "ngx" / "nginx.pid").string() << ";\n"
+         << "error_log " << (dir / "ngx" / "error.log").string() << " warn;\n"
+         << "events { worker_connections 256; }\nhttp {\n"
+         << "  log_format t '$server_protocol \"$http_authorization\" $status \"$http_range\"';\n"
+         << "  access_log " << (dir / "ngx" / "access.log").string() << " t;\n"
+         << "  client_body_temp_path " << (dir / "ngx" / "body").string() << ";\n"
+         << "  proxy_temp_path " << (dir / "ngx" / "proxy").string() << ";\n"
+         << "  fastcgi_temp_path " << (dir / "ngx" / "fastcgi").string() << ";\n"
+         << "  uwsgi_temp_path " << (dir / "ngx" / "uwsgi").string() << ";\n"
+         << "  scgi_temp_path " << (dir / "ngx" / "scgi").string() << ";\n"
+         << "  default_type application/octet-stream;\n"
+         << "  server {\n    listen 127.0.0.2:" << port_ << " ssl http2;\n"
+         << "    ssl_certificate " << cert.string() << ";\n    ssl_certificate_key " << key.string() << ";\n"
+         << "    root " << root.string() << ";\n    location / { }\n  }\n}\n";
+    conf.close();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string prefix = (dir / "ngx").string() + "/", conf_path = (dir / "ngx" / "nginx.conf").string();
+      ::execl(nginx.c_str(), nginx.c_str(), "-p", prefix.c_str(), "-c", conf_path.c_str(), "-e",
+              (dir / "ngx" / "error.log").c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 100 && !Accepts("127.0.0.2", port_); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ~TlsCdn() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool up() const { return pid_ > 0 && Accepts("127.0.0.2", port_); }
+  std::string base() const { return "https://127.0.0.2:" + std::to_string(port_); }
+  std::string ErrorLog() const { return Slurp(dir_ / "ngx" / "error.log"); }
+  // One line per request; nginx writes each line as its request ends.
+  std::vector<std::string> AccessLog() const {
+    std::vector<std::string> lines;
+    std::istringstream in(Slurp(dir_ / "ngx" / "access.log"));
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+
+ private:
+  fs::path dir_;
+  std::uint16_t port_;
+  pid_t pid_ = -1;
+};
+
+// Sets an environment variable for the test's scope, restoring it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+class PullTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // scripts/setup.sh unpacks one under .tools/; else a system nginx.
+    const char* env = std::getenv("EXLR8_NGINX");
+    nginx_ = FindProgram({env ? env : "", std::string(EXLR8_SOURCE_DIR) + "/.tools/nginx/usr/sbin/nginx",
+                          "/usr/sbin/nginx", "/usr/local/sbin/nginx"});
+    const std::string openssl = FindProgram({"/usr/bin/openssl", "/usr/local/bin/openssl"});
+    if (nginx_.empty() || openssl.empty())
+      GTEST_SKIP() << "needs nginx and the openssl tool (scripts/setup.sh installs them): "
+                   << (nginx_.empty() ? "no nginx" : "no openssl");
+    ::chmod(work_.path().c_str(), 0755);  // nginx workers may run as another user
+    cert_ = work_.path() / "cdn-cert.pem";
+    key_ = work_.path() / "cdn-key.pem";
+    // A self-signed certificate for the CDN's address: a private CA of one.
+    const std::string cmd = openssl + " req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2" +
+                            " -subj /CN=exlr8-test-cdn -addext subjectAltName=IP:127.0.0.2 -keyout " + key_.string() +
+                            " -out " + cert_.string() + " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    cdn_ = std::make_unique<TlsCdn>(nginx_, work_.path(), TinyRelease(), cert_, key_);
+    ASSERT_TRUE(cdn_->up()) << "nginx did not start: " << cdn_->ErrorLog();
+    hubsim::HubSimOptions o;
+    o.repos.push_back({"exlr8/test", TinyRelease().string()});
+    o.token = kToken;
+    o.cdn_base = cdn_->base();
+    o.lfs_threshold = 1;  // every file an LFS file: all bytes come from the CDN
+    auto sim = hubsim::HubSim::Start(o);
+    ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+    sim_ = std::move(*sim);
+  }
+
+  PullOptions TlsOptions(const std::string& ca_bundle) const {
+    PullOptions o = Options(*sim_, "home", 4, 1);
+    o.hub.token = kToken;
+    o.hub.ca_bundle = ca_bundle;
+    return o;
+  }
+
+  TempDir work_;
+  std::string nginx_;
+  fs::path cert_, key_;
+  std::unique_ptr<TlsCdn> cdn_;
+  std::unique_ptr<hubsim::HubSim> sim_;
+  // No CA bundle from the environment unless a test sets one.
+  ScopedEnv no_curl_ca_{"CURL_CA_BUNDLE", nullptr}, no_requests_ca_{"REQUESTS_CA_BUNDLE", nullptr},
+      no_ssl_cert_{"SSL_CERT_FILE", nullptr};
+};
+
+TEST_F(PullTlsTest, ThePrivateCaVerifiesTheCdnAndTheBytesComeOverHttp2) {
+  TempDir cache;
+  auto s = Pull(cache.path(), TlsOptions(cert_.string()));
+  ASSERT_TRUE(s.ok()) << s.status().ToString() << "\nnginx: " << cdn_->ErrorLog();
+  EXPECT_TRUE(s->complete);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  const std::vector<std::string> log = cdn_->AccessLog();
+  ASSERT_FALSE(log.empty());
+  std::size_t ranged = 0;
+  for (const std::string& line : log) {
+    // The token goes to the hub only, over TLS or not.
+    EXPECT_THAT(line, HasSubstr(" \"-\" ")) << "the CDN got an Authorization header: " << line;
+    EXPECT_EQ(line.find(kToken), std::string::npos) << line;
+    if (LibcurlSpeaksHttp2()) {
+      EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
+    }
+    ranged += line.find("\"bytes=") != std::string::npos;
+  }
+  EXPECT_GT(ranged, 0u) << "the halves come as range requests";
+}
+
+// Without the CA the CDN's certificate does not verify: the pull fails at
+// once (no retry can pass), naming the certificate and what to do.
+TEST_F(PullTlsTest, AnUntrustedCertificateFailsAtOnceAndSaysWhatToDo) {
+  TempDir cache;
+  auto cache_handle = Cache::Open(cache.path());
+  ASSERT_TRUE(cache_handle.ok());
+  PullOptions o = TlsOptions("");
+  o.hub.retry_base = std::chrono::milliseconds(200);  // retries, were there any, would show in the time
+  o.fetch.retry_base = std::chrono::milliseconds(200);
+  o.fetch.retry_cap = std::chrono::milliseconds(2000);
+  PullJob job(**cache_handle, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = job.Run();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kIOError) << s.status().ToString();
+  EXPECT_THAT(s.status().message(), HasSubstr("certificate"));
+  EXPECT_THAT(s.status().message(), HasSubstr("--ca-bundle"));
+  EXPECT_EQ(s.status().message().find(kToken), std::string::npos);
+  EXPECT_EQ(job.Progress().fetch.retries, 0u);
+  EXPECT_LT(took, 5.0) << "a certificate failure was retried";
+  EXPECT_EQ(*(*cache_handle)->RecordedBytes(), 0u) << "nothing from an unverified server is recorded";
+}
+
+// The CA from the environment, as curl and huggingface_hub take it; a file
+// that cannot be read is refused up front, naming it and its source.
+TEST_F(PullTlsTest, TheCaComesFromTheEnvironmentOrTheOptionAndMustBeReadable) {
+  {
+    ScopedEnv env("SSL_CERT_FILE", cert_.c_str());
+    TempDir cache;
+    auto s = Pull(cache.path(), TlsOptions(""));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(s->complete);
+  }
+  {
+    ScopedEnv env("REQUESTS_CA_BUNDLE", (work_.path() / "nope.pem").c_str());
+    TempDir cache;
+    auto s = Pull(cache.path(), TlsOptions(""));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(), HasSubstr("nope.pem' (from REQUESTS_CA_BUNDLE) cannot be read"));
+  }
+  // The command line: --ca-bundle wins over the environment.
+  ScopedEnv env("CURL_CA_BUNDLE", (work_.path() / "nope.pem").c_str());
+  TempDir cache;
+  const std::string pull = std::string(EXLR8_BIN_DIR) + "/exlr8d pull --repo exlr8/test --manifest home --tp 4" +
+                           " --rank 1 --endpoint " + sim_->hub_url() + " --cache " + cache.path().string() +
+                           " --no-progress";
+  const std::string err = (work_.path() / "pull.err").string();
+  ScopedEnv token("HF_TOKEN", kToken);
+  EXPECT_EQ(std::system((pull + " --ca-bundle " + cert_.string() + " > /dev/null 2> " + err).c_str()), 0)
+      << Slurp(err);
+  EXPECT_EQ(std::system((pull + " > /dev/null 2> " + err).c_str()) >> 8, 2);  // the variable's file is missing
+  EXPECT_THAT(Slurp(err), HasSubstr("(from CURL_CA_BUNDLE) cannot be read"));
+}
+
+}  // namespace
+}  // namespace exlr8

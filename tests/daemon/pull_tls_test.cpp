@@ -1,7 +1,9 @@
-// Pulls over HTTPS and HTTP/2, as from the real Hub's CDN: the hub API is
-// the simulator on 127.0.0.1, and /resolve/ sends every file to nginx on
-// 127.0.0.2 with TLS (a certificate of a private CA made for the test) and
-// HTTP/2. Real sockets, a real TLS handshake, real libcurl, a real cache.
+// Pulls over HTTPS and HTTP/2, as from the real Hub and its CDN: nginx with
+// TLS (a certificate of a private CA made for the test) and HTTP/2 serves
+// the hub on 127.0.0.1 (proxying the simulator's API) and the CDN on
+// 127.0.0.2 (the release directory), to which the simulator's /resolve/
+// sends every file. Real sockets, real TLS handshakes, real libcurl, a real
+// cache.
 //
 // Needs nginx ($EXLR8_NGINX, else the one scripts/setup.sh unpacks under
 // .tools/, else a system nginx) and the openssl tool; without them the tests
@@ -78,61 +80,64 @@ std::string Slurp(const fs::path& p) {
 
 bool LibcurlSpeaksHttp2() { return (curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_HTTP2) != 0; }
 
-// nginx in the foreground serving `root` over TLS and HTTP/2 on 127.0.0.2,
-// logging each request's protocol, Authorization header, status and Range.
-class TlsCdn {
+// nginx in the foreground, with TLS and HTTP/2: the CDN, serving `root` on
+// 127.0.0.2:cdn_port, and the hub, proxying 127.0.0.1:hub_port to the
+// simulator's plain HTTP at `hub_upstream` (as the Hub's own API is HTTPS
+// too). Each request is logged with its protocol, Authorization header,
+// status and Range, in a log per server.
+class TlsServers {
  public:
-  TlsCdn(const std::string& nginx, const fs::path& dir, const fs::path& root, const fs::path& cert,
-         const fs::path& key)
-      : dir_(dir), port_(FreePort("127.0.0.2")) {
-    fs::create_directories(dir / "ngx");
-    std::ofstream conf(dir / "ngx" / "nginx.conf");
+  TlsServers(const std::string& nginx, const fs::path& dir, const fs::path& root, const fs::path& cert,
+             const fs::path& key, std::uint16_t cdn_port, const std::string& hub_upstream)
+      : dir_(dir / "ngx"), cdn_port_(cdn_port), hub_port_(FreePort("127.0.0.1")) {
+    fs::create_directories(dir_);
+    const auto at = [&](const char* name) { return (dir_ / name).string(); };
+    std::ofstream conf(dir_ / "nginx.conf");
     conf << "daemon off;\nworker_processes 2;\n" << (::geteuid() == 0 ? "user root root;\n" : "")
-         << "pid " << (dir / "ngx" / "nginx.pid").string() << ";\n"
-         << "error_log " << (dir / "ngx" / "error.log").string() << " warn;\n"
+         << "pid " << at("nginx.pid") << ";\nerror_log " << at("error.log") << " warn;\n"
          << "events { worker_connections 256; }\nhttp {\n"
-         << "  log_format t '$server_protocol \"$http_authorization\" $status \"$http_range\"';\n"
-         << "  access_log " << (dir / "ngx" / "access.log").string() << " t;\n"
-         << "  client_body_temp_path " << (dir / "ngx" / "body").string() << ";\n"
-         << "  proxy_temp_path " << (dir / "ngx" / "proxy").string() << ";\n"
-         << "  fastcgi_temp_path " << (dir / "ngx" / "fastcgi").string() << ";\n"
-         << "  uwsgi_temp_path " << (dir / "ngx" / "uwsgi").string() << ";\n"
-         << "  scgi_temp_path " << (dir / "ngx" / "scgi").string() << ";\n"
-         << "  default_type application/octet-stream;\n"
-         << "  server {\n    listen 127.0.0.2:" << port_ << " ssl http2;\n"
-         << "    ssl_certificate " << cert.string() << ";\n    ssl_certificate_key " << key.string() << ";\n"
-         << "    root " << root.string() << ";\n    location / { }\n  }\n}\n";
+         << "  log_format t '$server_protocol \"$http_authorization\" $status \"$http_range\"';\n";
+    for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"})
+      conf << "  " << temp << "_temp_path " << at(temp) << ";\n";
+    conf << "  default_type application/octet-stream;\n"
+         << "  ssl_certificate " << cert.string() << ";\n  ssl_certificate_key " << key.string() << ";\n"
+         << "  server {\n    listen 127.0.0.2:" << cdn_port_ << " ssl http2;\n"
+         << "    access_log " << at("cdn.log") << " t;\n    root " << root.string() << ";\n    location / { }\n  }\n"
+         << "  server {\n    listen 127.0.0.1:" << hub_port_ << " ssl http2;\n"
+         << "    access_log " << at("hub.log") << " t;\n"
+         << "    location / { proxy_pass " << hub_upstream << "; proxy_http_version 1.1; }\n  }\n}\n";
     conf.close();
     pid_ = ::fork();
     if (pid_ == 0) {
-      const std::string prefix = (dir / "ngx").string() + "/", conf_path = (dir / "ngx" / "nginx.conf").string();
-      ::execl(nginx.c_str(), nginx.c_str(), "-p", prefix.c_str(), "-c", conf_path.c_str(), "-e",
-              (dir / "ngx" / "error.log").c_str(), static_cast<char*>(nullptr));
+      const std::string prefix = dir_.string() + "/", conf_path = at("nginx.conf"), err = at("error.log");
+      ::execl(nginx.c_str(), nginx.c_str(), "-p", prefix.c_str(), "-c", conf_path.c_str(), "-e", err.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
-    for (int i = 0; i < 100 && !Accepts("127.0.0.2", port_); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && !up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ~TlsCdn() {
+  ~TlsServers() {
     if (pid_ > 0) {
       ::kill(pid_, SIGTERM);
       ::waitpid(pid_, nullptr, 0);
     }
   }
-  bool up() const { return pid_ > 0 && Accepts("127.0.0.2", port_); }
-  std::string base() const { return "https://127.0.0.2:" + std::to_string(port_); }
-  std::string ErrorLog() const { return Slurp(dir_ / "ngx" / "error.log"); }
+  bool up() const { return pid_ > 0 && Accepts("127.0.0.2", cdn_port_) && Accepts("127.0.0.1", hub_port_); }
+  std::string hub_url() const { return "https://127.0.0.1:" + std::to_string(hub_port_); }
+  std::string ErrorLog() const { return Slurp(dir_ / "error.log"); }
   // One line per request; nginx writes each line as its request ends.
-  std::vector<std::string> AccessLog() const {
+  std::vector<std::string> CdnLog() const { return Lines(dir_ / "cdn.log"); }
+  std::vector<std::string> HubLog() const { return Lines(dir_ / "hub.log"); }
+
+ private:
+  static std::vector<std::string> Lines(const fs::path& p) {
     std::vector<std::string> lines;
-    std::istringstream in(Slurp(dir_ / "ngx" / "access.log"));
+    std::istringstream in(Slurp(p));
     for (std::string l; std::getline(in, l);) lines.push_back(l);
     return lines;
   }
-
- private:
   fs::path dir_;
-  std::uint16_t port_;
+  std::uint16_t cdn_port_, hub_port_;
   pid_t pid_ = -1;
 };
 
@@ -170,23 +175,28 @@ class PullTlsTest : public ::testing::Test {
     key_ = work_.path() / "cdn-key.pem";
     // A self-signed certificate for the CDN's address: a private CA of one.
     const std::string cmd = openssl + " req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2" +
-                            " -subj /CN=exlr8-test-cdn -addext subjectAltName=IP:127.0.0.2 -keyout " + key_.string() +
+                            " -subj /CN=exlr8-test -addext subjectAltName=IP:127.0.0.1,IP:127.0.0.2 -keyout " + key_.string() +
                             " -out " + cert_.string() + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    cdn_ = std::make_unique<TlsCdn>(nginx_, work_.path(), TinyRelease(), cert_, key_);
-    ASSERT_TRUE(cdn_->up()) << "nginx did not start: " << cdn_->ErrorLog();
+    // The CDN's port first: the simulator's /resolve/ names it, and the
+    // hub's server proxies to the simulator.
+    const std::uint16_t cdn_port = FreePort("127.0.0.2");
     hubsim::HubSimOptions o;
     o.repos.push_back({"exlr8/test", TinyRelease().string()});
     o.token = kToken;
-    o.cdn_base = cdn_->base();
+    o.cdn_base = "https://127.0.0.2:" + std::to_string(cdn_port);
     o.lfs_threshold = 1;  // every file an LFS file: all bytes come from the CDN
     auto sim = hubsim::HubSim::Start(o);
     ASSERT_TRUE(sim.ok()) << sim.status().ToString();
     sim_ = std::move(*sim);
+    tls_ = std::make_unique<TlsServers>(nginx_, work_.path(), TinyRelease(), cert_, key_, cdn_port, sim_->hub_url());
+    ASSERT_TRUE(tls_->up()) << "nginx did not start: " << tls_->ErrorLog();
   }
 
+  // The hub over HTTPS too (nginx in front of the simulator).
   PullOptions TlsOptions(const std::string& ca_bundle) const {
     PullOptions o = Options(*sim_, "home", 4, 1);
+    o.hub.endpoint = tls_->hub_url();
     o.hub.token = kToken;
     o.hub.ca_bundle = ca_bundle;
     return o;
@@ -195,56 +205,66 @@ class PullTlsTest : public ::testing::Test {
   TempDir work_;
   std::string nginx_;
   fs::path cert_, key_;
-  std::unique_ptr<TlsCdn> cdn_;
   std::unique_ptr<hubsim::HubSim> sim_;
+  std::unique_ptr<TlsServers> tls_;
   // No CA bundle from the environment unless a test sets one.
   ScopedEnv no_curl_ca_{"CURL_CA_BUNDLE", nullptr}, no_requests_ca_{"REQUESTS_CA_BUNDLE", nullptr},
       no_ssl_cert_{"SSL_CERT_FILE", nullptr};
 };
 
-TEST_F(PullTlsTest, ThePrivateCaVerifiesTheCdnAndTheBytesComeOverHttp2) {
+TEST_F(PullTlsTest, ThePrivateCaVerifiesHubAndCdnAndEverythingComesOverHttp2) {
   TempDir cache;
   auto s = Pull(cache.path(), TlsOptions(cert_.string()));
-  ASSERT_TRUE(s.ok()) << s.status().ToString() << "\nnginx: " << cdn_->ErrorLog();
+  ASSERT_TRUE(s.ok()) << s.status().ToString() << "\nnginx: " << tls_->ErrorLog();
   EXPECT_TRUE(s->complete);
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
-  const std::vector<std::string> log = cdn_->AccessLog();
-  ASSERT_FALSE(log.empty());
+  const std::vector<std::string> cdn = tls_->CdnLog(), hub = tls_->HubLog();
+  ASSERT_FALSE(cdn.empty());
+  ASSERT_FALSE(hub.empty());
   std::size_t ranged = 0;
-  for (const std::string& line : log) {
-    // The token goes to the hub only, over TLS or not.
+  for (const std::string& line : cdn) {
+    // The token goes to the hub's origin only: never to the CDN.
     EXPECT_THAT(line, HasSubstr(" \"-\" ")) << "the CDN got an Authorization header: " << line;
     EXPECT_EQ(line.find(kToken), std::string::npos) << line;
-    if (LibcurlSpeaksHttp2()) {
-      EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
-    }
     ranged += line.find("\"bytes=") != std::string::npos;
   }
   EXPECT_GT(ranged, 0u) << "the halves come as range requests";
+  for (const std::string& line : hub)  // the revision, the tree, one /resolve/ per file
+    EXPECT_THAT(line, HasSubstr("\"Bearer " + std::string(kToken) + "\"")) << line;
+  if (LibcurlSpeaksHttp2()) {
+    for (const auto* log : {&cdn, &hub})
+      for (const std::string& line : *log) EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
+  }
 }
 
-// Without the CA the CDN's certificate does not verify: the pull fails at
-// once (no retry can pass), naming the certificate and what to do.
+// Without the CA the servers' certificate does not verify: the pull fails
+// at once (no retry can pass), naming the certificate and what to do. Both
+// ways: the hub's API (the hub client's requests) and, with the hub on
+// plain HTTP, the CDN (the range fetcher's resolves and ranges).
 TEST_F(PullTlsTest, AnUntrustedCertificateFailsAtOnceAndSaysWhatToDo) {
-  TempDir cache;
-  auto cache_handle = Cache::Open(cache.path());
-  ASSERT_TRUE(cache_handle.ok());
-  PullOptions o = TlsOptions("");
-  o.hub.retry_base = std::chrono::milliseconds(200);  // retries, were there any, would show in the time
-  o.fetch.retry_base = std::chrono::milliseconds(200);
-  o.fetch.retry_cap = std::chrono::milliseconds(2000);
-  PullJob job(**cache_handle, o);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto s = job.Run();
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kIOError) << s.status().ToString();
-  EXPECT_THAT(s.status().message(), HasSubstr("certificate"));
-  EXPECT_THAT(s.status().message(), HasSubstr("--ca-bundle"));
-  EXPECT_EQ(s.status().message().find(kToken), std::string::npos);
-  EXPECT_EQ(job.Progress().fetch.retries, 0u);
-  EXPECT_LT(took, 5.0) << "a certificate failure was retried";
-  EXPECT_EQ(*(*cache_handle)->RecordedBytes(), 0u) << "nothing from an unverified server is recorded";
+  for (const bool hub_over_tls : {true, false}) {
+    SCOPED_TRACE(hub_over_tls ? "hub and CDN over TLS" : "the CDN over TLS");
+    TempDir cache;
+    auto cache_handle = Cache::Open(cache.path());
+    ASSERT_TRUE(cache_handle.ok());
+    PullOptions o = TlsOptions("");
+    if (!hub_over_tls) o.hub.endpoint = sim_->hub_url();
+    o.hub.retry_base = std::chrono::milliseconds(200);  // retries, were there any, would show in the time
+    o.fetch.retry_base = std::chrono::milliseconds(200);
+    o.fetch.retry_cap = std::chrono::milliseconds(2000);
+    PullJob job(**cache_handle, o);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = job.Run();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kIOError) << s.status().ToString();
+    EXPECT_THAT(s.status().message(), HasSubstr("certificate"));
+    EXPECT_THAT(s.status().message(), HasSubstr("--ca-bundle"));
+    EXPECT_EQ(s.status().message().find(kToken), std::string::npos);
+    EXPECT_EQ(job.Progress().fetch.retries, 0u);
+    EXPECT_LT(took, 5.0) << "a certificate failure was retried";
+    EXPECT_EQ(*(*cache_handle)->RecordedBytes(), 0u) << "nothing from an unverified server is recorded";
+  }
 }
 
 // The CA from the environment, as curl and huggingface_hub take it; a file
@@ -269,7 +289,7 @@ TEST_F(PullTlsTest, TheCaComesFromTheEnvironmentOrTheOptionAndMustBeReadable) {
   ScopedEnv env("CURL_CA_BUNDLE", (work_.path() / "nope.pem").c_str());
   TempDir cache;
   const std::string pull = std::string(EXLR8_BIN_DIR) + "/exlr8d pull --repo exlr8/test --manifest home --tp 4" +
-                           " --rank 1 --endpoint " + sim_->hub_url() + " --cache " + cache.path().string() +
+                           " --rank 1 --endpoint " + tls_->hub_url() + " --cache " + cache.path().string() +
                            " --no-progress";
   const std::string err = (work_.path() / "pull.err").string();
   ScopedEnv token("HF_TOKEN", kToken);

@@ -484,10 +484,12 @@ Result<JobSnapshot> JobRunner::Submit(const JobRequest& request) {
 }
 
 Result<JobSnapshot> JobRunner::Cancel(JobId id) {
+  bool asked_here = false;  // this request is the one that cancels a running job
   {
     std::lock_guard<std::mutex> l(rep_->mu);
-    if (auto it = rep_->running.find(id); it != rep_->running.end()) {
+    if (auto it = rep_->running.find(id); it != rep_->running.end() && !it->second->finished) {
       RunningJob& rj = *it->second;
+      asked_here = !rj.cancel_requested;
       rj.cancel_requested = true;
       if (rj.pull) rj.pull->Cancel();
       rj.scrub_cancel.store(true);
@@ -500,11 +502,17 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
     // flag set above cancels it.
     if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) return s;
     rep_->Kick();  // jobs of its repo waited for it
-  } else if (IsFinished(info.state)) {
+  } else if (IsFinished(info.state) && !asked_here) {
     return FailedPreconditionError("job " + std::to_string(id) + " has already finished (" +
                                    std::string(JobStateName(info.state)) + ")");
   }
-  return Snapshot(id);
+  // A running job may have ended between the flag and the read above (its
+  // pull stops within milliseconds, most often because of this very
+  // request): the request is answered as accepted, with the job as it is
+  // now. A second request for the same job is refused once it has ended.
+  EXLR8_ASSIGN_OR_RETURN(JobSnapshot snapshot, Snapshot(id));
+  snapshot.cancel_requested = snapshot.cancel_requested || asked_here;
+  return snapshot;
 }
 
 std::optional<JobId> JobRunner::RunningJobOfPull(std::int64_t pull) const {

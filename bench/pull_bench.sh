@@ -39,8 +39,9 @@
 #   ROUNDS=3, TMPFS (part C), B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
 #   files alone are 5.9 GB), B_MAX_GB=4, B_WRAP (part B: e.g. heaptrack),
 #   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
-#   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (not NGINX: nginx
-#   itself reads that variable, as inherited sockets).
+#   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (else the one
+#   scripts/setup.sh unpacks under .tools/; not NGINX: nginx itself reads
+#   that variable, as inherited sockets).
 # Needs: nginx (nginx-light), curl, aria2c, python3; 15 GB free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,10 @@ b_seconds=${B_SECONDS:-60}
 b_max_gb_cold=${B_MAX_GB_COLD:-8}
 b_max_gb=${B_MAX_GB:-4}
 nginx_bin=${NGINX_BIN:-/usr/sbin/nginx}
+# scripts/setup.sh unpacks one under .tools/ for the TLS test: use it when
+# the system has none.
+[[ -z ${NGINX_BIN:-} && ! -x $nginx_bin && -x $repo_root/.tools/nginx/usr/sbin/nginx ]] &&
+  nginx_bin=$repo_root/.tools/nginx/usr/sbin/nginx
 tool=$repo_root/bench/pull_bench_tool.py
 
 for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl python3 /usr/bin/time bc; do

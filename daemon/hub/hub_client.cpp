@@ -57,7 +57,6 @@ SlistPtr MakeHeaders(const HttpSettings& s, const std::string& url, const std::s
   return SlistPtr(list);
 }
 
-
 Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {

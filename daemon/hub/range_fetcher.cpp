@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "daemon/hub/http_common.h"
@@ -174,6 +175,9 @@ struct RangeFetcher::Impl {
   int paused_transfers = 0;
   Counters counters;
   std::atomic<bool> cancel_flag{false};
+  std::atomic<bool> user_cancel{false};  // Cancel(), not Abort()
+  std::mutex abort_mu;
+  Status abort_reason;  // guarded by abort_mu; the first Abort's
 
   // Verdicts handed over by Deliver (any thread), acted on by Run.
   std::mutex verdict_mu;
@@ -926,13 +930,22 @@ struct RangeFetcher::Impl {
 
     Status result;
     while (true) {
-      const bool cancelled = cancel_flag.load() || (cancel != nullptr && cancel->load());
+      const bool by_caller = user_cancel.load() || (cancel != nullptr && cancel->load());
+      const bool cancelled = cancel_flag.load() || by_caller;
       if (cancelled || stopping) {
-        const Status why = cancelled ? CancelledError("fetch cancelled")
-                                     : CancelledError("fetch stopped after an earlier failure");
+        Status aborted;
+        {
+          std::lock_guard<std::mutex> lock(abort_mu);
+          aborted = std::exchange(abort_reason, Status::Ok());
+        }
+        const Status why = !cancelled ? CancelledError("fetch stopped after an earlier failure")
+                           : (!by_caller && !aborted.ok())
+                               ? Status(aborted.code(), "stopped after another request failed: " + aborted.message())
+                               : CancelledError("fetch cancelled");
         CancelAll(why);
         if (cancelled) {
           cancel_flag.store(false);
+          user_cancel.store(false);
           result = why;
         }
         break;
@@ -988,6 +1001,16 @@ Status RangeFetcher::Run(RangeConsumer& consumer, const std::atomic<bool>* cance
 }
 
 void RangeFetcher::Cancel() {
+  impl_->user_cancel.store(true);
+  impl_->cancel_flag.store(true);
+  curl_multi_wakeup(impl_->multi);
+}
+
+void RangeFetcher::Abort(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->abort_mu);
+    if (impl_->abort_reason.ok()) impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
+  }
   impl_->cancel_flag.store(true);
   curl_multi_wakeup(impl_->multi);
 }

@@ -213,8 +213,18 @@ class RangeFetcher {
   // REQUIRES: not called concurrently with itself.
   Status Run(RangeConsumer& consumer, const std::atomic<bool>* cancel = nullptr);
 
-  // Thread-safe: makes Run stop soon (wakes its poll).
+  // Thread-safe: makes Run stop soon (wakes its poll); every open request
+  // ends Cancelled ("fetch cancelled"), and so does Run.
   void Cancel();
+
+  // Thread-safe: makes Run stop soon because a consumer met a failure no
+  // other request can get past (a full disk, a refused token, a certificate
+  // that does not verify). Every request still open ends with `reason`
+  // (its code, "stopped after another request failed: <its message>"), and
+  // so does Run, so whoever reads any of them learns the cause instead of
+  // "fetch cancelled". The first reason wins; a Cancel (or the run's cancel
+  // flag) already made when Run stops wins over it: the caller asked first.
+  void Abort(const Status& reason);
 
   // The hub's listing says `path` is a regular git file of `size` bytes,
   // which the hub serves itself: its ranges go straight to its /resolve/

@@ -12,10 +12,11 @@ void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
     if (first_error_.ok()) first_error_ = status;
   }
   Forget(id);
-  // Nothing else can succeed past these: stop the whole run early.
+  // Nothing else can succeed past these: stop the whole run early, with
+  // this as the reason every other open request (of any consumer) ends with.
   if (status.code() == StatusCode::kResourceExhausted || status.code() == StatusCode::kPermissionDenied ||
       status.code() == StatusCode::kIOError)
-    fetcher_.Cancel();
+    fetcher_.Abort(status);
 }
 
 // ---- whole files ----

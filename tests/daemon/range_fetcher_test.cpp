@@ -881,5 +881,52 @@ TEST(RangeFetcherTest, CancelFromAnotherThread) {
   EXPECT_EQ(c.violations, 0);
 }
 
+// A consumer that meets a failure no request can get past aborts the run
+// with it as the reason: every other open request (a planner step's, say,
+// beside a background file's) ends with that cause, not "fetch cancelled"
+// (seen on the device: a step failed "fetch cancelled" while the real
+// error, a certificate, was a background file's). A Cancel made before is
+// still a cancel.
+TEST(RangeFetcherTest, AbortEndsEveryOpenRequestWithItsReason) {
+  for (const bool cancel_too : {false, true}) {
+    SCOPED_TRACE(cancel_too ? "abort and cancel" : "abort");
+    FakeHub hub;
+    hub.lfs_files["a.bin"] = MakeBlob(100'000, 16);
+    auto client = OpenHub(hub, TestHubOptions(hub));
+    ASSERT_NE(client, nullptr);
+    hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+      TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+      resp.delay = std::chrono::milliseconds(30);
+      return resp;
+    };
+    TestConsumer c;
+    for (int i = 0; i < 2000; ++i) c.Add("a.bin", static_cast<std::uint64_t>(i), 10);
+    RangeFetcherOptions o = FastOptions();
+    o.max_parallel = 4;
+    RangeFetcher f(*client, o);
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (cancel_too) f.Cancel();  // the caller's stop, before the failure
+      f.Abort(ResourceExhaustedError("the disk is full"));
+      f.Abort(IOError("a later failure"));  // the first reason wins
+    });
+    Status s = f.Run(c);
+    t.join();
+    EXPECT_EQ(c.outstanding, 0);  // every handed-out request ended
+    EXPECT_EQ(c.violations, 0);
+    ASSERT_FALSE(c.failed.empty());
+    if (cancel_too) {
+      EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+      continue;
+    }
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("stopped after another request failed: the disk is full"));
+    for (const auto& [id, st] : c.failed) {
+      EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+      EXPECT_THAT(st.message(), HasSubstr("the disk is full")) << id;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -17,7 +17,7 @@ const std::set<std::string> kValueOptions = {
     "preset", "hidden", "halves", "experts", "moe-layers", "dense-layers", "num-layers", "widths",
     "shared-widths", "vocab", "seed", "index-dtype", "checksum-dtype", "vector-dtype", "block-vector-dtype",
     "signs-dtype", "record-dtype", "int4-scale-dtype", "fp8-scale-dtype", "alignment", "half-order",
-    "home-mix", "max-file-bytes",
+    "home-mix", "max-file-bytes", "leading-pad",
 };
 const std::set<std::string> kFlags = {"index-only", "no-pair-align", "sync", "quiet", "help"};
 
@@ -132,6 +132,11 @@ Result<SynthCommand> ParseCommand(const std::vector<std::string>& argv, bool nee
     if (!r.ok()) return r.status().WithContext("--alignment");
     o.width_alignment = *r;
   }
+  if (auto v = a.Get("leading-pad")) {
+    auto r = ParseByteCount(*v);
+    if (!r.ok()) return r.status().WithContext("--leading-pad");
+    o.width_leading_padding = *r;
+  }
   if (auto v = a.Get("max-file-bytes")) {
     auto r = ParseByteCount(*v);
     if (!r.ok()) return r.status().WithContext("--max-file-bytes");
@@ -223,6 +228,8 @@ width-file layout:
                            accepts 64Ki etc.; 1 = packed)
   --no-pair-align          align every half instead of every pair of halves
   --half-order ORDER       expert (default), projection or shuffled
+  --leading-pad BYTES      __pad. filler before a width file's first half
+                           (default 0)
 manifests:
   --home-mix MIX           expert: 1/4 of experts at the widest width, rest one
                            narrower (glm53 default); half: random per half (tiny)

@@ -93,14 +93,14 @@ void PrintSummary(const PullSummary& s, bool json) {
     std::printf(
         "{\"repo\":\"%s\",\"revision\":\"%s\",\"commit\":\"%s\",\"root\":\"%s\",\"complete\":%s,"
         "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"bytes_resumed\":%llu,"
-        "\"requests\":%llu,\"retries\":%llu,"
+        "\"bytes_written\":%llu,\"requests\":%llu,\"retries\":%llu,"
         "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
         "\"shared_halves\":%llu,\"evicted_filesets\":%zu,\"bytes_evicted\":%llu,\"elapsed_s\":%.3f,"
         "\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
         s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
         static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
         static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.bytes_resumed),
-        static_cast<unsigned long long>(s.requests),
+        static_cast<unsigned long long>(s.bytes_written), static_cast<unsigned long long>(s.requests),
         static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
         static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
         static_cast<unsigned long long>(s.plan.totals.routed_halves),

@@ -232,6 +232,9 @@ Status ValidateSynthOptions(const SynthOptions& o) {
   if (a == 0 || (a & (a - 1)) != 0 || a > (std::uint64_t{1} << 30))
     return InvalidArgumentError("synth: width_alignment " + std::to_string(a) +
                                 " must be a power of two, at most 1 GiB");
+  if (o.width_leading_padding > (std::uint64_t{1} << 30))
+    return InvalidArgumentError("synth: width_leading_padding " + std::to_string(o.width_leading_padding) +
+                                " is more than 1 GiB");
   return Status::Ok();
 }
 
@@ -566,6 +569,7 @@ class Synthesizer {
     const std::uint64_t half_bytes = 16ULL * static_cast<std::uint64_t>(k) * o_.hidden;
     SafetensorsWriteOptions wo;
     wo.alignment = o_.width_alignment;
+    wo.leading_padding = o_.width_leading_padding;
     wo.metadata = {{"format", "exlr8"}, {"width", std::to_string(k)}};
     SafetensorsBuilder builder(wo);
     for (std::size_t i = 0; i < order.size(); ++i) {

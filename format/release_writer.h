@@ -179,6 +179,7 @@ struct SynthOptions {
   // width-file layout
   std::uint64_t width_alignment = 4096;  // power of two; 1 = packed
   bool align_pairs = true;               // align pairs of halves (else every half)
+  std::uint64_t width_leading_padding = 0;  // `__pad.` bytes before the first half
   HalfOrder half_order = HalfOrder::kExpertMajor;
 
   ManifestMix home_mix = ManifestMix::kPerExpert;

@@ -105,6 +105,10 @@ Result<SafetensorsLayout> SafetensorsBuilder::Layout() const {
   layout.tensors.reserve(tensors_.size());
   std::uint64_t cursor = 0;
   std::uint64_t pad_count = 0;
+  if (options_.leading_padding > 0) {
+    raw.push_back(RawEntry{nullptr, pad_count++, DType::kU8, nullptr, 0, options_.leading_padding});
+    cursor = options_.leading_padding;
+  }
   for (const Entry& t : tensors_) {
     if (t.aligned && align > 1 && cursor % align != 0) {
       const std::uint64_t gap = align - cursor % align;

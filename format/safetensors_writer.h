@@ -45,6 +45,10 @@ struct SafetensorsWriteOptions {
   // power of two (1 = no alignment). The data start is aligned to
   // max(8, alignment).
   std::uint64_t alignment = 1;
+  // Bytes of `__pad.` filler at the start of the data section, before the
+  // first tensor: where fillers sit is the writer's choice (spec U-1), so
+  // readers must not assume the first tensor starts the data.
+  std::uint64_t leading_padding = 0;
   // `__metadata__` entries, emitted in this order. Keys must be unique.
   std::vector<std::pair<std::string, std::string>> metadata;
 };

@@ -110,6 +110,7 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   Status s = batch_.Add({t.file, 0, t.size});
   if (!s.ok()) return RangeVerdict::Fail(s);
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
+  counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(verified_mu_);
   verified_.push_back(t.file);
   return RangeVerdict::Accept();
@@ -248,6 +249,7 @@ RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {
     Status s = batch_.Add({lv.file->file, h.offset, h.length});
     if (!s.ok()) return RangeVerdict::Fail(s);
     counters_.bytes_verified.fetch_add(h.length, std::memory_order_relaxed);
+    counters_.bytes_written_verified.fetch_add(h.length, std::memory_order_relaxed);
     counters_.ranges_done.fetch_add(1, std::memory_order_relaxed);
   }
   Forget(id);

@@ -46,6 +46,9 @@ struct JobCounters {
   std::atomic<std::uint64_t> ranges_done{0};
   std::atomic<std::uint64_t> checksum_failures{0};
   std::atomic<std::uint64_t> bytes_resumed{0};
+  // The part of bytes_verified this run wrote itself (a resumed prefix was
+  // written by an earlier one): what its space claims are spent on.
+  std::atomic<std::uint64_t> bytes_written_verified{0};
 };
 
 // The state of each request in flight, by id. The map is locked (requests

@@ -123,12 +123,13 @@ struct PullJob::Rep {
 
   // The space this pull may still write, claimed in the Cache so that
   // other pulls running on it at once count it as taken: every byte it
-  // checked space for, less what it has verified (and so written) since.
+  // checked space for, less what it has written (and verified) since. Every
+  // byte it writes is claimed once, so at the end the two are equal.
   std::atomic<std::uint64_t> claimed{0};
   std::unique_ptr<Cache::SpaceClaim> space_claim;  // while Run runs; declared after `counters`
   std::uint64_t StillToWrite() const {
     const std::uint64_t c = claimed.load(std::memory_order_relaxed);
-    return c - std::min(c, counters.bytes_verified.load(std::memory_order_relaxed));
+    return c - std::min(c, counters.bytes_written_verified.load(std::memory_order_relaxed));
   }
   // Checks that `needed` bytes fit besides what other pulls claimed, then
   // claims `adds` more (`needed` may count bytes claimed before).
@@ -344,8 +345,8 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
 Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(paths, reused));
   if (targets.empty()) return Status::Ok();
-  std::uint64_t missing_bytes = 0;
-  for (const WholeFileTarget& t : targets) missing_bytes += t.size;
+  std::uint64_t missing_bytes = 0;  // a resumed prefix is on disk already
+  for (const WholeFileTarget& t : targets) missing_bytes += t.size - t.resume_from;
   if (opt.offline)
     return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
                                    std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
@@ -421,6 +422,13 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   if (targets.empty()) return Status::Ok();
   if (opt.offline)
     return FailedPreconditionError("offline mode: the header of " + targets[0].path + " is not in the cache");
+  // A header's size is known only once its first bytes are here: claimed as
+  // the first round's bytes (a header ends at or before its lowest half),
+  // then set to what was written once every header is.
+  std::uint64_t header_claim = 0;
+  for (const HeaderTarget& t : targets) header_claim += t.first_round;
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(header_claim, header_claim));
+  std::atomic<std::uint64_t> header_written{0};
 
   CommitBatcher& batch = StepBatch();
   std::vector<int> refetches(targets.size(), 0);
@@ -454,6 +462,8 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     EXLR8_RETURN_IF_ERROR(cache.WriteAt(t.file, 0, header));
     EXLR8_RETURN_IF_ERROR(batch.Add({t.file, 0, n}));
     counters.bytes_verified.fetch_add(n, std::memory_order_relaxed);
+    counters.bytes_written_verified.fetch_add(n, std::memory_order_relaxed);
+    header_written.fetch_add(n, std::memory_order_relaxed);
     t.done = true;
     std::vector<std::byte>().swap(t.bytes);
     return Status::Ok();
@@ -499,6 +509,9 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
     EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer));
     for (auto& t : targets) EXLR8_RETURN_IF_ERROR(advance(t));
   }
+  // Modulo 2^64, so this also adds what headers longer than their first
+  // round wrote beyond the claim.
+  claimed.fetch_add(header_written.load() - header_claim, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -870,6 +883,8 @@ Result<PullSummary> PullJob::Run() {
   s.resolves = fc.resolves;
   s.checksum_failures = r.counters.checksum_failures.load();
   s.bytes_resumed = r.counters.bytes_resumed.load();
+  s.bytes_written = r.counters.bytes_written_verified.load();
+  s.bytes_claimed = r.claimed.load();
   s.evicted = r.evicted;
   s.bytes_evicted = r.bytes_evicted;
   s.elapsed_s = r.Elapsed();

@@ -124,6 +124,10 @@ struct PullSummary {
   // Durable prefixes of interrupted whole-file downloads, read back from the
   // cache (and hashed with the rest) instead of fetched again.
   std::uint64_t bytes_resumed = 0;
+  // Bytes this run wrote into the cache and verified, and the space it
+  // claimed for them against other pulls and the budget: equal when the
+  // accounting is right (a failed run may have claimed more).
+  std::uint64_t bytes_written = 0, bytes_claimed = 0;
   std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
   // What PullOptions::make_room evicted: the filesets' ids and verified bytes.
   std::vector<FilesetId> evicted;

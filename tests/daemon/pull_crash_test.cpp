@@ -120,6 +120,7 @@ TEST(PullCrashTest, KillNineAtRandomMomentsThenResume) {
   }());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_TRUE(s->complete);
+  ExpectSpaceAccountingExact(*s);
   ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
 
   // Work lost per kill: what was in flight plus what arrived since the last
@@ -213,6 +214,7 @@ TEST(PullCrashTest, InterruptedWholeFileResumesFromItsDurablePrefix) {
   std::printf("%s: durable prefix %llu bytes at the kill; resumed %llu bytes\n", ip.path.c_str(),
               static_cast<unsigned long long>(ip.prefix), static_cast<unsigned long long>(s->bytes_resumed));
   EXPECT_GE(s->bytes_resumed, ip.prefix);  // it may have grown after the poll saw it
+  ExpectSpaceAccountingExact(*s);  // the resumed prefix was neither claimed nor counted as written
   // The resumed bytes were read back, not fetched again: this run served at
   // most what the plan still needed, plus the header probes it repeats.
   const std::uint64_t served = CdnBytesServed(*ip.sim) - served_before;

@@ -46,6 +46,7 @@ TEST(PullTest, FixtureEveryRankOfTp3To7HoldsExactlyItsPlan) {
       EXPECT_EQ(s->bytes_reused, 0u);
       // about one /resolve/ per file fetched from
       EXPECT_LE(s->resolves, s->plan.files.size() + 3);
+      ExpectSpaceAccountingExact(*s);
       ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
     }
   }
@@ -80,6 +81,7 @@ TEST(PullTest, SynthesizedReleaseWithOtherChoices) {
       auto s = Pull(cache.path(), Options(*sim, "up1", n, r));
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       EXPECT_TRUE(s->complete);
+      ExpectSpaceAccountingExact(*s);
       ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
     }
   }
@@ -101,6 +103,7 @@ TEST(PullTest, SecondRankAndRerunReuseVerifiedBytes) {
   // Whole files and the shared expert's halves were already there.
   EXPECT_GE(second->bytes_reused, second->plan.totals.whole_file_bytes);
   EXPECT_LT(second->bytes_fetched, second->bytes_planned);
+  ExpectSpaceAccountingExact(*second);
 }
 
 TEST(PullTest, FaultsStillByteExact) {
@@ -138,6 +141,7 @@ TEST(PullTest, FaultsStillByteExact) {
   EXPECT_TRUE(s->complete);
   EXPECT_GT(s->retries, 0u);
   EXPECT_GT(s->checksum_failures, 0u);
+  ExpectSpaceAccountingExact(*s);  // refetched bytes are written and counted once
   EXPECT_GT(s->refetches, 0u);
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
 }

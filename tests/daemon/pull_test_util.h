@@ -52,6 +52,7 @@ inline SynthOptions OtherChoicesRelease(std::uint64_t seed) {
   so.block_vector_dtype = DType::kF16;
   so.record_dtype = DType::kI32;
   so.width_alignment = 1;
+  so.width_leading_padding = 1000;  // the first half does not start the data
   so.half_order = HalfOrder::kShuffled;
   so.seed = seed;
   return so;
@@ -121,6 +122,16 @@ inline bool WhilePullRuns(const fs::path& cache_dir, const PullOptions& o, const
 // byte equals the source, and nothing else was written (zeros elsewhere).
 // `repo`: the fileset of that repo, in a cache that may hold others; empty:
 // the cache's only fileset.
+// A completed pull wrote every byte of its plan that was not already in
+// the cache, once, and claimed space for exactly those bytes: what other
+// pulls running at once and the budget counted as taken.
+inline void ExpectSpaceAccountingExact(const PullSummary& s) {
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(s.bytes_claimed, s.bytes_written) << "claimed space differs from the bytes written";
+  EXPECT_EQ(s.bytes_written + s.bytes_reused + s.bytes_resumed, s.bytes_planned)
+      << "written " << s.bytes_written << ", reused " << s.bytes_reused << ", resumed " << s.bytes_resumed;
+}
+
 inline void ExpectCacheHoldsExactlyThePlan(const fs::path& cache_dir, const fs::path& source, const PullSummary& s,
                                            const std::string& repo = "") {
   auto cache = Cache::Open(cache_dir);

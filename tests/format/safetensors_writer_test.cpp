@@ -103,6 +103,26 @@ TEST(SafetensorsWriter, AlignsOnlyChosenTensors) {
   EXPECT_EQ(h->padding_entries(), 1u);
 }
 
+// Filler before the first tensor (a layout the format allows, spec U-1);
+// an aligned first tensor then starts at the next multiple past it.
+TEST(SafetensorsWriter, LeadingPaddingComesBeforeTheFirstTensor) {
+  for (std::uint64_t align : {1u, 256u}) {
+    std::vector<TensorBytes> ts;
+    ts.push_back(T("a", DType::kU8, {100}, 1));
+    ts.push_back(T("b", DType::kU8, {100}, 2));
+    SafetensorsWriteOptions o;
+    o.alignment = align;
+    o.leading_padding = 1000;
+    auto file = SerializeSafetensors(ts, o);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto h = ParseSafetensorsHeader(*file, file->size(), "lead.safetensors");
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->Find("a")->begin, align == 1 ? 1000u : 1024u) << align;
+    EXPECT_EQ(h->padding_entries(), align == 1 ? 1u : 3u) << align;  // lead, then the gaps before a and b
+    EXPECT_EQ(0, std::memcmp(file->data() + h->AbsoluteOffset(*h->Find("b")), ts[1].bytes.data(), 100));
+  }
+}
+
 TEST(SafetensorsWriter, HeaderOnlyLayoutDescribesTheWholeFile) {
   SafetensorsWriteOptions o;
   o.alignment = 4096;

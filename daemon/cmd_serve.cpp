@@ -69,6 +69,8 @@ Pull options (for every job; as for 'exlr8d pull'):
                       (default: $CURL_CA_BUNDLE, $REQUESTS_CA_BUNDLE,
                       $SSL_CERT_FILE, else the system's store)
   --jobs J            parallel transfers per pull (default 16)
+  --h2-streams S      HTTP/2 streams per connection (default J: one
+                      multiplexed connection per host)
   --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
                       running jobs together
   --budget BYTES      refuse to grow the cache past this size
@@ -104,6 +106,8 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   EXLR8_ASSIGN_OR_RETURN(std::int64_t parallel, args.GetInt("jobs", 16, 1, 1024));
   p.fetch.max_parallel = static_cast<int>(parallel);
   p.fetch.max_queued = std::max(64, 4 * static_cast<int>(parallel));
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args.GetInt("h2-streams", 0, 1, 1024));
+  p.fetch.h2_streams_per_connection = static_cast<int>(streams);
   if (auto r = args.Get("limit-rate")) {
     EXLR8_ASSIGN_OR_RETURN(p.fetch.max_bytes_per_second, ParseByteCount(*r));
   }
@@ -129,7 +133,7 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy", "ca-bundle",
-                                    "jobs", "limit-rate", "budget", "stage-binary"},
+                                    "jobs", "h2-streams", "limit-rate", "budget", "stage-binary"},
                                    {"no-socket"}, 0, &args))
     return *exit;
   const std::filesystem::path cache_dir = args.GetOr("cache", DefaultCacheDir());

@@ -119,7 +119,8 @@ struct RangeFetcher::Impl {
     bool complete_early = false;  // we cut the transfer once the range was whole
     bool overlong = false;
     bool bad_answer = false;
-    bool paused = false;          // held back by the bandwidth limit
+    bool paused = false;          // held back (bandwidth limit, or a consumer not ready)
+    bool multiplexed = false;     // HTTP/2: shares its connection with other streams
     bool presumed_url = false;    // sent to a file's /resolve/ URL without a HEAD
     Status error;                 // bad answer details
     Status consumer_error;
@@ -135,6 +136,7 @@ struct RangeFetcher::Impl {
   Impl(const HubClient& h, RangeFetcherOptions o) : hub(h), opts(std::move(o)) {
     EnsureCurlGlobalInit();
     opts.max_parallel = std::max(1, opts.max_parallel);
+    if (opts.h2_streams_per_connection <= 0) opts.h2_streams_per_connection = opts.max_parallel;
     opts.max_parallel_resolves = std::clamp(opts.max_parallel_resolves, 1, opts.max_parallel);
     opts.max_queued = std::max(0, opts.max_queued);
     opts.max_attempts = std::max(1, opts.max_attempts);
@@ -143,6 +145,9 @@ struct RangeFetcher::Impl {
     curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(opts.max_parallel));
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(opts.max_parallel));
+    // A connection whose streams are all busy is passed over, so libcurl
+    // opens another (up to the host bound above) instead of waiting.
+    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(opts.h2_streams_per_connection));
     transfers.resize(static_cast<std::size_t>(opts.max_parallel));
     for (Transfer& t : transfers) t.impl = this;
     plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
@@ -512,7 +517,7 @@ struct RangeFetcher::Impl {
     t.errbuf[0] = '\0';
     t.skip = 0;
     t.body_bytes = 0;
-    t.checked = t.discard = t.complete_early = t.overlong = t.bad_answer = t.paused = false;
+    t.checked = t.discard = t.complete_early = t.overlong = t.bad_answer = t.paused = t.multiplexed = false;
     t.error = Status::Ok();
     t.consumer_error = Status::Ok();
     ApplyCommonOptions(t.easy, hub.http_settings(), t.url);
@@ -625,7 +630,16 @@ struct RangeFetcher::Impl {
       return CURL_WRITEFUNC_PAUSE;
     }
     Job& j = jobs[t.index];
-    if (!t.discard && !consumer->ReadyFor(j.req.id, n)) {
+    if (!t.checked) {
+      long version = 0;
+      curl_easy_getinfo(t.easy, CURLINFO_HTTP_VERSION, &version);
+      t.multiplexed = version >= CURL_HTTP_VERSION_2_0;
+    }
+    // Only a transfer with a connection of its own is held back for its
+    // consumer: pausing one stream of a shared HTTP/2 connection stalls the
+    // others with it (libcurl stops reading the connection, or buffers the
+    // stream). A multiplexed transfer's OnData applies the backpressure.
+    if (!t.discard && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
       t.paused = true;  // ResumePaused offers the chunk again
       ++paused_transfers;
       return CURL_WRITEFUNC_PAUSE;

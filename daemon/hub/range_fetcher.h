@@ -118,10 +118,13 @@ class RangeConsumer {
   // when there is new work, so it is picked up at once.
   virtual bool MayHaveMore() { return false; }
 
-  // Asked before each OnData: false holds the transfer back (libcurl stops
-  // reading its socket, so TCP slows the sender) and the same bytes are
-  // offered again a little later. For a consumer whose queue is full, so
-  // that one busy request does not stall every other transfer.
+  // Asked before each OnData of a transfer that has its connection to
+  // itself (HTTP/1.1): false holds the transfer back (libcurl stops reading
+  // its socket, so TCP slows the sender) and the same bytes are offered
+  // again a little later. For a consumer whose queue is full, so that one
+  // busy request does not stall every other transfer. Never asked for a
+  // multiplexed (HTTP/2) transfer, whose stream cannot be held without
+  // holding its whole connection: OnData may block instead.
   virtual bool ReadyFor(std::uint64_t /*id*/, std::size_t /*bytes*/) { return true; }
 
   // `bytes` are the file's bytes at [offset, offset + bytes.size()), valid
@@ -146,6 +149,14 @@ struct RangeFetcherOptions {
   // Transfers in flight at once (ranges and resolves together); also the
   // bound on open connections.
   int max_parallel = 16;
+  // Streams one HTTP/2 connection carries at most; a transfer that finds
+  // every connection to its host full opens another. 0 = max_parallel: all
+  // transfers multiplexed on one connection. Lower spreads them over about
+  // max_parallel / this many (more while the first ones are still
+  // connecting): one TCP connection's window caps what a long, lossy path
+  // delivers, however many streams share it. HTTP/1.1 uses one connection
+  // per transfer whatever this says.
+  int h2_streams_per_connection = 0;
   // Concurrent /resolve/ requests (the Hub rate-limits them).
   int max_parallel_resolves = 4;
   // Requests pulled ahead of free transfer slots (waiting for a resolve or

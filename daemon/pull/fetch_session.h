@@ -27,7 +27,9 @@
 // go before the foreground's, so the dense files stream beside the halves
 // rather than after them. Steps always go first, and while a step has
 // requests in flight the background transfers are held back (ReadyFor; for
-// at most 10 s per step, well inside libcurl's stall timeout).
+// at most 10 s per step, well inside libcurl's stall timeout) where each
+// has its own connection (HTTP/1.1). Multiplexed on one HTTP/2 connection
+// they are not: holding a stream there held the step's streams too.
 //
 // Threads: the fetch runs on the session's thread, and every consumer
 // callback on the session's OffloadConsumer workers (with one worker, one

@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -32,7 +34,11 @@ constexpr std::uint64_t kFileSize = 4 << 20;
 
 // The child: never returns. Writes junk, then the pattern, over random
 // ranges; commits every few writes; also keeps a pull's counters moving.
-// Writes a byte to `progress_fd` after each commit.
+// Writes a byte to `progress_fd` after each commit. Junk goes only where no
+// pattern was written yet (by this child, or recorded before it started),
+// as a pull writes only bytes it has not verified: junk over a recorded
+// extent, killed before the pattern follows, would be the test's own
+// damage, not the cache's.
 [[noreturn]] void ChildLoop(const std::filesystem::path& dir, std::uint64_t seed, int progress_fd) {
   Result<std::unique_ptr<Cache>> opened = Cache::Open(dir);
   if (!opened.ok()) ::_exit(10);
@@ -46,12 +52,25 @@ constexpr std::uint64_t kFileSize = 4 << 20;
   std::vector<VerifiedExtent> batch;
   PullCounters counters;
   const std::vector<std::byte> junk(64 * 1024, std::byte{0xEE});
+  std::map<FileId, std::vector<bool>> patterned;  // per byte
+  for (FileId f : files) {
+    std::vector<bool>& p = patterned[f];
+    p.assign(kFileSize, false);
+    Result<std::vector<Extent>> had = cache.VerifiedExtents(f);
+    if (!had.ok()) ::_exit(16);
+    for (const Extent& e : *had) std::fill_n(p.begin() + static_cast<std::ptrdiff_t>(e.offset), e.length, true);
+  }
   while (true) {
     const FileId f = files[rng() % files.size()];
     const std::uint64_t len = 1 + rng() % (64 * 1024);
     const std::uint64_t off = rng() % (kFileSize - len + 1);
-    if (!cache.WriteAt(f, off, std::span(junk).first(len)).ok()) ::_exit(12);
+    std::vector<bool>& p = patterned[f];
+    const auto first = p.begin() + static_cast<std::ptrdiff_t>(off);
+    if (std::none_of(first, first + static_cast<std::ptrdiff_t>(len), [](bool b) { return b; }) &&
+        !cache.WriteAt(f, off, std::span(junk).first(len)).ok())
+      ::_exit(12);
     if (!cache.WriteAt(f, off, Pattern(f, off, len)).ok()) ::_exit(13);
+    std::fill_n(first, len, true);
     batch.push_back({f, off, len});
     if (batch.size() >= 1 + rng() % 8) {
       if (!cache.CommitVerified(batch).ok()) ::_exit(14);

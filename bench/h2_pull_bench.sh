@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
-# Pulls over an emulated long, lossy path: how many HTTP/2 connections the
-# transfers should spread over (exlr8d pull --h2-streams). The real Hub's
-# CDN speaks HTTP/2 over TLS, and libcurl multiplexes every transfer to one
-# host on one connection unless told otherwise; over a WAN one TCP
-# connection's congestion window then caps the whole pull.
+# Pulls over TLS and HTTP/2, the protocol of the Hub's CDN (pull_bench.sh
+# speaks plain HTTP/1.1, one connection per transfer). libcurl multiplexes
+# every transfer to one host on one HTTP/2 connection, so what one transfer
+# does to its stream (being held back, say) the others may feel; and over a
+# long, lossy path one TCP connection's window caps the whole pull, which
+# --h2-streams spreads over more connections.
 #
 # nginx serves the release over TLS and HTTP/2 on 127.0.0.2 (a certificate
 # of a CA made here), exlr8-hubsim the hub API on 127.0.0.1 (its /resolve/
-# answers with https:// CDN URLs). `tc qdisc ... netem` on the loopback
-# device adds DELAY to every packet (each way: the round trip is twice it)
-# and drops LOSS of them, with the loopback MTU set to 1500 like an
-# Ethernet path; both are put back at the end. Per round, in rotating order,
-# from a warm page cache (nginx serves from memory):
+# answers with https:// CDN URLs). Per round, in rotating order, from a warm
+# page cache (nginx serves from memory), TP 4 rank 1 under home:
 #   exlr8d pull --jobs 16 --h2-streams S   for each S in STREAMS
+#   BASELINE_BIN pull --jobs 16            (another exlr8d build, if given)
 #   curl --parallel --parallel-max 16 of the same ranges (HTTP/2, which
 #        multiplexes them on one connection, as curl does by default)
 #   curl --http1.1 --parallel --parallel-max 16 (16 connections)
 # and prints every run with the connections nginx saw, then medians.
+# With NETEM=on, each DELAY:LOSS of PATHS is emulated in turn: `tc qdisc
+# ... netem` on the loopback device adds DELAY to every packet (each way:
+# the round trip is twice it) and drops LOSS of them, with the loopback MTU
+# at 1500 like an Ethernet path; both are put back at the end (root and the
+# sch_netem kernel module).
 #
-#   bench/wan_bench.sh [BUILD_DIR]      (default build/; root, for tc and ip)
-# Environment: PATHS="20ms:0% 20ms:0.05%" (DELAY:LOSS pairs), STREAMS="16 4 1",
-#   ROUNDS=3, SYNTH="--hidden 1024 --experts 16 --moe-layers 1-4" (extra
-#   synth flags), EXLR8_BENCH_DIR, NGINX_BIN, NETEM=off (no tc: a smoke run
-#   of the script itself on plain loopback).
-# Needs: root, the sch_netem kernel module, nginx, curl with HTTP/2, openssl.
+#   bench/h2_pull_bench.sh [BUILD_DIR]      (default build/; Release build)
+# Environment: STREAMS="16 4 1", ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
+#   1024 --experts 16 --moe-layers 1-4" (extra synth flags), SHOW_PHASES=1
+#   (each exlr8d run's phase_s), PULL_FLAGS (extra exlr8d pull flags),
+#   NETEM=on and PATHS="20ms:0% 20ms:0.05%", EXLR8_BENCH_DIR, NGINX_BIN.
+# Needs: nginx, curl with HTTP/2, openssl, python3, bc (NETEM=on: tc, ip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo_root=$PWD
@@ -32,18 +36,20 @@ paths=${PATHS:-20ms:0% 20ms:0.05%}
 streams_list=${STREAMS:-16 4 1}
 rounds=${ROUNDS:-3}
 synth_flags=${SYNTH:---hidden 1024 --experts 16 --moe-layers 1-4}
-netem=${NETEM:-on}
+netem=${NETEM:-off}
 nginx_bin=${NGINX_BIN:-/usr/sbin/nginx}
 [[ -z ${NGINX_BIN:-} && ! -x $nginx_bin && -x $repo_root/.tools/nginx/usr/sbin/nginx ]] &&
   nginx_bin=$repo_root/.tools/nginx/usr/sbin/nginx
 tool=$repo_root/bench/pull_bench_tool.py
 
-for t in "$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl openssl python3 tc ip; do
-  command -v "$t" > /dev/null || { echo "wan_bench: missing $t"; exit 2; }
+tools=("$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl openssl python3 bc)
+[[ $netem == on ]] && tools+=(tc ip)
+for t in "${tools[@]}"; do
+  command -v "$t" > /dev/null || { echo "h2_pull_bench: missing $t"; exit 2; }
 done
-curl -V | grep -q HTTP2 || { echo "wan_bench: this curl has no HTTP/2"; exit 2; }
+curl -V | grep -q HTTP2 || { echo "h2_pull_bench: this curl has no HTTP/2"; exit 2; }
 
-w=${EXLR8_BENCH_DIR:-$(mktemp -d /tmp/exlr8-wan-bench.XXXXXX)}
+w=${EXLR8_BENCH_DIR:-$(mktemp -d /tmp/exlr8-h2-bench.XXXXXX)}
 mkdir -p "$w"
 chmod 755 "$w"
 old_mtu=$(cat /sys/class/net/lo/mtu)
@@ -59,7 +65,7 @@ trap cleanup EXIT
 # Fails here, before any setup, where netem is missing.
 [[ $netem == on ]] || paths=plain:none
 if [[ $netem == on ]] && ! tc qdisc add dev lo root netem delay 1ms 2> "$w/tc.err"; then
-  echo "wan_bench: cannot add a netem qdisc on lo: $(cat "$w/tc.err")"
+  echo "h2_pull_bench: cannot add a netem qdisc on lo: $(cat "$w/tc.err")"
   exit 2
 fi
 [[ $netem == on ]] && tc qdisc del dev lo root
@@ -76,7 +82,7 @@ free_port() {
 cat "$w"/release/*.json "$w"/release/*/* > /dev/null 2>&1 || true  # warm: nginx serves from memory
 
 # A CA of one, for the CDN's and the hub's addresses.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=exlr8-wan-bench \
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=exlr8-h2-bench \
   -addext subjectAltName=IP:127.0.0.1,IP:127.0.0.2 -keyout "$w/key.pem" -out "$w/cert.pem" > /dev/null 2>&1
 mkdir -p "$w/ngx"
 cdn_port=$(free_port)
@@ -113,8 +119,8 @@ for _ in $(seq 101); do
   curl -s -o /dev/null --cacert "$w/cert.pem" "https://127.0.0.2:$cdn_port/" && break
   sleep 0.1
 done
-[[ -f $w/ngx/access.log ]] || { echo "wan_bench: nginx did not start"; cat "$w/ngx/error.log"; exit 1; }
-"$bin/exlr8-hubsim" --repo bench/wan="$w/release" --cdn-base "https://127.0.0.2:$cdn_port" --port-file "$w/ports" \
+[[ -f $w/ngx/access.log ]] || { echo "h2_pull_bench: nginx did not start"; cat "$w/ngx/error.log"; exit 1; }
+"$bin/exlr8-hubsim" --repo bench/h2="$w/release" --cdn-base "https://127.0.0.2:$cdn_port" --port-file "$w/ports" \
   > "$w/hubsim.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 600); do [[ -s "$w/ports" ]] && break; sleep 0.1; done
@@ -127,7 +133,7 @@ read -r requests plan_bytes < "$w/curl.count"
 sed 's/^url = /fail\nurl = /' "$w/curl.cfg" > "$w/curl-h2.cfg"
 sed 's/^url = /fail\nhttp1.1\nurl = /' "$w/curl.cfg" > "$w/curl-h1.cfg"
 export CURL_CA_BUNDLE=$w/cert.pem
-echo "wan_bench: $(python3 "$tool" get "$w/plan.json" files | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))') files," \
+echo "h2_pull_bench: $(python3 "$tool" get "$w/plan.json" files | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))') files," \
   "$requests requests, $plan_bytes bytes of ranges (TP 4 rank 1, home); $(nproc) cores"
 
 log_lines() { wc -l < "$w/ngx/access.log"; }
@@ -143,8 +149,11 @@ run() {
   start=$(now)
   case $name in
     exlr8d-*)
-      "$bin/exlr8d" pull --repo bench/wan --manifest home --tp 4 --rank 1 --jobs 16 --h2-streams "${name#exlr8d-}" \
+      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs 16 --h2-streams "${name#exlr8d-}" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
+    baseline)
+      "$BASELINE_BIN" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs 16 \
+        --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json > "$w/pull.json" ;;
     curl-h2) curl --parallel --parallel-max 16 -sS -K "$w/curl-h2.cfg" ;;
     curl-h1) curl --parallel --parallel-max 16 -sS -K "$w/curl-h1.cfg" ;;
   esac
@@ -154,11 +163,12 @@ run() {
   c=$(connections_since "$before")
   printf '  %-12s %7.3f s  %6.1f MB/s  %2d connections\n' "$name" "$s" "$(echo "$plan_bytes / $s / 1000000" | bc -l)" "$c"
   echo "$name $s $c" >> "$w/results"
-  if [[ $name == exlr8d-* && -n ${SHOW_PHASES:-} ]]; then python3 "$tool" get "$w/pull.json" phase_s; fi
+  if [[ ($name == exlr8d-* || $name == baseline) && -n ${SHOW_PHASES:-} ]]; then python3 "$tool" get "$w/pull.json" phase_s; fi
 }
 
 names=()
 for s in $streams_list; do names+=("exlr8d-$s"); done
+[[ -n ${BASELINE_BIN:-} ]] && names+=(baseline)
 names+=(curl-h2 curl-h1)
 [[ $netem == on ]] && ip link set lo mtu 1500
 for p in $paths; do

@@ -66,8 +66,8 @@ class OffloadConsumer final : public RangeConsumer {
   // first (each request's calls stay in order: a request keeps its lane for
   // its whole life). Lane 0 is the only one whose transfers are held back
   // when full (ReadyFor); the others wait in OnData, and so do lane 0's
-  // multiplexed (HTTP/2) transfers, which the fetcher never holds back. `max_queued_bytes`
-  // applies to each lane separately.
+  // multiplexed (HTTP/2) transfers, which the fetcher never holds back.
+  // `max_queued_bytes` applies to each lane separately.
   // `workers` >= 1 threads (see above for what more than one asks of
   // `inner`).
   static constexpr int kLanes = 3;

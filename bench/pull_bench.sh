@@ -148,6 +148,10 @@ http {
   keepalive_timeout 65;
   keepalive_requests 1000000;
   client_body_temp_path $w/ngx/body;
+  proxy_temp_path $w/ngx/proxy;
+  fastcgi_temp_path $w/ngx/fastcgi;
+  uwsgi_temp_path $w/ngx/uwsgi;
+  scgi_temp_path $w/ngx/scgi;
   server {
     listen 127.0.0.2:$nginx_port;
     root $root;

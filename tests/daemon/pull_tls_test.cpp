@@ -92,7 +92,8 @@ bool LibcurlSpeaksHttp2() { return (curl_version_info(CURLVERSION_NOW)->features
 class TlsServers {
  public:
   TlsServers(const std::string& nginx, const fs::path& dir, const fs::path& root, const fs::path& cert,
-             const fs::path& key, std::uint16_t cdn_port, const std::string& hub_upstream)
+             const fs::path& key, std::uint16_t cdn_port, const std::string& hub_upstream,
+             int cdn_requests_per_connection = 0)
       : dir_(dir / "ngx"), cdn_port_(cdn_port), hub_port_(FreePort("127.0.0.1")) {
     fs::create_directories(dir_);
     const auto at = [&](const char* name) { return (dir_ / name).string(); };
@@ -106,7 +107,11 @@ class TlsServers {
     conf << "  default_type application/octet-stream;\n"
          << "  ssl_certificate " << cert.string() << ";\n  ssl_certificate_key " << key.string() << ";\n"
          << "  server {\n    listen 127.0.0.2:" << cdn_port_ << " ssl http2;\n"
-         << "    access_log " << at("cdn.log") << " t;\n    root " << root.string() << ";\n    location / { }\n  }\n"
+         << "    access_log " << at("cdn.log") << " t;\n    root " << root.string() << ";\n    location / { }\n"
+         << (cdn_requests_per_connection > 0
+                 ? "    keepalive_requests " + std::to_string(cdn_requests_per_connection) + ";\n"
+                 : std::string())
+         << "  }\n"
          << "  server {\n    listen 127.0.0.1:" << hub_port_ << " ssl http2;\n"
          << "    access_log " << at("hub.log") << " t;\n"
          << "    location / { proxy_pass " << hub_upstream << "; proxy_http_version 1.1; }\n  }\n}\n";
@@ -184,7 +189,8 @@ class PullTlsTest : public ::testing::Test {
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     // The CDN's port first: the simulator's /resolve/ names it, and the
     // hub's server proxies to the simulator.
-    const std::uint16_t cdn_port = FreePort("127.0.0.2");
+    cdn_port_ = FreePort("127.0.0.2");
+    const std::uint16_t cdn_port = cdn_port_;
     hubsim::HubSimOptions o;
     o.repos.push_back({"exlr8/test", TinyRelease().string()});
     o.token = kToken;
@@ -211,6 +217,7 @@ class PullTlsTest : public ::testing::Test {
   fs::path cert_, key_;
   std::unique_ptr<hubsim::HubSim> sim_;
   std::unique_ptr<TlsServers> tls_;
+  std::uint16_t cdn_port_ = 0;
   // No CA bundle from the environment unless a test sets one.
   ScopedEnv no_curl_ca_{"CURL_CA_BUNDLE", nullptr}, no_requests_ca_{"REQUESTS_CA_BUNDLE", nullptr},
       no_ssl_cert_{"SSL_CERT_FILE", nullptr};
@@ -345,6 +352,26 @@ TEST_F(PullTlsTest, MultiplexedTransfersAreNeverHeldBack) {
   EXPECT_EQ(c.asked, 0) << "a multiplexed transfer was offered for holding back";
   EXPECT_EQ(c.Joined(), Slurp(TinyRelease() / biggest->path));
   for (const std::string& line : tls_->CdnLog()) EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
+}
+
+// A CDN that ends its connections every few requests (nginx sends GOAWAY
+// after keepalive_requests; CDNs do so on their own schedules): the streams
+// it did not take are sent again on a new connection, and the pull is
+// byte-exact.
+TEST_F(PullTlsTest, ACdnThatEndsConnectionsEveryFewRequestsStillGivesAnExactPull) {
+  tls_.reset();  // the same CDN port, ending each connection after 5 requests
+  tls_ = std::make_unique<TlsServers>(nginx_, work_.path(), TinyRelease(), cert_, key_, cdn_port_, sim_->hub_url(), 5);
+  ASSERT_TRUE(tls_->up()) << "nginx did not start: " << tls_->ErrorLog();
+  TempDir cache;
+  auto s = Pull(cache.path(), TlsOptions(cert_.string()));
+  ASSERT_TRUE(s.ok()) << s.status().ToString() << "\nnginx: " << tls_->ErrorLog();
+  EXPECT_TRUE(s->complete);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  const std::vector<std::string> log = tls_->CdnLog();
+  const std::size_t connections = ConnectionsOf(log).size();
+  std::printf("%zu CDN requests over %zu connections; %llu retries\n", log.size(), connections,
+              static_cast<unsigned long long>(s->retries));
+  EXPECT_GE(connections, log.size() / 5);  // the server really ended them
 }
 
 // Without the CA the servers' certificate does not verify: the pull fails

@@ -36,9 +36,10 @@ step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
 # in these; each test runs real transfers over loopback. The pulls run the
 # real consumers on several write workers at once (and the exlr8d command,
 # also built with ThreadSanitizer). The scrub hashes on several threads; the
-# holder's step reporter writes from a thread of its own.
+# holder's step reporter writes from a thread of its own. pull_tls_test's
+# pulls multiplex on HTTP/2, where backpressure blocks the fetch thread.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test)
+            pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test pull_tls_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test serve_stages_test exlr8d \

@@ -354,6 +354,27 @@ TEST_F(PullTlsTest, MultiplexedTransfersAreNeverHeldBack) {
   for (const std::string& line : tls_->CdnLog()) EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
 }
 
+// The bandwidth limit pauses every stream of the shared HTTP/2 connection
+// at once: the pull keeps to the rate and is byte-exact.
+TEST_F(PullTlsTest, TheBandwidthLimitHoldsOverOneHttp2Connection) {
+  TempDir cache;
+  PullOptions o = TlsOptions(cert_.string());
+  o.fetch.max_bytes_per_second = 4'000'000;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = Pull(cache.path(), o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  const double at_rate = static_cast<double>(s->bytes_fetched) / 4e6;
+  std::printf("%llu bytes in %.2f s (%.2f s at the rate)\n", static_cast<unsigned long long>(s->bytes_fetched), took,
+              at_rate);
+  EXPECT_GE(took, 0.8 * at_rate - 0.05);  // less a burst of 50 ms
+  EXPECT_LE(took, 4 * at_rate + 2);
+  if (LibcurlSpeaksHttp2()) {
+    EXPECT_EQ(ConnectionsOf(tls_->CdnLog()).size(), 1u);
+  }
+}
+
 // A CDN that ends its connections every few requests (nginx sends GOAWAY
 // after keepalive_requests; CDNs do so on their own schedules): the streams
 // it did not take are sent again on a new connection, and the pull is

@@ -190,16 +190,15 @@ class PullTlsTest : public ::testing::Test {
     // The CDN's port first: the simulator's /resolve/ names it, and the
     // hub's server proxies to the simulator.
     cdn_port_ = FreePort("127.0.0.2");
-    const std::uint16_t cdn_port = cdn_port_;
     hubsim::HubSimOptions o;
     o.repos.push_back({"exlr8/test", TinyRelease().string()});
     o.token = kToken;
-    o.cdn_base = "https://127.0.0.2:" + std::to_string(cdn_port);
+    o.cdn_base = "https://127.0.0.2:" + std::to_string(cdn_port_);
     o.lfs_threshold = 1;  // every file an LFS file: all bytes come from the CDN
     auto sim = hubsim::HubSim::Start(o);
     ASSERT_TRUE(sim.ok()) << sim.status().ToString();
     sim_ = std::move(*sim);
-    tls_ = std::make_unique<TlsServers>(nginx_, work_.path(), TinyRelease(), cert_, key_, cdn_port, sim_->hub_url());
+    tls_ = std::make_unique<TlsServers>(nginx_, work_.path(), TinyRelease(), cert_, key_, cdn_port_, sim_->hub_url());
     ASSERT_TRUE(tls_->up()) << "nginx did not start: " << tls_->ErrorLog();
   }
 

@@ -13,7 +13,7 @@ SqliteStmt::SqliteStmt(SqliteStmt&& o) noexcept
     : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), bind_rc_(o.bind_rc_) {}
 
 SqliteStmt::~SqliteStmt() {
-  if (stmt_) sqlite3_finalize(stmt_);
+  if (stmt_) db_->Recycle(stmt_);
 }
 
 SqliteStmt& SqliteStmt::Bind(int index, std::int64_t value) {
@@ -96,7 +96,10 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenReadOnly(const std::string& path
 }
 
 SqliteDb::~SqliteDb() {
-  // All statements are finalized by their owners first; close_v2 defers if not.
+  for (auto& [sql, stmts] : idle_)
+    for (sqlite3_stmt* stmt : stmts) sqlite3_finalize(stmt);
+  // Statements in use must be gone first (they would recycle into a dead
+  // connection); close_v2 defers the close if any is not.
   sqlite3_close_v2(db_);
 }
 
@@ -110,6 +113,12 @@ Status SqliteDb::Exec(std::string_view sql) {
 }
 
 Result<SqliteStmt> SqliteDb::Prepare(std::string_view sql) {
+  if (auto it = idle_.find(sql); it != idle_.end() && !it->second.empty()) {
+    sqlite3_stmt* stmt = it->second.back();
+    it->second.pop_back();
+    --idle_count_;
+    return SqliteStmt(this, stmt);
+  }
   sqlite3_stmt* stmt = nullptr;
   const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) {
@@ -117,6 +126,22 @@ Result<SqliteStmt> SqliteDb::Prepare(std::string_view sql) {
     return Error(rc, "prepare " + std::string(sql));
   }
   return SqliteStmt(this, stmt);
+}
+
+void SqliteDb::Recycle(sqlite3_stmt* stmt) {
+  // Reset ends any read it was in the middle of (a LIMIT 1 query), so a kept
+  // statement holds no snapshot of the database open.
+  sqlite3_reset(stmt);
+  sqlite3_clear_bindings(stmt);
+  const char* text = sqlite3_sql(stmt);
+  if (idle_count_ >= kMaxIdleStatements || text == nullptr) {
+    sqlite3_finalize(stmt);
+    return;
+  }
+  auto it = idle_.find(std::string_view(text));
+  if (it == idle_.end()) it = idle_.emplace(text, std::vector<sqlite3_stmt*>()).first;
+  it->second.push_back(stmt);
+  ++idle_count_;
 }
 
 Result<std::int64_t> SqliteDb::QueryInt(std::string_view sql) {

@@ -257,12 +257,15 @@ if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
     local io0
     io0=$(disk_sectors)
     t0=$(now)
-    /usr/bin/time -f '%M' -o "$w/time.txt" "${exe:-$bin/exlr8d}" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
+    /usr/bin/time -f '%M %U %S' -o "$w/time.txt" "${exe:-$bin/exlr8d}" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
       --no-progress --json > "$w/pull.json"
     t1=$(now)
     disk_delta "$io0" "$(disk_sectors)" > "$w/io"
+    local rss user sys
+    read -r rss user sys < "$w/time.txt"
+    echo "$user $sys" | awk '{printf "cpu %.2f s (user %.2f, sys %.2f)", $1 + $2, $1, $2}' > "$w/cpu"
     curl -s "$hub/_sim/stats" > "$w/stats.json"
-    python3 - "$w/pull.json" "$w/stats.json" "$t0" "$t1" "$(cat "$w/time.txt")" "$l" "$mode/$cache_state" << 'PY'
+    python3 - "$w/pull.json" "$w/stats.json" "$t0" "$t1" "$rss" "$l" "$mode/$cache_state" << 'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); st = json.load(open(sys.argv[2]))
 wall = float(sys.argv[4]) - float(sys.argv[3])
@@ -289,9 +292,11 @@ PY
     local io0
     io0=$(disk_sectors)
     t0=$(now)
-    curl --parallel --parallel-max 16 -sS --no-progress-meter --fail -K "$w/curl.run.cfg"
+    /usr/bin/time -f '%U %S' -o "$w/time.txt" \
+      curl --parallel --parallel-max 16 -sS --no-progress-meter --fail -K "$w/curl.run.cfg"
     t1=$(now)
     disk_delta "$io0" "$(disk_sectors)" > "$w/io"
+    awk '{printf "cpu %.2f s (user %.2f, sys %.2f)", $1 + $2, $1, $2}' "$w/time.txt" > "$w/cpu"
     # exlr8d's bytes are on stable storage when it exits; curl's are not:
     # also note when they are (syncfs of the file system they are on).
     sync -f "$dir"
@@ -367,8 +372,8 @@ PY
           if [[ $t == *curl ]]; then run_curl "$mode" > "$w/row"; else run_exlr8d "$mode" > "$w/row"; fi
           read -r -a f < "$w/row"
           printf '%s\t%s\t%s\n' "$mode" "$label" "${f[1]}" >> "$w/ab"
-          printf '  %-6s %-44s %8.3f s  %s  [%s]\n' "$mode" "$label" "${f[1]}" "$(tail -1 "$w/pull.json.phases" 2> /dev/null |
-            sed 's/.*s: //; s/resolve [0-9.]*, list [0-9.]*, //')" "$(cat "$w/io")"
+          printf '  %-6s %-44s %8.3f s  %s  [%s; %s]\n' "$mode" "$label" "${f[1]}" "$(tail -1 "$w/pull.json.phases" 2> /dev/null |
+            sed 's/.*s: //; s/resolve [0-9.]*, list [0-9.]*, //')" "$(cat "$w/io")" "$(cat "$w/cpu")"
           [[ $t == v* || $t == tmpfs ]] && rm -rf "$out_root/exlr8d.$n_run"  # 48 files: cheap to delete
           [[ $out_root != "$w/out" ]] && rm -rf "$out_root"
           : > "$w/pull.json.phases"

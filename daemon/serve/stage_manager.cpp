@@ -136,6 +136,26 @@ void StageManager::Reap() {
   }
 }
 
+void StageManager::ReapExiting(std::int64_t id) {
+  const auto child = children_.find(id);
+  if (child == children_.end() || waited_for_.contains(id)) return;
+  for (int waited_ms = 0; waited_ms <= kReapGraceMs; ++waited_ms) {
+    int status = 0;
+    const pid_t r = ::waitpid(child->second, &status, WNOHANG);
+    if (r == child->second) {
+      exited_[id] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      children_.erase(child);
+      return;
+    }
+    if (r < 0 && errno != EINTR) {  // not ours to wait for (any more)
+      children_.erase(child);
+      return;
+    }
+    ::usleep(1000);
+  }
+  waited_for_.insert(id);
+}
+
 Result<StageInfo> StageManager::Read(std::int64_t id) {
   const std::filesystem::path dir = StageDir(id);
   StageInfo info;
@@ -148,6 +168,10 @@ Result<StageInfo> StageManager::Read(std::int64_t id) {
   info.request = std::move(request->first);
   info.created_ms = request->second;
   EXLR8_ASSIGN_OR_RETURN(StageState st, ReadStageState(dir));
+  // A live state without the lock: the holder is dying. If it is ours, its
+  // exit status is a moment away; without the wait, a status read in that
+  // moment would say only "killed or crashed".
+  if (IsLiveStageState(st.state) && !st.alive) ReapExiting(id);
   info.alive = st.alive;
   info.pid = st.pid;
   info.holder = std::move(st.record);

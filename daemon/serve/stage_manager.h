@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -91,6 +92,12 @@ class StageManager {
   std::filesystem::path StageDir(std::int64_t id) const;
   Result<StageInfo> Read(std::int64_t id);  // REQUIRES: mu_ held
   void Reap();                              // REQUIRES: mu_ held
+  // For a holder this server started whose lock is gone: it is exiting
+  // (the kernel drops its locks before the parent can reap it), so wait a
+  // moment for its status, which then goes to exited_; at most kReapGraceMs,
+  // and once per holder (one stuck in its exit does not slow every read).
+  void ReapExiting(std::int64_t id);  // REQUIRES: mu_ held
+  static constexpr int kReapGraceMs = 2000;
   std::vector<std::int64_t> Ids() const;    // the records' ids, newest first
   // Removes the records of finished stages beyond the newest kKeepFinished,
   // so that a node that stages for months keeps a bounded directory.
@@ -104,6 +111,7 @@ class StageManager {
   // init; its state.json tells how it ended).
   std::map<std::int64_t, pid_t> children_;
   std::map<std::int64_t, int> exited_;
+  std::set<std::int64_t> waited_for_;  // ReapExiting gave up on these
 };
 
 // The exlr8d-stage beside the running program (/proc/self/exe's directory).

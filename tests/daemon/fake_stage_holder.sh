@@ -3,7 +3,8 @@
 # of exlr8d serve's stage routes on machines without a GPU. It speaks only
 # the holder's side of daemon/stage/stage_state.h: it locks DIR/holder.lock
 # for its life (writing its pid there), reports "reading", then "holding"
-# with a lease path, and on SIGTERM "releasing", then "released". The real
+# with a lease path, and on SIGTERM "releasing", then "released" (SIGUSR1:
+# see the trap). The real
 # holder runs in tests/daemon/serve_stages_test.cpp where there is a GPU.
 set -u
 dir="" hold=""
@@ -25,6 +26,10 @@ state() {
 }
 state reading
 trap 'state releasing ",\"lessees\":[]"; state released; echo released; exit 0' TERM
+# SIGUSR1: let go of the lock, then exit 3 half a second later. That is the
+# moment of every holder's death, widened: the kernel drops a dying
+# process's locks before its parent can reap it.
+trap 'exec 9>&-; sleep 0.5; exit 3' USR1
 # hf_token_set: whether the server passed its hub token on (it must not).
 token=0
 [ -n "${HF_TOKEN:-}" ] && token=1

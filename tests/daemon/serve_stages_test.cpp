@@ -193,6 +193,30 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
   }
 }
 
+// A dying holder lets go of its lock a moment before the server can reap
+// it. A status read in that moment must still say how it ended: the server
+// waits the moment out for a holder it started (the fake holder widens it
+// to half a second on SIGUSR1, then exits 3).
+TEST(ServeStagesTest, AHolderReadWhileItDiesIsToldWithItsExitStatus) {
+  TempDir cache;
+  HolderReaper reaper(cache.path());
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()},
+                     (cache.path() / "serve.log").string());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = StartStage(serve, StageBody(2, 1));
+  JsonValue s;
+  ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "holding"; })) << Text(s, "state");
+  const auto holder = static_cast<pid_t>(Number(s, "pid"));
+  ASSERT_EQ(::kill(holder, SIGUSR1), 0);
+  // The lock goes at once; the process, half a second later.
+  const fs::path dir = cache.path() / "exlr8d.stages" / std::to_string(id);
+  ASSERT_TRUE(WaitFor([&] { auto st = ReadStageState(dir); return st.ok() && !st->alive; }, 5));
+  s = GetStage(serve, id);
+  EXPECT_EQ(Text(s, "state"), "died");
+  EXPECT_THAT(Text(s, "error"), HasSubstr("gone without releasing, while holding (exit status 3)"));
+  EXPECT_EQ(Number(s, "exit_status"), 3u);
+}
+
 // Without the stage program (a build without the CUDA Toolkit), the route
 // says so.
 TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {

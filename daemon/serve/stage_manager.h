@@ -26,9 +26,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <set>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 

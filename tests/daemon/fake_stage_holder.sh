@@ -4,8 +4,8 @@
 # the holder's side of daemon/stage/stage_state.h: it locks DIR/holder.lock
 # for its life (writing its pid there), reports "reading", then "holding"
 # with a lease path, and on SIGTERM "releasing", then "released" (SIGUSR1:
-# see the trap). The real
-# holder runs in tests/daemon/serve_stages_test.cpp where there is a GPU.
+# see the trap). The real holder runs in tests/daemon/serve_stages_test.cpp
+# where there is a GPU.
 set -u
 dir="" hold=""
 while [ $# -gt 0 ]; do

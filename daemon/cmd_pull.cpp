@@ -36,7 +36,7 @@ resumes where it stopped.
                          $XDG_CACHE_HOME/exlr8, else ~/.cache/exlr8)
   --jobs J               parallel transfers (default 16)
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
-                         about J/S connections per host (default J: all on
+                         ceil(J/S) connections per host (default J: all on
                          one multiplexed connection)
   --token-file FILE      token file (default: $HF_TOKEN, else $HF_HOME/token)
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)

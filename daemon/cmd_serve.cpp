@@ -69,8 +69,8 @@ Pull options (for every job; as for 'exlr8d pull'):
                       (default: $CURL_CA_BUNDLE, $REQUESTS_CA_BUNDLE,
                       $SSL_CERT_FILE, else the system's store)
   --jobs J            parallel transfers per pull (default 16)
-  --h2-streams S      HTTP/2 streams per connection (default J: one
-                      multiplexed connection per host)
+  --h2-streams S      HTTP/2 streams per connection: ceil(J/S) connections
+                      per host (default J: one multiplexed connection)
   --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
                       running jobs together
   --budget BYTES      refuse to grow the cache past this size

@@ -143,11 +143,24 @@ struct RangeFetcher::Impl {
     multi = curl_multi_init();
     curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
     curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(opts.max_parallel));
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, static_cast<long>(opts.max_parallel));
     // A connection whose streams are all busy is passed over, so libcurl
-    // opens another (up to the host bound above) instead of waiting.
+    // opens another (up to the host bound below) instead of waiting.
     curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(opts.h2_streams_per_connection));
+    // That alone does not hold the connections to max_parallel / streams:
+    // libcurl (7.88, 8.5) attaches every transfer that starts while a new
+    // connection is still connecting to it, past the stream cap, and each
+    // transfer that later finds the overfull ones full opens yet another
+    // (measured: 45 connections for 64 transfers at 16 streams each). So
+    // the host bound is the connection count asked for, while every answer
+    // is HTTP/2. An HTTP/1.x answer needs a connection per transfer: the
+    // bound then goes back to max_parallel for the rest of the fetcher's
+    // life (one setting for all hosts; see NoteHttpVersion).
+    const int wanted_connections = (opts.max_parallel + opts.h2_streams_per_connection - 1) /
+                                   opts.h2_streams_per_connection;
+    host_connections_capped = wanted_connections < opts.max_parallel;
+    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                      static_cast<long>(host_connections_capped ? wanted_connections : opts.max_parallel));
     transfers.resize(static_cast<std::size_t>(opts.max_parallel));
     for (Transfer& t : transfers) t.impl = this;
     plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
@@ -176,6 +189,9 @@ struct RangeFetcher::Impl {
   curl_slist* hub_headers = nullptr;    // ... + Authorization (hub origin only)
   std::vector<Transfer> transfers;
   int busy_transfers = 0;
+  // CURLMOPT_MAX_HOST_CONNECTIONS is below max_parallel (HTTP/2 streams
+  // capped per connection, and no HTTP/1.x answer seen yet).
+  bool host_connections_capped = false;
   int running_resolves = 0;
   int paused_transfers = 0;
   Counters counters;
@@ -802,6 +818,17 @@ struct RangeFetcher::Impl {
     FailJob(ji, error);
   }
 
+  // Lifts the per-host connection bound (see the constructor) once any
+  // answer came over HTTP/1.x, where a connection carries one transfer.
+  void NoteHttpVersion(CURL* easy) {
+    if (!host_connections_capped) return;
+    long version = 0;
+    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0) return;  // no answer
+    if (version >= CURL_HTTP_VERSION_2_0) return;
+    host_connections_capped = false;
+    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
+  }
+
   // Handles finished transfers; returns how many.
   int ProcessDone() {
     int left = 0;
@@ -812,6 +839,7 @@ struct RangeFetcher::Impl {
       Transfer* t = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
       const CURLcode rc = msg->data.result;
+      NoteHttpVersion(msg->easy_handle);
       curl_multi_remove_handle(multi, msg->easy_handle);
       if (t->paused) --paused_transfers;
       t->paused = false;

@@ -151,11 +151,13 @@ struct RangeFetcherOptions {
   int max_parallel = 16;
   // Streams one HTTP/2 connection carries at most; a transfer that finds
   // every connection to its host full opens another. 0 = max_parallel: all
-  // transfers multiplexed on one connection. Lower spreads them over about
-  // max_parallel / this many (more while the first ones are still
-  // connecting): one TCP connection's window caps what a long, lossy path
+  // transfers multiplexed on one connection. Lower spreads them over
+  // ceil(max_parallel / this) connections per host, never more (the bound
+  // on connections per host is that many, as long as every answer came
+  // over HTTP/2): one TCP connection's window caps what a long, lossy path
   // delivers, however many streams share it. HTTP/1.1 uses one connection
-  // per transfer whatever this says.
+  // per transfer whatever this says; its first answer lifts that bound
+  // back to max_parallel, for every host of the fetcher.
   int h2_streams_per_connection = 0;
   // Concurrent /resolve/ requests (the Hub rate-limits them).
   int max_parallel_resolves = 4;

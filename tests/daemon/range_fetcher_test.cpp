@@ -549,6 +549,37 @@ TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
   EXPECT_LE(c.max_outstanding, 12);    // requests are pulled lazily
 }
 
+// Capping HTTP/2 streams per connection also caps the connections per host
+// (RangeFetcherOptions::h2_streams_per_connection); an HTTP/1.1 server
+// needs a connection per transfer, so its answers lift that cap.
+TEST(RangeFetcherTest, CappedHttp2StreamsDoNotHoldBackAnHttp1Server) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 14);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> in_flight{0};
+  std::atomic<int> max_in_flight{0};
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    const int now = ++in_flight;
+    int prev = max_in_flight.load();
+    while (prev < now && !max_in_flight.compare_exchange_weak(prev, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --in_flight;
+    return ServeBlobRange(hub.lfs_files["a.bin"], r);
+  };
+  TestConsumer c;
+  AddSplit(c, "a.bin", 100'000, 40);
+  RangeFetcherOptions o = FastOptions();
+  o.max_parallel = 8;
+  o.h2_streams_per_connection = 4;  // 2 connections per host, were it HTTP/2
+  RangeFetcher f(*client, o);
+  ASSERT_TRUE(f.Run(c).ok());
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_GE(max_in_flight.load(), 4) << "HTTP/1.1 transfers were held to the HTTP/2 connection count";
+  EXPECT_LE(max_in_flight.load(), 8);
+}
+
 TEST(RangeFetcherTest, RequestsArePulledLazily) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(20'000, 12);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <mutex>
 #include <fstream>
 #include <random>
 #include <set>
@@ -25,6 +26,51 @@ struct EasyDeleter {
   void operator()(CURL* h) const { curl_easy_cleanup(h); }
 };
 using EasyPtr = std::unique_ptr<CURL, EasyDeleter>;
+
+// The handles a HubClient keeps between requests, with a lease that hands
+// one out and takes it back. Why: an easy handle keeps its connections
+// alive, so the revision, the tree pages, the resolves and the small files
+// then share one connection to the hub instead of opening one (TCP and TLS
+// handshakes: two or three round trips on a long path) for every request.
+// A connection is never shared by two requests at once: each handle is used
+// by one request at a time, on the thread that leased it.
+constexpr std::size_t kMaxIdleEasyHandles = 8;
+
+}  // namespace
+
+struct HubClient::EasyPool {
+  std::mutex mu;
+  std::vector<EasyPtr> idle;  // guarded by mu
+};
+
+class HubClient::EasyLease {
+ public:
+  explicit EasyLease(EasyPool* pool) : pool_(pool) {
+    {
+      std::lock_guard<std::mutex> lock(pool_->mu);
+      if (!pool_->idle.empty()) {
+        easy_ = std::move(pool_->idle.back());
+        pool_->idle.pop_back();
+      }
+    }
+    if (!easy_) easy_.reset(curl_easy_init());
+  }
+  ~EasyLease() {
+    if (!easy_) return;
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (pool_->idle.size() < kMaxIdleEasyHandles) pool_->idle.push_back(std::move(easy_));
+  }
+  EasyLease(const EasyLease&) = delete;
+  EasyLease& operator=(const EasyLease&) = delete;
+  CURL* get() const { return easy_.get(); }
+  explicit operator bool() const { return easy_ != nullptr; }
+
+ private:
+  EasyPool* pool_;
+  EasyPtr easy_;
+};
+
+namespace {
 
 struct SlistDeleter {
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
@@ -138,6 +184,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
                                                    std::string revision) {
   EnsureCurlGlobalInit();
   std::unique_ptr<HubClient> c(new HubClient());
+  c->easy_pool_ = std::make_unique<EasyPool>();
   EXLR8_RETURN_IF_ERROR(ValidateHubRepoId(repo));
   if (revision.empty()) return InvalidArgumentError("empty revision for " + repo);
   if (options.repo_type != "model" && options.repo_type != "dataset") {
@@ -197,7 +244,7 @@ HubClientStats HubClient::stats() const {
 
 Result<HubClient::Response> HubClient::Request(const std::string& url, bool head, std::size_t max_body,
                                                std::string_view what) const {
-  EasyPtr easy(curl_easy_init());
+  EasyLease easy(easy_pool_.get());
   if (!easy) return InternalError("curl_easy_init failed");
   struct BodySink {
     std::string* body;
@@ -378,7 +425,7 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
     return ResourceExhaustedError(what + ": size " + std::to_string(*where.size) + " exceeds the limit of " +
                                   std::to_string(max_bytes) + " bytes");
   }
-  EasyPtr easy(curl_easy_init());
+  EasyLease easy(easy_pool_.get());
   if (!easy) return InternalError("curl_easy_init failed");
 
   struct Ctx {

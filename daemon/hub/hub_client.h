@@ -189,6 +189,10 @@ class HubClient {
   HubClient() = default;
 
   struct Response;
+  // Easy handles kept between requests, and one lent to a request (see
+  // hub_client.cpp).
+  struct EasyPool;
+  class EasyLease;
   // GET (or HEAD) with retries; collects at most `max_body` body bytes.
   Result<Response> Request(const std::string& url, bool head, std::size_t max_body,
                            std::string_view what) const;
@@ -202,6 +206,8 @@ class HubClient {
   std::string api_base_;      // {endpoint}/api/{type}s/{repo}
   std::string resolve_base_;  // {endpoint}/{prefix}{repo}/resolve/{commit}/
   HttpSettings settings_;
+  // Never null after Open. Lent one handle per request, from any thread.
+  std::unique_ptr<EasyPool> easy_pool_;
 
   mutable std::atomic<std::uint64_t> api_requests_{0};
   mutable std::atomic<std::uint64_t> resolves_{0};

@@ -73,6 +73,25 @@ TEST(HubClientTest, ResolvesRevisionOnceAndPinsEveryRequest) {
   EXPECT_EQ(revision_calls, 1);
 }
 
+// One connection to the hub for a client's requests one after another: on
+// a long path each new connection costs its handshakes (TCP, and TLS on the
+// real Hub) before the request, so the revision, the tree, the resolves and
+// the small files reuse one.
+TEST(HubClientTest, RequestsOneAfterAnotherShareOneHubConnection) {
+  FakeHub hub;
+  hub.lfs_files["experts/a.safetensors"] = MakeBlob(1000, 1);
+  hub.regular_files["config.json"] = "{\"x\":1}";
+  hub.regular_files["b.json"] = "{}";
+  auto c = OpenOk(hub, TestOptions(hub));
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->ListFiles().ok());
+  ASSERT_TRUE(c->ResolveFile("experts/a.safetensors").ok());
+  ASSERT_TRUE(c->FetchWholeFileToString("config.json", 1000).ok());
+  ASSERT_TRUE(c->FetchWholeFileToString("b.json", 1000).ok());
+  EXPECT_GE(hub.hub().request_count(), 5u);
+  EXPECT_EQ(hub.hub().connections(), 1) << "a new hub connection per request";
+}
+
 TEST(HubClientTest, RevisionIsPercentEncodedAsOneSegment) {
   FakeHub hub;
   hub.revision_name = "refs/pr/1";

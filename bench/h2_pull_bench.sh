@@ -7,8 +7,8 @@
 # --h2-streams spreads over more connections.
 #
 # nginx serves the release over TLS and HTTP/2 on 127.0.0.2 (a certificate
-# of a CA made here), exlr8-hubsim the hub API on 127.0.0.1 (its /resolve/
-# answers with https:// CDN URLs). Per round, in rotating order, from a warm
+# of a CA made here), and the hub API on 127.0.0.1, also over TLS and HTTP/2,
+# proxied to exlr8-hubsim (its /resolve/ answers with https:// CDN URLs). Per round, in rotating order, from a warm
 # page cache (nginx serves from memory), TP 4 rank 1 under home:
 #   exlr8d pull --jobs 16 --h2-streams S   for each S in STREAMS
 #   BASELINE_BIN pull --jobs 16            (another exlr8d build, if given)
@@ -21,22 +21,35 @@
 # the round trip is twice it) and drops LOSS of them, with the loopback MTU
 # at 1500 like an Ethernet path; both are put back at the end (root and the
 # sch_netem kernel module).
+# With PROXY=on (no root, no netem), bench/wan_proxy relays every connection
+# to the CDN and to the hub instead, and each DELAY:WINDOW:RATE of PATHS is
+# a path in turn: DELAY each way (every request's round trip is 2·DELAY
+# longer), at most WINDOW bytes of one connection in flight (one connection
+# moves at most WINDOW / (2·DELAY), as a congestion window caps it on a
+# long path) and RATE bytes/s for all connections together (0: no cap).
+# A model of a long path, not TCP: no loss, no slow start (wan_proxy.cpp).
 #
 #   bench/h2_pull_bench.sh [BUILD_DIR]      (default build/; Release build)
-# Environment: STREAMS="16 4 1", ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
+# Environment: STREAMS="16 4 1", JOBS=16 (transfers in flight, for exlr8d
+#   and curl alike), ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
 #   1024 --experts 16 --moe-layers 1-4" (extra synth flags), SHOW_PHASES=1
 #   (each exlr8d run's phase_s), PULL_FLAGS (extra exlr8d pull flags),
-#   NETEM=on and PATHS="20ms:0% 20ms:0.05%", EXLR8_BENCH_DIR, NGINX_BIN.
-# Needs: nginx, curl with HTTP/2, openssl, python3, bc (NETEM=on: tc, ip).
+#   NETEM=on and PATHS="20ms:0% 20ms:0.05%", or PROXY=on and
+#   PATHS="20ms:16M:0 20ms:1M:0", EXLR8_BENCH_DIR, NGINX_BIN.
+# Needs: nginx, curl with HTTP/2, openssl, python3, bc (NETEM=on: tc, ip;
+#   PROXY=on: BUILD_DIR/bin/wan_proxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo_root=$PWD
 bin=$(cd "${1:-build}/bin" && pwd)
-paths=${PATHS:-20ms:0% 20ms:0.05%}
+netem=${NETEM:-off}
+proxy=${PROXY:-off}
+[[ $netem == on && $proxy == on ]] && { echo "h2_pull_bench: NETEM=on or PROXY=on, not both"; exit 2; }
+if [[ $proxy == on ]]; then paths=${PATHS:-20ms:16M:0 20ms:1M:0}; else paths=${PATHS:-20ms:0% 20ms:0.05%}; fi
 streams_list=${STREAMS:-16 4 1}
+jobs=${JOBS:-16}
 rounds=${ROUNDS:-3}
 synth_flags=${SYNTH:---hidden 1024 --experts 16 --moe-layers 1-4}
-netem=${NETEM:-off}
 nginx_bin=${NGINX_BIN:-/usr/sbin/nginx}
 [[ -z ${NGINX_BIN:-} && ! -x $nginx_bin && -x $repo_root/.tools/nginx/usr/sbin/nginx ]] &&
   nginx_bin=$repo_root/.tools/nginx/usr/sbin/nginx
@@ -44,6 +57,7 @@ tool=$repo_root/bench/pull_bench_tool.py
 
 tools=("$bin/exlr8" "$bin/exlr8d" "$bin/exlr8-hubsim" "$nginx_bin" curl openssl python3 bc)
 [[ $netem == on ]] && tools+=(tc ip)
+[[ $proxy == on ]] && tools+=("$bin/wan_proxy")
 for t in "${tools[@]}"; do
   command -v "$t" > /dev/null || { echo "h2_pull_bench: missing $t"; exit 2; }
 done
@@ -63,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # Fails here, before any setup, where netem is missing.
-[[ $netem == on ]] || paths=plain:none
+[[ $netem == on || $proxy == on ]] || paths=plain:none
 if [[ $netem == on ]] && ! tc qdisc add dev lo root netem delay 1ms 2> "$w/tc.err"; then
   echo "h2_pull_bench: cannot add a netem qdisc on lo: $(cat "$w/tc.err")"
   exit 2
@@ -83,9 +97,27 @@ cat "$w"/release/*.json "$w"/release/*/* > /dev/null 2>&1 || true  # warm: nginx
 
 # A CA of one, for the CDN's and the hub's addresses.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=exlr8-h2-bench \
-  -addext subjectAltName=IP:127.0.0.1,IP:127.0.0.2 -keyout "$w/key.pem" -out "$w/cert.pem" > /dev/null 2>&1
+  -addext subjectAltName=IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3 -keyout "$w/key.pem" -out "$w/cert.pem" > /dev/null 2>&1
 mkdir -p "$w/ngx"
 cdn_port=$(free_port)
+hub_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# The simulator answers the hub API in plain HTTP; nginx puts it behind TLS
+# and HTTP/2 on 127.0.0.1:hub_port, as the Hub's own API is.
+"$bin/exlr8-hubsim" --repo bench/h2="$w/release" --cdn-base "https://127.0.0.2:$cdn_port" --port-file "$w/ports" \
+  > "$w/hubsim.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 600); do [[ -s "$w/ports" ]] && break; sleep 0.1; done
+hubsim=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$w/ports")
+[[ -n $hubsim ]] || { echo "h2_pull_bench: exlr8-hubsim did not start"; cat "$w/hubsim.log"; exit 1; }
+hub=https://127.0.0.1:$hub_port
+# With PROXY=on nginx listens on 127.0.0.3 instead, and the addresses the
+# client is given (127.0.0.2:cdn_port, 127.0.0.1:hub_port) are the relays'.
+ngx_cdn=127.0.0.2:$cdn_port
+ngx_hub=127.0.0.1:$hub_port
+if [[ $proxy == on ]]; then
+  ngx_cdn=127.0.0.3:$(free_port)
+  ngx_hub=127.0.0.3:$(free_port)
+fi
 cat > "$w/ngx/nginx.conf" << EOF
 daemon off;
 worker_processes $(nproc);
@@ -95,7 +127,6 @@ events { worker_connections 1024; }
 http {
   default_type application/octet-stream;
   log_format t '\$connection \$server_protocol \$status';
-  access_log $w/ngx/access.log t;
   sendfile on;
   keepalive_requests 1000000;
   http2_max_concurrent_streams 128;
@@ -107,24 +138,44 @@ http {
   ssl_certificate $w/cert.pem;
   ssl_certificate_key $w/key.pem;
   server {
-    listen 127.0.0.2:$cdn_port ssl http2;
+    listen $ngx_cdn ssl http2;
+    access_log $w/ngx/access.log t;
     root $w/release;
     location / { }
+  }
+  server {
+    listen $ngx_hub ssl http2;
+    access_log $w/ngx/hub.log t;
+    location / { proxy_pass $hubsim; proxy_http_version 1.1; }
   }
 }
 EOF
 "$nginx_bin" -p "$w/ngx" -c "$w/ngx/nginx.conf" -e "$w/ngx/error.log" &
 pids+=("$!")
 for _ in $(seq 101); do
-  curl -s -o /dev/null --cacert "$w/cert.pem" "https://127.0.0.2:$cdn_port/" && break
+  curl -s -o /dev/null --cacert "$w/cert.pem" "https://$ngx_cdn/" && curl -s -o /dev/null --cacert "$w/cert.pem" "https://$ngx_hub/" && break
   sleep 0.1
 done
 [[ -f $w/ngx/access.log ]] || { echo "h2_pull_bench: nginx did not start"; cat "$w/ngx/error.log"; exit 1; }
-"$bin/exlr8-hubsim" --repo bench/h2="$w/release" --cdn-base "https://127.0.0.2:$cdn_port" --port-file "$w/ports" \
-  > "$w/hubsim.log" 2>&1 &
-pids+=("$!")
-for _ in $(seq 600); do [[ -s "$w/ports" ]] && break; sleep 0.1; done
-hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$w/ports")
+# PROXY=on: the relays of the current path, restarted on the same
+# addresses for each.
+relay_pids=()
+start_relays() {  # DELAY WINDOW RATE
+  rm -f "$w/relay-cdn.port" "$w/relay-hub.port"
+  "$bin/wan_proxy" --listen "127.0.0.2:$cdn_port" --upstream "$ngx_cdn" --delay "$1" --window "$2" --rate "$3" \
+    --port-file "$w/relay-cdn.port" 2>> "$w/relay.log" &
+  relay_pids=("$!")
+  "$bin/wan_proxy" --listen "127.0.0.1:$hub_port" --upstream "$ngx_hub" --delay "$1" --window "$2" --rate "$3" \
+    --port-file "$w/relay-hub.port" 2>> "$w/relay.log" &
+  relay_pids+=("$!")
+  pids+=("${relay_pids[@]}")
+  for _ in $(seq 100); do [[ -s $w/relay-cdn.port && -s $w/relay-hub.port ]] && return; sleep 0.05; done
+  echo "h2_pull_bench: wan_proxy did not start"; cat "$w/relay.log"; exit 1
+}
+stop_relays() {
+  for p in "${relay_pids[@]}"; do kill "$p" 2> /dev/null || true; wait "$p" 2> /dev/null || true; done
+  relay_pids=()
+}
 python3 "$tool" curl-config "$w/plan.json" "https://127.0.0.2:$cdn_port" "$w/out" > "$w/curl.cfg" 2> "$w/curl.count"
 read -r requests plan_bytes < "$w/curl.count"
 # Per-transfer options go into every section of a config (each `next`
@@ -149,13 +200,13 @@ run() {
   start=$(now)
   case $name in
     exlr8d-*)
-      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs 16 --h2-streams "${name#exlr8d-}" \
+      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "$jobs" --h2-streams "${name#exlr8d-}" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
     baseline)
-      "$BASELINE_BIN" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs 16 \
+      "$BASELINE_BIN" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "$jobs" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json > "$w/pull.json" ;;
-    curl-h2) curl --parallel --parallel-max 16 -sS -K "$w/curl-h2.cfg" ;;
-    curl-h1) curl --parallel --parallel-max 16 -sS -K "$w/curl-h1.cfg" ;;
+    curl-h2) curl --parallel --parallel-max "$jobs" -sS --no-progress-meter -K "$w/curl-h2.cfg" ;;
+    curl-h1) curl --parallel --parallel-max "$jobs" -sS --no-progress-meter -K "$w/curl-h1.cfg" ;;
   esac
   end=$(now)
   local s c
@@ -176,6 +227,12 @@ for p in $paths; do
   [[ $netem == on ]] && tc qdisc add dev lo root netem delay "$delay" loss "$loss"
   if [[ $netem == on ]]; then
     printf '\n== netem delay %s each way, loss %s, MTU 1500 (load %s)\n' "$delay" "$loss" "$(cut -d' ' -f1-3 /proc/loadavg)"
+  elif [[ $proxy == on ]]; then
+    IFS=: read -r delay window rate <<< "$p"
+    [[ -n $delay && -n $window && -n $rate ]] || { echo "h2_pull_bench: PROXY=on wants PATHS of DELAY:WINDOW:RATE, got '$p'"; exit 2; }
+    start_relays "$delay" "$window" "$rate"
+    printf '\n== wan_proxy: delay %s each way, window %s per connection, rate %s B/s in all; --jobs %s (load %s)\n' \
+      "$delay" "$window" "$rate" "$jobs" "$(cut -d' ' -f1-3 /proc/loadavg)"
   else
     printf '\n== plain loopback (NETEM=off; load %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
   fi
@@ -191,4 +248,5 @@ for p in $paths; do
     printf '  %-12s %7.3f s  %6.1f MB/s\n' "$name" "$med" "$(echo "$plan_bytes / $med / 1000000" | bc -l)"
   done
   if [[ $netem == on ]]; then tc qdisc del dev lo root; fi
+  if [[ $proxy == on ]]; then stop_relays; fi
 done

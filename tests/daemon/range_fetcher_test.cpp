@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -519,22 +520,31 @@ TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
   EXPECT_EQ(hub.CountHub("HEAD", "passwd"), 0);
 }
 
+// Serves `path` from the CDN slowly (`hold` per request), counting the
+// requests the CDN is answering at once.
+struct InFlightCounter {
+  std::atomic<int> now{0};
+  std::atomic<int> max{0};
+  void ServeSlowly(FakeHub& hub, const std::string& path, std::chrono::milliseconds hold) {
+    hub.cdn_override = [this, &hub, path, hold](const TestRequest& r) -> std::optional<TestResponse> {
+      const int n = ++now;
+      int prev = max.load();
+      while (prev < n && !max.compare_exchange_weak(prev, n)) {
+      }
+      std::this_thread::sleep_for(hold);
+      --now;
+      return ServeBlobRange(hub.lfs_files[path], r);
+    };
+  }
+};
+
 TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 11);
   auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
-  std::atomic<int> in_flight{0};
-  std::atomic<int> max_in_flight{0};
-  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
-    const int now = ++in_flight;
-    int prev = max_in_flight.load();
-    while (prev < now && !max_in_flight.compare_exchange_weak(prev, now)) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    --in_flight;
-    return ServeBlobRange(hub.lfs_files["a.bin"], r);
-  };
+  InFlightCounter in_flight;
+  in_flight.ServeSlowly(hub, "a.bin", std::chrono::milliseconds(20));
   TestConsumer c;
   AddSplit(c, "a.bin", 100'000, 40);
   RangeFetcherOptions o = FastOptions();
@@ -544,8 +554,8 @@ TEST(RangeFetcherTest, ParallelismBoundIsRespected) {
   ASSERT_TRUE(f.Run(c).ok());
   c.ExpectBytes(hub.lfs_files);
   EXPECT_LE(hub.cdn().max_concurrent_connections(), 4);
-  EXPECT_LE(max_in_flight.load(), 4);
-  EXPECT_GE(max_in_flight.load(), 2);  // it does run in parallel
+  EXPECT_LE(in_flight.max.load(), 4);
+  EXPECT_GE(in_flight.max.load(), 2);  // it does run in parallel
   EXPECT_LE(c.max_outstanding, 12);    // requests are pulled lazily
 }
 
@@ -557,17 +567,8 @@ TEST(RangeFetcherTest, CappedHttp2StreamsDoNotHoldBackAnHttp1Server) {
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 14);
   auto client = OpenHub(hub, TestHubOptions(hub));
   ASSERT_NE(client, nullptr);
-  std::atomic<int> in_flight{0};
-  std::atomic<int> max_in_flight{0};
-  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
-    const int now = ++in_flight;
-    int prev = max_in_flight.load();
-    while (prev < now && !max_in_flight.compare_exchange_weak(prev, now)) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    --in_flight;
-    return ServeBlobRange(hub.lfs_files["a.bin"], r);
-  };
+  InFlightCounter in_flight;
+  in_flight.ServeSlowly(hub, "a.bin", std::chrono::milliseconds(20));
   TestConsumer c;
   AddSplit(c, "a.bin", 100'000, 40);
   RangeFetcherOptions o = FastOptions();
@@ -576,8 +577,8 @@ TEST(RangeFetcherTest, CappedHttp2StreamsDoNotHoldBackAnHttp1Server) {
   RangeFetcher f(*client, o);
   ASSERT_TRUE(f.Run(c).ok());
   c.ExpectBytes(hub.lfs_files);
-  EXPECT_GE(max_in_flight.load(), 4) << "HTTP/1.1 transfers were held to the HTTP/2 connection count";
-  EXPECT_LE(max_in_flight.load(), 8);
+  EXPECT_GE(in_flight.max.load(), 4) << "HTTP/1.1 transfers were held to the HTTP/2 connection count";
+  EXPECT_LE(in_flight.max.load(), 8);
 }
 
 TEST(RangeFetcherTest, RequestsArePulledLazily) {

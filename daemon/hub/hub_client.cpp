@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <mutex>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>

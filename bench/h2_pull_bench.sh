@@ -7,14 +7,15 @@
 # --h2-streams spreads over more connections.
 #
 # nginx serves the release over TLS and HTTP/2 on 127.0.0.2 (a certificate
-# of a CA made here), and the hub API on 127.0.0.1, also over TLS and HTTP/2,
-# proxied to exlr8-hubsim (its /resolve/ answers with https:// CDN URLs). Per round, in rotating order, from a warm
-# page cache (nginx serves from memory), TP 4 rank 1 under home:
-#   exlr8d pull --jobs 16 --h2-streams S   for each S in STREAMS
-#   BASELINE_BIN pull --jobs 16            (another exlr8d build, if given)
-#   curl --parallel --parallel-max 16 of the same ranges (HTTP/2, which
+# of a CA made here), and the hub API on 127.0.0.1, also over TLS and
+# HTTP/2, proxied to exlr8-hubsim (its /resolve/ answers with https:// CDN
+# URLs). Per round, in rotating order, from a warm page cache (nginx serves
+# from memory), TP 4 rank 1 under home:
+#   exlr8d pull --jobs J --h2-streams S    for each S in STREAMS
+#   BASELINE_BIN pull --jobs J             (another exlr8d build, if given)
+#   curl --parallel --parallel-max J of the same ranges (HTTP/2, which
 #        multiplexes them on one connection, as curl does by default)
-#   curl --http1.1 --parallel --parallel-max 16 (16 connections)
+#   curl --http1.1 --parallel --parallel-max J (J connections)
 # and prints every run with the connections nginx saw, then medians.
 # With NETEM=on, each DELAY:LOSS of PATHS is emulated in turn: `tc qdisc
 # ... netem` on the loopback device adds DELAY to every packet (each way:

@@ -103,9 +103,11 @@ mkdir -p "$w/ngx"
 cdn_port=$(free_port)
 hub_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # The simulator answers the hub API in plain HTTP; nginx puts it behind TLS
-# and HTTP/2 on 127.0.0.1:hub_port, as the Hub's own API is.
+# and HTTP/2 on 127.0.0.1:hub_port, as the Hub's own API is. One tree page
+# (up to 1000 files): a next-page link would name the simulator's own
+# origin, which the pull rightly refuses as another host's.
 "$bin/exlr8-hubsim" --repo bench/h2="$w/release" --cdn-base "https://127.0.0.2:$cdn_port" --port-file "$w/ports" \
-  > "$w/hubsim.log" 2>&1 &
+  --tree-page-size 1000 > "$w/hubsim.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 600); do [[ -s "$w/ports" ]] && break; sleep 0.1; done
 hubsim=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$w/ports")

@@ -256,8 +256,8 @@ std::set<std::string> ConnectionsOf(const std::vector<std::string>& log) {
 
 // Over HTTP/2 the transfers share one connection per host, or spread over
 // transfers / streams of them when a connection may carry fewer streams
-// than there are transfers: never more (libcurl alone opens more, up to one
-// per transfer, when transfers start while a connection is connecting).
+// than there are transfers: never more (libcurl 7.88 alone opens more, up to
+// one per transfer, when transfers start while a connection is connecting).
 TEST_F(PullTlsTest, TransfersSpreadOverMoreHttp2ConnectionsWhenStreamsAreCapped) {
   if (!LibcurlSpeaksHttp2()) GTEST_SKIP() << "this libcurl has no HTTP/2";
   std::size_t lines_before = 0;

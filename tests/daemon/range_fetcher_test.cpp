@@ -533,7 +533,7 @@ struct InFlightCounter {
       }
       std::this_thread::sleep_for(hold);
       --now;
-      return ServeBlobRange(hub.lfs_files[path], r);
+      return ServeBlobRange(hub.lfs_files.at(path), r);
     };
   }
 };

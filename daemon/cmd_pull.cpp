@@ -36,8 +36,8 @@ resumes where it stopped.
                          $XDG_CACHE_HOME/exlr8, else ~/.cache/exlr8)
   --jobs J               parallel transfers (default 16)
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
-                         ceil(J/S) connections per host (default J: all on
-                         one multiplexed connection)
+                         ceil(J/S) connections per host (default 4; S >= J:
+                         all on one multiplexed connection)
   --token-file FILE      token file (default: $HF_TOKEN, else $HF_HOME/token)
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
   --ca-bundle FILE       CA certificates (PEM) to verify HTTPS servers with,
@@ -163,7 +163,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     EXLR8_ASSIGN_OR_RETURN(std::int64_t jobs, args->GetInt("jobs", 16, 1, 1024));
     opt.fetch.max_parallel = static_cast<int>(jobs);
     opt.fetch.max_queued = std::max(64, 4 * static_cast<int>(jobs));
-    EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args->GetInt("h2-streams", 0, 1, 1024));
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args->GetInt("h2-streams", kDefaultH2StreamsPerConnection, 1, 1024));
     opt.fetch.h2_streams_per_connection = static_cast<int>(streams);
     opt.hub.endpoint = args->GetOr("endpoint", "");
     opt.hub.token_file = args->GetOr("token-file", "");

@@ -70,7 +70,7 @@ Pull options (for every job; as for 'exlr8d pull'):
                       $SSL_CERT_FILE, else the system's store)
   --jobs J            parallel transfers per pull (default 16)
   --h2-streams S      HTTP/2 streams per connection: ceil(J/S) connections
-                      per host (default J: one multiplexed connection)
+                      per host (default 4; S >= J: one multiplexed connection)
   --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
                       running jobs together
   --budget BYTES      refuse to grow the cache past this size
@@ -106,7 +106,7 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   EXLR8_ASSIGN_OR_RETURN(std::int64_t parallel, args.GetInt("jobs", 16, 1, 1024));
   p.fetch.max_parallel = static_cast<int>(parallel);
   p.fetch.max_queued = std::max(64, 4 * static_cast<int>(parallel));
-  EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args.GetInt("h2-streams", 0, 1, 1024));
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args.GetInt("h2-streams", kDefaultH2StreamsPerConnection, 1, 1024));
   p.fetch.h2_streams_per_connection = static_cast<int>(streams);
   if (auto r = args.Get("limit-rate")) {
     EXLR8_ASSIGN_OR_RETURN(p.fetch.max_bytes_per_second, ParseByteCount(*r));

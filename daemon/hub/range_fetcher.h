@@ -145,20 +145,28 @@ class RangeConsumer {
   virtual void OnFailed(std::uint64_t id, const Status& status) = 0;
 };
 
+// HTTP/2 streams per connection unless told otherwise: the default 16
+// transfers go over 4 connections per host.
+inline constexpr int kDefaultH2StreamsPerConnection = 4;
+
 struct RangeFetcherOptions {
   // Transfers in flight at once (ranges and resolves together); also the
   // bound on open connections.
   int max_parallel = 16;
   // Streams one HTTP/2 connection carries at most; a transfer that finds
-  // every connection to its host full opens another. 0 = max_parallel: all
-  // transfers multiplexed on one connection. Lower spreads them over
-  // ceil(max_parallel / this) connections per host, never more (the bound
-  // on connections per host is that many, as long as every answer came
-  // over HTTP/2): one TCP connection's window caps what a long, lossy path
-  // delivers, however many streams share it. HTTP/1.1 uses one connection
+  // every connection to its host full opens another, so the transfers
+  // spread over ceil(max_parallel / this) connections per host, never more
+  // (the bound on connections per host is that many, as long as every
+  // answer came over HTTP/2). 0 = max_parallel: all transfers multiplexed
+  // on one connection. The default spreads them because one TCP
+  // connection's window caps what a long, lossy path delivers, however
+  // many streams share it: through a relay capping each connection
+  // (bench/h2_pull_bench.sh PROXY=on), 4 connections were 1.2-2.7x faster
+  // than one, and within a few percent of it where nothing capped them
+  // (docs/BENCHMARKS.md, "Over a long path"). HTTP/1.1 uses one connection
   // per transfer whatever this says; its first answer lifts that bound
   // back to max_parallel, for every host of the fetcher.
-  int h2_streams_per_connection = 0;
+  int h2_streams_per_connection = kDefaultH2StreamsPerConnection;
   // Concurrent /resolve/ requests (the Hub rate-limits them).
   int max_parallel_resolves = 4;
   // Requests pulled ahead of free transfer slots (waiting for a resolve or

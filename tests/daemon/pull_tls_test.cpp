@@ -254,19 +254,24 @@ std::set<std::string> ConnectionsOf(const std::vector<std::string>& log) {
   return ids;
 }
 
-// Over HTTP/2 the transfers share one connection per host, or spread over
-// transfers / streams of them when a connection may carry fewer streams
-// than there are transfers: never more (libcurl 7.88 alone opens more, up to
-// one per transfer, when transfers start while a connection is connecting).
+// Over HTTP/2 the transfers spread over transfers / streams connections
+// per host when a connection may carry fewer streams than there are
+// transfers (as by default), never more (libcurl 7.88 alone opens more, up
+// to one per transfer, when transfers start while a connection is
+// connecting); with streams 0 they share one connection.
 TEST_F(PullTlsTest, TransfersSpreadOverMoreHttp2ConnectionsWhenStreamsAreCapped) {
   if (!LibcurlSpeaksHttp2()) GTEST_SKIP() << "this libcurl has no HTTP/2";
   std::size_t lines_before = 0;
-  for (const int streams : {0, 4, 2}) {
-    SCOPED_TRACE(std::to_string(streams) + " streams per connection");
+  const std::optional<int> kDefault;  // the options' own value
+  for (const std::optional<int> streams : {std::optional<int>(0), kDefault, std::optional<int>(4),
+                                           std::optional<int>(2)}) {
+    const int per_connection = streams.value_or(kDefaultH2StreamsPerConnection);
+    SCOPED_TRACE((streams ? std::to_string(*streams) : "the default " + std::to_string(per_connection)) +
+                 " streams per connection");
     TempDir cache;
     PullOptions o = TlsOptions(cert_.string());
     o.fetch.max_parallel = 16;
-    o.fetch.h2_streams_per_connection = streams;
+    if (streams) o.fetch.h2_streams_per_connection = *streams;
     auto s = Pull(cache.path(), o);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
@@ -274,12 +279,13 @@ TEST_F(PullTlsTest, TransfersSpreadOverMoreHttp2ConnectionsWhenStreamsAreCapped)
     const std::set<std::string> used =
         ConnectionsOf(std::vector<std::string>(all.begin() + static_cast<std::ptrdiff_t>(lines_before), all.end()));
     lines_before = all.size();
-    std::printf("%d streams per connection: %zu connections used\n", streams, used.size());
-    if (streams == 0) {
+    std::printf("%d streams per connection: %zu connections used\n", per_connection, used.size());
+    if (per_connection == 0) {
       EXPECT_EQ(used.size(), 1u);
     } else {
       EXPECT_GT(used.size(), 1u) << "the transfers stayed on one connection";
-      EXPECT_LE(used.size(), static_cast<std::size_t>(16 / streams)) << "more connections than 16 transfers need";
+      EXPECT_LE(used.size(), static_cast<std::size_t>(16 / per_connection))
+          << "more connections than 16 transfers need";
     }
   }
 }
@@ -363,6 +369,7 @@ TEST_F(PullTlsTest, TheBandwidthLimitHoldsOverOneHttp2Connection) {
   TempDir cache;
   PullOptions o = TlsOptions(cert_.string());
   o.fetch.max_bytes_per_second = 4'000'000;
+  o.fetch.h2_streams_per_connection = 0;  // every stream on one connection
   const auto t0 = std::chrono::steady_clock::now();
   auto s = Pull(cache.path(), o);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,0 +1,324 @@
+#include "daemon/cache/cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/cache/cache_rep.h"
+
+// Cache: writing data, making it durable and recording it as verified
+// extents; reading back what is verified.
+namespace exlr8 {
+
+using cache_internal::DataFile;
+using cache_internal::FileRow;
+
+namespace {
+
+// [offset, offset + length) must lie within a file of `size` bytes.
+Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
+  if (offset > size || length > size - offset)
+    return InvalidArgumentError(std::string(shown) + ": range [" + std::to_string(offset) + ", +" +
+                                std::to_string(length) + ") is outside the file (" + std::to_string(size) +
+                                " bytes)");
+  return Status::Ok();
+}
+
+// fdatasync each file, then fsync each directory, outside the cache lock.
+Status SyncToDisk(const std::vector<std::shared_ptr<DataFile>>& files, const std::set<std::string>& dirs, int root_fd,
+                  const std::string& shown) {
+  // Start write-back of every file first, so the device works on all of
+  // them at once instead of one fdatasync after another. Only a hint: the
+  // fdatasync below is what makes the bytes durable.
+  if (files.size() > 1)
+    for (const auto& f : files) (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
+  for (const auto& f : files) {
+    while (::fdatasync(f->fd.get()) != 0) {
+      if (errno != EINTR) return ErrnoStatus(errno, "fdatasync " + f->shown);
+    }
+  }
+  for (const std::string& d : dirs) {
+    EXLR8_ASSIGN_OR_RETURN(UniqueFd fd, OpenDirBeneath(root_fd, d, shown));
+    if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync directory " + shown + "/" + d);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- writing ----
+
+Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  std::shared_ptr<DataFile> f = rep_->FindOpen(file);  // without mu: see open_mu
+  if (!f) {
+    MutexLock l(&rep_->mu);
+    EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
+  }
+  EXLR8_RETURN_IF_ERROR(CheckRange(f->shown, f->size, offset, data.size()));
+  EXLR8_RETURN_IF_ERROR(PwriteAll(f->fd.get(), offset, data, f->shown));
+  const std::uint64_t every = rep_->options.write_behind_bytes;
+  if (every > 0 && f->unkicked.fetch_add(data.size(), std::memory_order_relaxed) + data.size() >= every) {
+    f->unkicked.store(0, std::memory_order_relaxed);
+    // Whole file: the kernel walks only the dirty pages, and several workers
+    // write one file at different offsets. A hint, so failure is harmless.
+    (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
+  }
+  return Status::Ok();
+}
+
+Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  std::map<FileId, std::vector<Extent>> by_file;
+  for (const VerifiedExtent& e : extents)
+    if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+  std::map<FileId, std::uint64_t> prefix_of;  // the last one per file wins
+  for (const DurablePrefix& p : prefixes) {
+    prefix_of[p.file] = p.bytes;
+    by_file[p.file];  // its file is synced with the others
+  }
+  if (by_file.empty()) return Status::Ok();
+
+  // 1. resolve and check every extent
+  std::vector<std::shared_ptr<DataFile>> files;
+  std::set<std::string> dirs;
+  {
+    MutexLock l(&r.mu);
+    for (auto& [id, list] : by_file) {
+      Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
+      if (!f.ok()) return f.status();
+      for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      if (auto p = prefix_of.find(id); p != prefix_of.end())
+        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
+      list = NormalizeExtents(std::move(list));
+      files.push_back(*std::move(f));
+    }
+    dirs = r.unsynced_dirs;
+  }
+  // 2. make the bytes durable, without blocking readers
+  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
+  // 3. record them, all in one transaction
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  for (const auto& [id, list] : by_file)
+    if (!list.empty()) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
+  if (!prefix_of.empty()) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt set, r.db->Prepare("UPDATE files SET durable_prefix = ? WHERE id = ?"));
+    for (const auto& [id, bytes] : prefix_of) {
+      set.Reset();
+      EXLR8_RETURN_IF_ERROR(set.Bind(1, static_cast<std::int64_t>(bytes)).Bind(2, id).Run());
+    }
+  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
+  std::set<FilesetId> filesets;
+  for (const auto& f : files) filesets.insert(f->fileset);
+  const std::int64_t now = r.Now();
+  for (FilesetId fs : filesets) {
+    touch.Reset();
+    EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
+  return Status::Ok();
+}
+
+Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }
+
+Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std::byte> out) {
+  Rep& r = *rep_;
+  std::shared_ptr<DataFile> f;
+  {
+    MutexLock l(&r.mu);
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT durable_prefix FROM files WHERE id = ?"));
+    q.Bind(1, file);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(r.shown + ": no file with id " + std::to_string(file) + " in the cache index");
+    const auto prefix = static_cast<std::uint64_t>(q.Int(0));
+    if (offset > prefix || out.size() > prefix - offset)
+      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" + std::to_string(offset) +
+                                     ", " + std::to_string(offset + out.size()) + ") are beyond its durable prefix (" +
+                                     std::to_string(prefix) + " bytes)");
+    EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
+  }
+  return PreadAll(f->fd.get(), offset, out, f->shown);
+}
+
+Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  if (ids.empty()) return Status::Ok();
+  Rep& r = *rep_;
+  std::vector<std::shared_ptr<DataFile>> files;
+  std::set<std::string> dirs;
+  {
+    MutexLock l(&r.mu);
+    for (FileId file : ids) {
+      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+      // An empty file has no bytes to write, so nobody else creates it.
+      if (row.size == 0) {
+        EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.GetDataFile(file, /*create=*/true));
+      } else {
+        EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.OpenWritten(file));
+      }
+    }
+    dirs = r.unsynced_dirs;
+  }
+  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
+                                                       "VALUES (?, 0, ?)"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
+                         r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    del.Reset();
+    EXLR8_RETURN_IF_ERROR(del.Bind(1, ids[i]).Run());
+    if (files[i]->size > 0) {
+      ins.Reset();
+      EXLR8_RETURN_IF_ERROR(ins.Bind(1, ids[i]).Bind(2, static_cast<std::int64_t>(files[i]->size)).Run());
+    }
+    up.Reset();
+    EXLR8_RETURN_IF_ERROR(up.Bind(1, ids[i]).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
+  return Status::Ok();
+}
+
+Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> ranges) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  std::map<FileId, std::vector<Extent>> by_file;
+  for (const VerifiedExtent& e : ranges)
+    if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+  if (by_file.empty()) return std::uint64_t{0};
+  MutexLock l(&r.mu);
+  for (const auto& [id, list] : by_file) {
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
+    for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
+  }
+  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt demote, r.db->Prepare("UPDATE files SET whole_verified = 0, durable_prefix = 0 "
+                                                          "WHERE id = ?"));
+  std::uint64_t forgotten = 0;
+  for (auto& [id, list] : by_file) {
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, r.AllExtents(id));
+    const std::vector<Extent> keep = SubtractExtents(have, std::move(list));
+    const std::uint64_t lost = TotalLength(have) - TotalLength(keep);
+    if (lost == 0) continue;
+    forgotten += lost;
+    del.Reset();
+    EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
+    for (const Extent& e : keep) {
+      ins.Reset();
+      EXLR8_RETURN_IF_ERROR(ins.Bind(1, id)
+                                .Bind(2, static_cast<std::int64_t>(e.offset))
+                                .Bind(3, static_cast<std::int64_t>(e.length))
+                                .Run());
+    }
+    demote.Reset();
+    EXLR8_RETURN_IF_ERROR(demote.Bind(1, id).Run());
+  }
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  return forgotten;
+}
+
+// ---- reading ----
+
+Result<bool> Cache::Covers(FileId file, std::uint64_t offset, std::uint64_t length) {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> holes, MissingRanges(file, offset, length));
+  return holes.empty();
+}
+
+Result<std::vector<Extent>> Cache::VerifiedExtents(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_RETURN_IF_ERROR(r.LoadFile(file).status());
+  return r.AllExtents(file);
+}
+
+Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, offset, length));
+  if (length == 0) return std::vector<Extent>{};
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.ExtentsNear(file, offset, offset + length));
+  return MissingExtents(near, {offset, length});
+}
+
+namespace {
+
+// Serves the verified bytes of one cached file, as of when it was opened.
+class VerifiedFileSource final : public ByteSource {
+ public:
+  VerifiedFileSource(std::shared_ptr<DataFile> file, std::uint64_t size, std::vector<Extent> extents,
+                     std::string name)
+      : file_(std::move(file)), size_(size), extents_(std::move(extents)), name_(std::move(name)) {}
+
+  std::uint64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  Status ReadAt(std::uint64_t offset, std::span<std::byte> dst) const override {
+    if (offset > size_ || dst.size() > size_ - offset)
+      return CorruptionError(name_ + ": read of " + std::to_string(dst.size()) + " bytes at offset " +
+                             std::to_string(offset) + " runs past the end (" + std::to_string(size_) + " bytes)");
+    if (dst.empty()) return Status::Ok();
+    const std::vector<Extent> holes = MissingExtents(extents_, {offset, dst.size()});
+    if (!holes.empty())
+      return NotFoundError(name_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + dst.size()) +
+                           ") are not verified in the cache; first missing offset " +
+                           std::to_string(holes.front().offset));
+    return PreadAll(file_->fd.get(), offset, dst, name_);
+  }
+
+ private:
+  std::shared_ptr<DataFile> file_;  // null when nothing is verified
+  std::uint64_t size_;
+  std::vector<Extent> extents_;  // normalized snapshot
+  std::string name_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.AllExtents(file));
+  std::shared_ptr<DataFile> df;
+  if (!extents.empty()) {
+    Result<std::shared_ptr<DataFile>> opened = r.OpenWritten(file);
+    if (opened.status().code() == StatusCode::kFailedPrecondition)
+      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing");
+    if (!opened.ok()) return opened.status();
+    df = *std::move(opened);
+  }
+  return std::unique_ptr<ByteSource>(
+      new VerifiedFileSource(std::move(df), row.size, std::move(extents), r.shown + "/" + row.rel));
+}
+
+Result<std::unique_ptr<ByteSource>> Cache::OpenCheckedByCaller(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  std::shared_ptr<DataFile> df;
+  std::vector<Extent> all;
+  if (row.size > 0) {
+    EXLR8_ASSIGN_OR_RETURN(df, r.OpenWritten(file));
+    all.push_back({0, row.size});
+  }
+  return std::unique_ptr<ByteSource>(
+      new VerifiedFileSource(std::move(df), row.size, std::move(all), r.shown + "/" + row.rel));
+}
+
+}  // namespace exlr8

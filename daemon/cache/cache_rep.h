@@ -1,0 +1,272 @@
+// Internal to daemon/cache: the state behind Cache (its Rep) and the
+// helpers the cache*.cpp files share. Not part of the library's interface;
+// include cache.h instead.
+#pragma once
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/cache/cache.h"
+#include "daemon/cache/cache_paths.h"
+#include "daemon/cache/file_lock.h"
+#include "daemon/cache/mutex.h"
+#include "daemon/cache/posix.h"
+#include "daemon/cache/sqlite_db.h"
+
+namespace exlr8 {
+namespace cache_internal {
+
+inline constexpr std::size_t kMaxOpenFiles = 128;  // descriptors kept open for reuse
+inline constexpr std::uint64_t kMaxSqlInt = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+// A data file opened by this process. Shared with in-flight writers and
+// ByteSources, so it stays valid when dropped from the open-file table.
+struct DataFile {
+  UniqueFd fd;
+  FilesetId fileset = 0;
+  std::uint64_t size = 0;
+  std::string rel;    // <org>/<name>/<commit>/<path>
+  std::string shown;  // <dir>/<rel>, for messages
+  // Bytes written since write-back was last started (CacheOptions::write_behind_bytes).
+  std::atomic<std::uint64_t> unkicked{0};
+};
+
+// The row of a file joined with its fileset.
+struct FileRow {
+  FilesetId fileset = 0;
+  std::uint64_t size = 0;
+  std::string rel;
+};
+
+inline std::int64_t SystemNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace cache_internal
+
+struct Cache::Rep {
+  using DataFile = cache_internal::DataFile;
+  using FileRow = cache_internal::FileRow;
+
+  // Immutable after Open; readable without the lock.
+  std::filesystem::path dir;
+  std::string shown;  // dir as a string, for messages
+  CacheOptions options;
+  UniqueFd root_fd;
+  std::unique_ptr<FileLock> lock;  // released last (declared before db)
+  bool read_only = false;          // OpenReadOnly: no lock, the index read-only
+
+  // FailedPrecondition for a change through a read-only view.
+  Status Writable() const {
+    if (!read_only) return Status::Ok();
+    return FailedPreconditionError(shown + ": opened read-only (Cache::OpenReadOnly); nothing changed");
+  }
+
+  Mutex mu;
+  std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
+  // The table of open data files has a lock of its own (taken after mu,
+  // never before), so WriteAt of an open file never waits for mu: a commit
+  // holds mu through its SQLite transaction, whose WAL fsync would
+  // otherwise stall every writer.
+  Mutex open_mu EXLR8_ACQUIRED_AFTER(mu);
+  std::unordered_map<FileId, std::shared_ptr<DataFile>> open_files EXLR8_GUARDED_BY(open_mu);
+
+  std::shared_ptr<DataFile> FindOpen(FileId file) EXLR8_EXCLUDES(open_mu) {
+    MutexLock l(&open_mu);
+    auto it = open_files.find(file);
+    return it == open_files.end() ? nullptr : it->second;
+  }
+  // Space claims (Cache::SpaceClaim), by id; a lock of their own, taken
+  // without mu or after it (eviction reads the claimed filesets), never
+  // before it: nothing that holds claims_mu calls into the Cache.
+  std::mutex claims_mu;
+  std::map<std::uint64_t, std::function<std::uint64_t()>> claims;  // guarded by claims_mu
+  std::map<std::uint64_t, FilesetId> claim_filesets;                // guarded by claims_mu
+  std::uint64_t next_claim = 1;                                     // guarded by claims_mu
+
+  // The filesets that claims say are being written: never evicted.
+  std::set<FilesetId> ClaimedFilesets() {
+    std::lock_guard<std::mutex> l(claims_mu);
+    std::set<FilesetId> out;
+    for (const auto& [id, fileset] : claim_filesets) out.insert(fileset);
+    return out;
+  }
+
+  // Bytes every claim but `own` may still write.
+  std::uint64_t ClaimedByOthers(std::uint64_t own) {
+    std::lock_guard<std::mutex> l(claims_mu);
+    std::uint64_t sum = 0;
+    for (const auto& [id, remaining] : claims)
+      if (id != own) sum += remaining();
+    return sum;
+  }
+
+  // Directories (relative, "" = root) holding a data file opened by this
+  // process whose name has not been fsynced yet.
+  std::set<std::string> unsynced_dirs EXLR8_GUARDED_BY(mu);
+
+  std::int64_t Now() EXLR8_REQUIRES(mu) {
+    return options.now_ms ? options.now_ms() : cache_internal::SystemNowMs();
+  }
+
+  Result<FileRow> LoadFile(FileId file) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT f.fileset_id, f.size, f.path, s.repo, s.commit_sha "
+                                                     "FROM files f JOIN filesets s ON s.id = f.fileset_id "
+                                                     "WHERE f.id = ?"));
+    q.Bind(1, file);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(shown + ": no file with id " + std::to_string(file) + " in the cache index");
+    FileRow r;
+    r.fileset = q.Int(0);
+    r.size = static_cast<std::uint64_t>(q.Int(1));
+    r.rel = FilesetDir(q.Text(3), q.Text(4)) + "/" + q.Text(2);
+    return r;
+  }
+
+  Result<FileId> PutFileLocked(FilesetId fileset, const NewFile& f) EXLR8_REQUIRES(mu);
+
+  Status CheckFilesetExists(FilesetId fileset) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT 1 FROM filesets WHERE id = ?"));
+    q.Bind(1, fileset);
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return NotFoundError(shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+    return Status::Ok();
+  }
+
+  // The open data file, opening it first. With `create`, the file and its
+  // directories are created and the file is sized to its remote size
+  // (sparse). Without, a file not on disk is NotFound.
+  Result<std::shared_ptr<DataFile>> GetDataFile(FileId file, bool create) EXLR8_REQUIRES(mu) {
+    if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
+    EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create, shown));
+    auto df = std::make_shared<DataFile>();
+    df->fd = std::move(opened.fd);
+    df->fileset = row.fileset;
+    df->size = row.size;
+    df->rel = row.rel;
+    df->shown = shown + "/" + row.rel;
+    struct stat st;
+    if (::fstat(df->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + df->shown);
+    // A new file, or one a crash left short: extend it to its remote size.
+    // Truncation never frees blocks of a file whose size matches.
+    if (static_cast<std::uint64_t>(st.st_size) != row.size) {
+      if (::ftruncate(df->fd.get(), static_cast<off_t>(row.size)) != 0)
+        return ErrnoStatus(errno, "size " + df->shown + " to " + std::to_string(row.size) + " bytes");
+    }
+    // Its name (and any directory made for it) must be durable before an
+    // extent of it is recorded; we cannot know whether a dead predecessor
+    // synced them, so every file opened by this process counts.
+    for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
+    MutexLock l(&open_mu);
+    if (open_files.size() >= cache_internal::kMaxOpenFiles) {
+      std::erase_if(open_files, [](const auto& kv) { return kv.second.use_count() == 1; });
+    }
+    open_files.emplace(file, df);
+    return df;
+  }
+
+  // The data file of a known file id that must already be on disk:
+  // NotFound for an unknown id, FailedPrecondition if never written.
+  Result<std::shared_ptr<DataFile>> OpenWritten(FileId file) EXLR8_REQUIRES(mu) {
+    if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
+    Result<std::shared_ptr<DataFile>> f = GetDataFile(file, /*create=*/false);
+    if (f.status().code() == StatusCode::kNotFound)
+      return FailedPreconditionError(shown + "/" + row.rel + ": not in the cache directory (never written): " +
+                                     f.status().message());
+    return f;
+  }
+
+  // Normalized extents of `file` that overlap or touch [offset, end].
+  Result<std::vector<Extent>> ExtentsNear(FileId file, std::uint64_t offset, std::uint64_t end) EXLR8_REQUIRES(mu) {
+    std::vector<Extent> out;
+    // The last extent starting at or before `offset` may reach into the range.
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt prev, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? AND "
+                                                        "start <= ? ORDER BY start DESC LIMIT 1"));
+    prev.Bind(1, file).Bind(2, static_cast<std::int64_t>(offset));
+    EXLR8_ASSIGN_OR_RETURN(bool row, prev.Step());
+    if (row) {
+      const Extent e{static_cast<std::uint64_t>(prev.Int(0)), static_cast<std::uint64_t>(prev.Int(1))};
+      if (e.end() >= offset) out.push_back(e);
+    }
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt next, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? AND "
+                                                        "start > ? AND start <= ? ORDER BY start"));
+    next.Bind(1, file).Bind(2, static_cast<std::int64_t>(offset)).Bind(3, static_cast<std::int64_t>(end));
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool more, next.Step());
+      if (!more) break;
+      out.push_back({static_cast<std::uint64_t>(next.Int(0)), static_cast<std::uint64_t>(next.Int(1))});
+    }
+    return out;
+  }
+
+  Result<std::vector<Extent>> AllExtents(FileId file) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT start, length FROM extents WHERE file_id = ? "
+                                                     "ORDER BY start"));
+    q.Bind(1, file);
+    std::vector<Extent> out;
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return out;
+      out.push_back({static_cast<std::uint64_t>(q.Int(0)), static_cast<std::uint64_t>(q.Int(1))});
+    }
+  }
+
+  // Merges normalized `adds` into the extent table of `file`, keeping it
+  // normalized. REQUIRES: inside a transaction.
+  Status MergeExtents(FileId file, std::span<const Extent> adds) EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM extents WHERE file_id = ? AND start = ?"));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
+    for (const Extent& add : adds) {
+      EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, ExtentsNear(file, add.offset, add.end()));
+      for (const Extent& e : near) {
+        del.Reset();
+        EXLR8_RETURN_IF_ERROR(del.Bind(1, file).Bind(2, static_cast<std::int64_t>(e.offset)).Run());
+      }
+      near.push_back(add);
+      for (const Extent& m : NormalizeExtents(std::move(near))) {
+        ins.Reset();
+        EXLR8_RETURN_IF_ERROR(ins.Bind(1, file)
+                                  .Bind(2, static_cast<std::int64_t>(m.offset))
+                                  .Bind(3, static_cast<std::int64_t>(m.length))
+                                  .Run());
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<std::uint64_t> RecordedBytes() EXLR8_REQUIRES(mu) {
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t n, db->QueryInt("SELECT COALESCE(SUM(length), 0) FROM extents"));
+    return static_cast<std::uint64_t>(n);
+  }
+
+  Result<std::vector<FilesetInfo>> QueryFilesets(std::optional<FilesetId> only) EXLR8_REQUIRES(mu);
+  Result<std::vector<PullInfo>> QueryPulls(std::string_view where, std::int64_t arg) EXLR8_REQUIRES(mu);
+  Status RemoveOrphanDirs() EXLR8_REQUIRES(mu);
+  // Evicts, least recently used first, filesets that no pin, process pin,
+  // running pull or live claim protects, until the recorded bytes are at
+  // most `target` or nothing evictable is left.
+  Result<GcResult> EvictDownTo(std::uint64_t target) EXLR8_REQUIRES(mu);
+  // Deletes the filesets' rows in one durable transaction, then their data
+  // directories (and any other orphans), and adds them to `result`.
+  Status EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result)
+      EXLR8_REQUIRES(mu);
+};
+
+}  // namespace exlr8

@@ -1,0 +1,235 @@
+#include "daemon/cache/cache.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "daemon/cache/cache_rep.h"
+#include "format/units.h"
+
+// Cache: free space, claims of pulls in flight, the byte budget and
+// eviction (gc), least recently used first.
+namespace exlr8 {
+
+// ---- space ----
+
+Result<std::uint64_t> Cache::FreeBytes() {
+  struct statvfs vfs;
+  if (::fstatvfs(rep_->root_fd.get(), &vfs) != 0) return ErrnoStatus(errno, "statvfs " + rep_->shown);
+  return static_cast<std::uint64_t>(vfs.f_bavail) * static_cast<std::uint64_t>(vfs.f_frsize);
+}
+
+Result<std::uint64_t> Cache::RecordedBytes() {
+  MutexLock l(&rep_->mu);
+  return rep_->RecordedBytes();
+}
+
+Cache::SpaceClaim::~SpaceClaim() {
+  std::lock_guard<std::mutex> l(cache_->rep_->claims_mu);
+  cache_->rep_->claims.erase(id_);
+  cache_->rep_->claim_filesets.erase(id_);
+}
+
+void Cache::SpaceClaim::SetFileset(FilesetId fileset) {
+  std::lock_guard<std::mutex> l(cache_->rep_->claims_mu);
+  cache_->rep_->claim_filesets[id_] = fileset;
+}
+
+std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<std::uint64_t()> remaining) {
+  std::lock_guard<std::mutex> l(rep_->claims_mu);
+  const std::uint64_t id = rep_->next_claim++;
+  rep_->claims.emplace(id, std::move(remaining));
+  return std::unique_ptr<SpaceClaim>(new SpaceClaim(this, id));
+}
+
+Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, RecordedBytes());
+  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
+  // What others still write comes out of the free space and into the cache.
+  const std::uint64_t available = free - std::min(free, promised);
+  const std::uint64_t committed = used + promised;
+  const std::optional<std::uint64_t>& budget = rep_->options.byte_budget;
+  const bool over_budget = budget && (committed > *budget || bytes_needed > *budget - committed);
+  if (bytes_needed <= available && !over_budget) return Status::Ok();
+  std::string msg = "need " + HumanBytes(bytes_needed) + ", " + HumanBytes(free) + " free on " + rep_->shown;
+  if (budget) {
+    msg += " (budget " + HumanBytes(*budget) + ", " + HumanBytes(used) + " used";
+  } else {
+    msg += " (no budget";
+  }
+  if (promised > 0) msg += "; " + HumanBytes(promised) + " promised to pulls running now";
+  if (over_budget) msg += "; over budget: run gc or raise the budget";
+  msg += ")";
+  return ResourceExhaustedError(std::move(msg));
+}
+
+Result<GcResult> Cache::Gc(std::uint64_t budget) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  MutexLock l(&rep_->mu);
+  return rep_->EvictDownTo(budget);
+}
+
+Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* own) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  // The same sums as CheckSpace, solved for the recorded bytes that leave
+  // room for `bytes_needed`.
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
+  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
+  MutexLock l(&rep_->mu);
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, rep_->RecordedBytes());
+  std::uint64_t target = used;
+  const std::uint64_t available = free - std::min(free, promised);
+  // On disk: an evicted fileset frees at least its verified bytes.
+  if (bytes_needed > available) target = used - std::min(used, bytes_needed - available);
+  if (const std::optional<std::uint64_t>& budget = rep_->options.byte_budget) {
+    const std::uint64_t wanted = promised + bytes_needed;  // both may exceed the budget alone
+    target = std::min(target, *budget - std::min(*budget, wanted));
+  }
+  if (target >= used) {
+    GcResult none;
+    none.bytes_remaining = used;
+    return none;
+  }
+  return rep_->EvictDownTo(target);
+}
+
+Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
+  GcResult result;
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, RecordedBytes());
+  std::vector<std::pair<FilesetId, std::uint64_t>> victims;  // id, verified bytes
+  if (total > target) {
+    // Listed before the victims are chosen; a pin taken after that races
+    // as process_pin.h describes.
+    EXLR8_ASSIGN_OR_RETURN(std::vector<ProcessPinInfo> live, ListProcessPins(dir, /*sweep=*/true));
+    std::set<std::pair<std::string, std::string>> held;  // repo, commit
+    for (const ProcessPinInfo& p : live) held.emplace(p.repo, p.commit);
+    const std::set<FilesetId> claimed = ClaimedFilesets();
+    EXLR8_ASSIGN_OR_RETURN(
+        SqliteStmt q,
+        db->Prepare("SELECT s.id, "
+                    "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
+                    "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
+                    "FROM filesets s "
+                    "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
+                    "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
+                    "ORDER BY s.last_used ASC, s.id ASC"));
+    std::uint64_t left = total;
+    while (left > target) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      if (held.count({q.Text(2), q.Text(3)}) || claimed.count(q.Int(0))) continue;
+      const auto bytes = static_cast<std::uint64_t>(q.Int(1));
+      left -= std::min(left, bytes);
+      victims.emplace_back(q.Int(0), bytes);
+    }
+  }
+  EXLR8_RETURN_IF_ERROR(EvictFilesets(victims, &result));
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, RecordedBytes());
+  return result;
+}
+
+Result<GcResult> Cache::Evict(FilesetId fileset) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> list, r.QueryFilesets(fileset));
+  if (list.empty())
+    return NotFoundError(r.shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
+  const FilesetInfo& set = list.front();
+  const std::string name = set.repo + " commit " + set.commit;
+  if (!set.pins.empty()) {
+    std::string holders;
+    for (const std::string& h : set.pins) holders += (holders.empty() ? "" : ", ") + h;
+    return FailedPreconditionError(name + " is pinned by " + holders + "; unpin it first (exlr8d unpin)");
+  }
+  if (!set.process_pins.empty()) {
+    std::string holders;
+    for (const ProcessPinInfo& p : set.process_pins)
+      holders += (holders.empty() ? "" : ", ") + p.holder + " (pid " + std::to_string(p.pid) + ")";
+    return FailedPreconditionError(name + " is held by " + holders +
+                                   "; the pin goes when that process exits (stop it first)");
+  }
+  EXLR8_ASSIGN_OR_RETURN(std::int64_t running,
+                         r.db->QueryInt("SELECT COUNT(*) FROM pulls WHERE fileset_id = " + std::to_string(fileset) +
+                                        " AND state = 'running'"));
+  if (running > 0 || rep_->ClaimedFilesets().count(fileset))
+    return FailedPreconditionError(name + " has a pull running");
+  GcResult result;
+  EXLR8_RETURN_IF_ERROR(r.EvictFilesets({{fileset, set.bytes_cached}}, &result));
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  return result;
+}
+
+Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result) {
+  if (!victims.empty()) {
+    // Rows first, durably (synchronous=FULL); files after. A crash in
+    // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
+    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
+    for (const auto& [id, bytes] : victims) {
+      del.Reset();
+      EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
+    }
+    EXLR8_RETURN_IF_ERROR(txn.Commit());
+    std::set<FilesetId> gone;
+    for (const auto& [id, bytes] : victims) {
+      gone.insert(id);
+      result->evicted.push_back(id);
+      result->bytes_freed += bytes;
+    }
+    MutexLock open_lock(&open_mu);
+    std::erase_if(open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
+  }
+  return RemoveOrphanDirs();
+}
+
+Status Cache::Rep::RemoveOrphanDirs() {
+  // The data directories the index knows.
+  std::set<std::string> known;
+  {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT repo, commit_sha FROM filesets"));
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      known.insert(FilesetDir(q.Text(0), q.Text(1)));
+    }
+  }
+  namespace fs = std::filesystem;
+  auto subdirs = [](const fs::path& p) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code sec;
+      if (it->symlink_status(sec).type() == fs::file_type::directory) out.push_back(it->path());
+    }
+    return out;
+  };
+  // Only <org>/<name>/<commit> triples with valid names are ever touched,
+  // so the index, the lock and anything foreign stay put.
+  for (const fs::path& org : subdirs(dir)) {
+    if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own: pins, stage records
+    for (const fs::path& name : subdirs(org)) {
+      const std::string repo = org.filename().string() + "/" + name.filename().string();
+      if (!ValidateRepoId(repo).ok()) continue;
+      for (const fs::path& commit : subdirs(name)) {
+        const std::string c = commit.filename().string();
+        if (!ValidateCommit(c).ok() || known.count(FilesetDir(repo, c))) continue;
+        std::error_code ec;
+        fs::remove_all(commit, ec);  // removes symlinks, never follows them
+        if (ec) return ErrnoStatus(ec.value(), "remove " + commit.string());
+      }
+      std::error_code ec;
+      fs::remove(name, ec);  // only if now empty
+    }
+    std::error_code ec;
+    fs::remove(org, ec);
+  }
+  return Status::Ok();
+}
+
+}  // namespace exlr8

@@ -150,8 +150,9 @@ class RangeConsumer {
 inline constexpr int kDefaultH2StreamsPerConnection = 4;
 
 struct RangeFetcherOptions {
-  // Transfers in flight at once (ranges and resolves together); also the
-  // bound on open connections.
+  // Transfers in flight at once (ranges and resolves together). Open
+  // connections: at most this plus max_parallel_resolves (room for the
+  // hub's beside the CDN's).
   int max_parallel = 16;
   // Streams one HTTP/2 connection carries at most; a transfer that finds
   // every connection to its host full opens another, so the transfers

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Pulls over TLS and HTTP/2, the protocol of the Hub's CDN (pull_bench.sh
 # speaks plain HTTP/1.1, one connection per transfer). libcurl multiplexes
-# every transfer to one host on one HTTP/2 connection, so what one transfer
-# does to its stream (being held back, say) the others may feel; and over a
-# long, lossy path one TCP connection's window caps the whole pull, which
-# --h2-streams spreads over more connections.
+# the transfers to one host on HTTP/2 connections (--h2-streams S to each,
+# default 4; S = J: all on one), so what one transfer does to its stream
+# (being held back, say) the others on it may feel; and over a long, lossy
+# path one TCP connection's window caps all it carries, which more
+# connections spread.
 #
 # nginx serves the release over TLS and HTTP/2 on 127.0.0.2 (a certificate
 # of a CA made here), and the hub API on 127.0.0.1, also over TLS and

@@ -143,8 +143,17 @@ def one_round(args, rng, round_no, work):
     retries = checksum_failures = 0
     try:
         for rank in ranks:
-            r = run([exlr8d, "pull", "--repo", repo, "--manifest", manifest, "--tp", str(tp), "--rank", str(rank),
-                     "--endpoint", hub.url, "--cache", cache, "--no-progress", "--json"], timeout=600)
+            pull = [exlr8d, "pull", "--repo", repo, "--manifest", manifest, "--tp", str(tp), "--rank", str(rank),
+                    "--endpoint", hub.url, "--cache", cache, "--no-progress", "--json"]
+            r = run(pull, timeout=600)
+            if args.faults and r.returncode == 3 and "failed verification" in r.stderr:
+                # At 5% corrupted bodies a request fails all its verifications
+                # (3) about once in 8,000: the bounded failure issue 3 asks
+                # for. What must hold then is that the cache stayed consistent
+                # and a second pull completes from where the first stopped.
+                print(f"  pull of rank {rank} failed as bounded ({r.stderr.strip().splitlines()[-1][:160]}); "
+                      "pulling again", flush=True)
+                r = run(pull, timeout=600)
             if r.returncode != 0:
                 return f"{what}\n  pull of rank {rank} exited {r.returncode}:\n{r.stderr[-2000:]}"
             summary = json.loads(r.stdout)

@@ -162,8 +162,8 @@ struct RangeFetcherOptions {
   // on one connection. The default spreads them because one TCP
   // connection's window caps what a long, lossy path delivers, however
   // many streams share it: through a relay capping each connection
-  // (bench/h2_pull_bench.sh PROXY=on), 4 connections were 1.2-2.7x faster
-  // than one, and within a few percent of it where nothing capped them
+  // (bench/h2_pull_bench.sh PROXY=on), 4 connections were 1.1-2.8x faster
+  // than one, and at most 4% slower where nothing capped them
   // (docs/BENCHMARKS.md, "Over a long path"). HTTP/1.1 uses one connection
   // per transfer whatever this says; its first answer lifts that bound
   // back to max_parallel, for every host of the fetcher.

@@ -14,11 +14,16 @@ of the ranks of a random TP under a random manifest, through exlr8-hubsim
   - `exlr8d verify` of the cache passes;
   - pulling one of the ranks again fetches nothing.
 With --faults the simulator also drops, corrupts and refuses answers.
+With --rewrite PYTHON each release is first written again by Hugging Face's
+safetensors library (scripts/safetensors_rewrite.py run by PYTHON, which must
+have the `safetensors` package): another writer's tensor order, metadata and
+layout. With --release DIR every round pulls from DIR instead of a new release.
 A failure prints the synth options, TP, ranks and manifest, and keeps the work
 directory, so it can be reproduced. Not part of CI (minutes per round on two
 cores); run it when the format's open choices or the pull engine change.
 
   scripts/release_sweep.py [--build build] [--rounds 10] [--seed N] [--faults] [--keep]
+                           [--rewrite PYTHON] [--release DIR]
 """
 import argparse
 import glob
@@ -113,24 +118,35 @@ def one_round(args, rng, round_no, work):
     exlr8, exlr8d, hubsim = (os.path.join(bin_dir, b) for b in ("exlr8", "exlr8d", "exlr8-hubsim"))
     seed = rng.randrange(1 << 30)
     opts = synth_options(rng)
-    release = os.path.join(work, "release")
+    release = args.release or os.path.join(work, "release")
     cache = os.path.join(work, "cache")
     # Now and then more ranks than some projections have halves: ranks
     # that hold few or none of a layer's halves.
     tp = rng.choice([1, 2, 3, 4, 5, 6, 7, 16, 64])
     ranks = sorted(rng.sample(range(tp), rng.randint(1, min(tp, 3))))
     manifest = rng.choice(["home", "down1", "up1"])
-    what = f"round {round_no}: exlr8 synth --seed {seed} {' '.join(opts)}; {manifest}, TP {tp}, ranks {ranks}"
+    source = args.release or f"exlr8 synth --seed {seed} {' '.join(opts)}"
+    what = f"round {round_no}: {source}; {manifest}, TP {tp}, ranks {ranks}"
+    if args.rewrite:
+        what += "; written again by safetensors"
     print(what, flush=True)
 
-    r = run([exlr8, "synth", release, "--seed", str(seed), "--quiet"] + opts)
-    if r.returncode != 0:
-        # A combination synth itself refuses (it says why) is not a finding.
-        print(f"  synth refused: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
-        return None
+    if not args.release:
+        r = run([exlr8, "synth", release, "--seed", str(seed), "--quiet"] + opts)
+        if r.returncode != 0:
+            # A combination synth itself refuses (it says why) is not a finding.
+            print(f"  synth refused: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+            return None
+    if args.rewrite:
+        rewritten = os.path.join(work, "release-st")
+        r = run([args.rewrite, os.path.join(os.path.dirname(os.path.abspath(__file__)), "safetensors_rewrite.py"),
+                 release, rewritten])
+        if r.returncode != 0:
+            return f"{what}\n  safetensors_rewrite failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
+        release = rewritten
     r = run([exlr8, "verify", release])
     if r.returncode != 0:
-        return f"{what}\n  exlr8 verify of the synthesized release failed:\n{r.stdout}{r.stderr}"
+        return f"{what}\n  exlr8 verify of the release failed:\n{r.stdout}{r.stderr}"
 
     repo = "sweep/release"
     faults = []
@@ -193,6 +209,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep every round's work directory")
     ap.add_argument("--faults", action="store_true", help="the simulator injects faults (drops, corruption, 5xx, 429, "
                     "ignored ranges); the cache must still be exact")
+    ap.add_argument("--rewrite", metavar="PYTHON", help="write each release again with the safetensors library, "
+                    "through scripts/safetensors_rewrite.py run by PYTHON")
+    ap.add_argument("--release", metavar="DIR", help="pull from this release in every round instead of a new one")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int(time.time())
     print(f"release_sweep: seed {seed}, {args.rounds} rounds, binaries in {args.build}/bin", flush=True)

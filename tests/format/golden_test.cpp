@@ -1,10 +1,16 @@
 // The decoder against the reference loader's output on exlr8-tiny (spec 16):
 // every dense matrix, every dense checksum, every expert half.
+//
+// EXLR8_GOLDEN_RELEASE=DIR runs the same checks on another copy of the
+// release: scripts/safetensors_compat_test.sh points it at exlr8-tiny written
+// again by Hugging Face's safetensors library (other tensor order, metadata
+// first, halves moved), whose decoded values must still be the golden ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +31,12 @@ using testing::LoadSafetensors;
 using testing::ReadWholeFile;
 using testing::Sha256Hex;
 using testing::SharedPath;
+
+// A file of the release under test, by its path in the release.
+std::string ReleasePath(const std::string& rel) {
+  const char* dir = std::getenv("EXLR8_GOLDEN_RELEASE");
+  return (dir != nullptr && *dir != '\0' ? std::string(dir) : SharedPath("fixtures/exlr8-tiny")) + "/" + rel;
+}
 
 const char* const kDenseFiles[] = {"exlr8-dense-000.safetensors", "exlr8-dense-003.safetensors",
                                    "exlr8-dense-004.safetensors", "exlr8-vocab.safetensors"};
@@ -73,7 +85,7 @@ TEST_F(Golden, EveryDenseMatrixDecodes) {
   ASSERT_NE(dense_json, nullptr);
   std::size_t checked = 0;
   for (const char* name : kDenseFiles) {
-    auto file = LoadSafetensors(SharedPath(std::string("fixtures/exlr8-tiny/dense/") + name));
+    auto file = LoadSafetensors(ReleasePath(std::string("dense/") + name));
     ASSERT_TRUE(file.ok()) << file.status().ToString();
     SpanByteSource src(file->bytes, name);
     auto dense = DenseFile::Parse(file->header, src);
@@ -111,7 +123,7 @@ TEST_F(Golden, EveryDenseMatrixDecodes) {
 }
 
 TEST_F(Golden, DenseFilesSeparatePlainTensors) {
-  auto file = LoadSafetensors(SharedPath("fixtures/exlr8-tiny/dense/exlr8-dense-003.safetensors"));
+  auto file = LoadSafetensors(ReleasePath("dense/exlr8-dense-003.safetensors"));
   ASSERT_TRUE(file.ok());
   SpanByteSource src(file->bytes, "exlr8-dense-003.safetensors");
   auto dense = DenseFile::Parse(file->header, src);
@@ -135,7 +147,7 @@ TEST_F(Golden, DenseFilesSeparatePlainTensors) {
 // unless the run is shared by every block.
 TEST_F(Golden, DenseChecksumsDetectFlippedBytes) {
   for (const char* name : kDenseFiles) {
-    auto file = LoadSafetensors(SharedPath(std::string("fixtures/exlr8-tiny/dense/") + name));
+    auto file = LoadSafetensors(ReleasePath(std::string("dense/") + name));
     ASSERT_TRUE(file.ok());
     SpanByteSource src(file->bytes, name);
     auto dense = DenseFile::Parse(file->header, src);
@@ -169,8 +181,8 @@ struct LayerFiles {
 
 std::string LayerPath(int layer, const std::string& suffix) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "fixtures/exlr8-tiny/experts/exlr8-layer-%03d.%s", layer, suffix.c_str());
-  return SharedPath(buf);
+  std::snprintf(buf, sizeof buf, "experts/exlr8-layer-%03d.%s", layer, suffix.c_str());
+  return ReleasePath(buf);
 }
 
 TEST_F(Golden, EveryExpertHalf) {

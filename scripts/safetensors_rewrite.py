@@ -15,7 +15,11 @@ PyPI), which
   - pads the header with spaces to a multiple of 8.
 Since halves move, every `k{K}.index` / `shared.k{K}.index` offset is mapped
 to where the library put its bytes; the bytes themselves, and so every
-checksum in the format, are unchanged. Other files are copied as they are.
+checksum in the format, are unchanged. Where the spec leaves a spelling open
+it picks another one, too: the index metadata `widths` and `shared_widths`
+become "4, 3, 2" for "2,3,4" (U-13), and the JSON files (manifests, config)
+are written again by Python's json module, indented, keys sorted. Other
+files are copied as they are.
 
 It also reads every input file with the library (`safetensors.deserialize`),
 so a file the real library refuses fails here.
@@ -92,6 +96,12 @@ def main():
     if os.path.exists(dst):
         sys.exit(f"safetensors_rewrite: {dst} exists")
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors"))
+    for path in sorted(glob.glob(os.path.join(dst, "**", "*.json"), recursive=True)):
+        with open(path) as f:
+            value = json.load(f)
+        with open(path, "w") as f:
+            json.dump(value, f, indent=2, sort_keys=True)
+            f.write("\n")
     print(f"safetensors_rewrite: safetensors {safetensors.__version__}")
 
     # Width files first: where each tensor was, and where it is now.
@@ -118,6 +128,9 @@ def main():
         remapped = 0
         if rel.endswith(".index.safetensors"):
             stem = rel[: -len(".index.safetensors")]
+            for key in ("widths", "shared_widths"):
+                if metadata and key in metadata:
+                    metadata[key] = ", ".join(reversed(metadata[key].split(",")))
             for name, (dtype, shape, data) in list(tensors.items()):
                 m = INDEX_NAME.match(name)
                 if not m:

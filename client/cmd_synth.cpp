@@ -16,7 +16,7 @@ namespace {
 const std::set<std::string> kValueOptions = {
     "preset", "hidden", "halves", "experts", "moe-layers", "dense-layers", "num-layers", "widths",
     "shared-widths", "vocab", "seed", "index-dtype", "checksum-dtype", "vector-dtype", "block-vector-dtype",
-    "signs-dtype", "record-dtype", "int4-scale-dtype", "fp8-scale-dtype", "alignment", "half-order",
+    "signs-dtype", "record-dtype", "int4-scale-dtype", "fp8-scale-dtype", "byte-dtype", "alignment", "half-order",
     "home-mix", "max-file-bytes", "leading-pad",
 };
 const std::set<std::string> kFlags = {"index-only", "no-pair-align", "sync", "quiet", "help"};
@@ -127,6 +127,7 @@ Result<SynthCommand> ParseCommand(const std::vector<std::string>& argv, bool nee
   EXLR8_ASSIGN_OR_RETURN(o.record_dtype, ParseDType(a, "record-dtype", o.record_dtype));
   EXLR8_ASSIGN_OR_RETURN(o.int4_scale_dtype, ParseDType(a, "int4-scale-dtype", o.int4_scale_dtype));
   EXLR8_ASSIGN_OR_RETURN(o.fp8_scale_dtype, ParseDType(a, "fp8-scale-dtype", o.fp8_scale_dtype));
+  EXLR8_ASSIGN_OR_RETURN(o.byte_dtype, ParseDType(a, "byte-dtype", o.byte_dtype));
   if (auto v = a.Get("alignment")) {
     auto r = ParseByteCount(*v);
     if (!r.ok()) return r.status().WithContext("--alignment");
@@ -223,6 +224,7 @@ dtypes:
   --record-dtype I64|U64|I32       dense {m}.record (default I64)
   --int4-scale-dtype F16|BF16|F32  INT4 s4 (default F16)
   --fp8-scale-dtype F16|BF16|F32   FP8_BLOCK / FP8_ROW scale (default F32)
+  --byte-dtype U8|I8               halves and dense byte payloads (default U8)
 width-file layout:
   --alignment BYTES        alignment of halves, power of two (default 4096;
                            accepts 64Ki etc.; 1 = packed)

@@ -49,7 +49,7 @@ enum class Kind { kU8, kFloat, kBF16Only, kF32Only };
 
 bool DTypeFits(Kind kind, DType d) {
   switch (kind) {
-    case Kind::kU8: return d == DType::kU8;
+    case Kind::kU8: return d == DType::kU8 || d == DType::kI8;  // spec 3.2: bytes as 1-byte integers
     case Kind::kFloat: return IsFloatVectorDType(d);
     case Kind::kBF16Only: return d == DType::kBF16;
     case Kind::kF32Only: return d == DType::kF32;
@@ -59,7 +59,7 @@ bool DTypeFits(Kind kind, DType d) {
 
 std::string_view KindName(Kind kind) {
   switch (kind) {
-    case Kind::kU8: return "U8";
+    case Kind::kU8: return "U8 (or I8)";
     case Kind::kFloat: return "F16/BF16/F32";
     case Kind::kBF16Only: return "BF16";
     case Kind::kF32Only: return "F32";

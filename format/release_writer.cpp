@@ -228,6 +228,7 @@ Status ValidateSynthOptions(const SynthOptions& o) {
   EXLR8_RETURN_IF_ERROR(CheckDType("record", o.record_dtype, {DType::kI64, DType::kU64, DType::kI32}));
   EXLR8_RETURN_IF_ERROR(CheckDType("int4 scale", o.int4_scale_dtype, {DType::kF16, DType::kBF16, DType::kF32}));
   EXLR8_RETURN_IF_ERROR(CheckDType("fp8 scale", o.fp8_scale_dtype, {DType::kF16, DType::kBF16, DType::kF32}));
+  EXLR8_RETURN_IF_ERROR(CheckDType("byte payload", o.byte_dtype, {DType::kU8, DType::kI8}));
   const std::uint64_t a = o.width_alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > (std::uint64_t{1} << 30))
     return InvalidArgumentError("synth: width_alignment " + std::to_string(a) +
@@ -577,7 +578,7 @@ class Synthesizer {
       std::string name = (r.shared ? std::string("eshared") : "e" + std::to_string(r.e)) + "." + kProjNames[r.p] +
                          ".h" + std::to_string(r.h);
       const bool aligned = o_.align_pairs ? (i % 2 == 0) : true;
-      Status s = builder.Add(std::move(name), DType::kU8, {half_bytes}, aligned);
+      Status s = builder.Add(std::move(name), o_.byte_dtype, {half_bytes}, aligned);
       if (!s.ok()) return s.WithContext(path);
     }
     auto layout = builder.Layout();
@@ -694,7 +695,7 @@ class Synthesizer {
                   Rng& rng) {
     const std::uint64_t groups = side == 2 ? inp / 128 : out / 128;
     const std::uint64_t entry = 16ULL * static_cast<std::uint64_t>(k) * (side == 2 ? out : inp);
-    DenseTensor trellis = Payload(m + ".trellis", DType::kU8, {groups, entry}, rng);
+    DenseTensor trellis = Payload(m + ".trellis", o_.byte_dtype, {groups, entry}, rng);
     DenseTensor suh = Plain(m + ".suh", o_.vector_dtype, {inp}, RandomFloats(o_.vector_dtype, inp, kSmallSigned, rng));
     DenseTensor svh = Plain(m + ".svh", o_.vector_dtype, {out}, RandomFloats(o_.vector_dtype, out, kSmallSigned, rng));
     const std::uint64_t es = DTypeSize(o_.vector_dtype);
@@ -730,7 +731,7 @@ class Synthesizer {
     const DType sd = o_.int4_scale_dtype;
     if (side == 2) {
       const std::uint64_t g = inp / 128;
-      DenseTensor q4 = Payload(m + ".q4", DType::kU8, {g, out, 64}, rng);
+      DenseTensor q4 = Payload(m + ".q4", o_.byte_dtype, {g, out, 64}, rng);
       DenseTensor s4 = Plain(m + ".s4", sd, {g, out, 4}, RandomFloats(sd, g * out * 4, kSmallSigned, rng));
       // one digest per 128-input block: q4[b] ‖ s4[b]
       std::vector<std::uint64_t> digests;
@@ -742,7 +743,7 @@ class Synthesizer {
       AddRecord(f, m, 2, out, inp, 0, side, digests, {std::move(q4), std::move(s4)});
       return;
     }
-    DenseTensor q4 = Payload(m + ".q4", DType::kU8, {out, inp / 2}, rng);
+    DenseTensor q4 = Payload(m + ".q4", o_.byte_dtype, {out, inp / 2}, rng);
     DenseTensor s4 = Plain(m + ".s4", sd, {out, inp / 32}, RandomFloats(sd, out * (inp / 32), kSmallSigned, rng));
     std::vector<std::uint64_t> digests = RowBlockDigests(q4, inp / 2, &s4, (inp / 32) * DTypeSize(sd), out);
     AddRecord(f, m, 2, out, inp, 0, side, digests, {std::move(q4), std::move(s4)});
@@ -750,10 +751,10 @@ class Synthesizer {
 
   // MXFP8 (code 3).
   void AddMxfp8(DenseFile& f, const std::string& m, std::uint64_t out, std::uint64_t inp, int side, Rng& rng) {
-    DenseTensor fp8 = Payload(m + ".fp8", DType::kU8, {out, inp}, rng, /*fp8=*/true);
+    DenseTensor fp8 = Payload(m + ".fp8", o_.byte_dtype, {out, inp}, rng, /*fp8=*/true);
     std::vector<std::byte> e(out * (inp / 32));
     for (std::byte& b : e) b = std::byte(117 + rng.Below(13));
-    DenseTensor e8m0 = Plain(m + ".e8m0", DType::kU8, {out, inp / 32}, std::move(e));
+    DenseTensor e8m0 = Plain(m + ".e8m0", o_.byte_dtype, {out, inp / 32}, std::move(e));
     std::vector<std::uint64_t> digests = RowBlockDigests(fp8, inp, &e8m0, inp / 32, out);
     AddRecord(f, m, 3, out, inp, 0, side, digests, {std::move(fp8), std::move(e8m0)});
   }
@@ -761,7 +762,7 @@ class Synthesizer {
   // FP8_BLOCK (code 4).
   void AddFp8Block(DenseFile& f, const std::string& m, std::uint64_t out, std::uint64_t inp, int side, Rng& rng) {
     const DType sd = o_.fp8_scale_dtype;
-    DenseTensor fp8 = Payload(m + ".fp8", DType::kU8, {out, inp}, rng, /*fp8=*/true);
+    DenseTensor fp8 = Payload(m + ".fp8", o_.byte_dtype, {out, inp}, rng, /*fp8=*/true);
     const std::uint64_t gr = CeilDiv(out, 128), gc = CeilDiv(inp, 128);
     DenseTensor scale = Plain(m + ".scale", sd, {gr, gc}, RandomFloats(sd, gr * gc, kFp8Scale, rng));
     std::vector<std::uint64_t> digests;
@@ -777,7 +778,7 @@ class Synthesizer {
   // FP8_ROW (code 5).
   void AddFp8Row(DenseFile& f, const std::string& m, std::uint64_t out, std::uint64_t inp, int side, Rng& rng) {
     const DType sd = o_.fp8_scale_dtype;
-    DenseTensor fp8 = Payload(m + ".fp8", DType::kU8, {out, inp}, rng, /*fp8=*/true);
+    DenseTensor fp8 = Payload(m + ".fp8", o_.byte_dtype, {out, inp}, rng, /*fp8=*/true);
     DenseTensor scale = Plain(m + ".scale", sd, {out}, RandomFloats(sd, out, kFp8Scale, rng));
     std::vector<std::uint64_t> digests = RowBlockDigests(fp8, inp, &scale, DTypeSize(sd), out);
     AddRecord(f, m, 5, out, inp, 0, side, digests, {std::move(fp8), std::move(scale)});

@@ -175,6 +175,9 @@ struct SynthOptions {
   DType record_dtype = DType::kI64;        // {m}.record: I64, U64 or I32
   DType int4_scale_dtype = DType::kF16;    // INT4 s4
   DType fp8_scale_dtype = DType::kF32;     // FP8_BLOCK / FP8_ROW scale
+  // Byte payloads: the halves of the width files and the dense trellis, q4,
+  // fp8 and e8m0 tensors. U8 or I8 (spec 3.2: 1-byte integers).
+  DType byte_dtype = DType::kU8;
 
   // width-file layout
   std::uint64_t width_alignment = 4096;  // power of two; 1 = packed

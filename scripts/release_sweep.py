@@ -63,6 +63,7 @@ def synth_options(rng):
         "--record-dtype", rng.choice(["I64", "U64", "I32"]),
         "--int4-scale-dtype", rng.choice(["F16", "BF16", "F32"]),
         "--fp8-scale-dtype", rng.choice(["F16", "BF16", "F32"]),
+        "--byte-dtype", rng.choice(["U8", "U8", "I8"]),
         "--alignment", str(rng.choice([1, 64, 4096, 65536])),
         "--half-order", rng.choice(["expert", "projection", "shuffled"]),
         "--leading-pad", str(rng.choice([0, 0, 1000, 4096])),

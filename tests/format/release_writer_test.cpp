@@ -367,6 +367,7 @@ std::vector<Geometry> Geometries() {
     o.record_dtype = DType::kI32;
     o.int4_scale_dtype = DType::kBF16;
     o.fp8_scale_dtype = DType::kF16;
+    o.byte_dtype = DType::kI8;
     o.width_alignment = 4096;
     o.align_pairs = false;
     o.half_order = HalfOrder::kProjectionMajor;
@@ -626,6 +627,39 @@ TEST(ReleaseWriter, DeterministicInTheSeed) {
   EXPECT_NE(a.Find(ExpertWidthPath(2, 4))->extents, c.Find(ExpertWidthPath(2, 4))->extents);
 }
 
+// Spec 3.2 allows the byte payloads as any 1-byte integer: with I8 instead
+// of U8 only the headers' dtype strings differ, and every dense matrix
+// decodes to the same values.
+TEST(ReleaseWriter, ByteDtypeI8ChangesOnlyTheDtypeInTheHeaders) {
+  SynthOptions o = TinyFixtureGeometry();
+  const MemoryReleaseSink u8 = Synth(o);
+  o.byte_dtype = DType::kI8;
+  const MemoryReleaseSink i8 = Synth(o);
+  const std::string width = ExpertWidthPath(o.moe_layers[0], o.widths[0]);
+  const SafetensorsHeader width_header = HeaderOf(i8, width);
+  for (const TensorInfo& t : width_header.tensors()) EXPECT_EQ(t.dtype, DType::kI8) << t.name;
+  std::size_t matrices = 0;
+  for (const std::string& path : {DensePath(o.dense_layers[0]), DensePath(o.moe_layers[0]), VocabPath()}) {
+    SCOPED_TRACE(path);
+    auto a_src = u8.Open(path);
+    auto b_src = i8.Open(path);
+    ASSERT_TRUE(a_src.ok() && b_src.ok());
+    auto a = DenseFile::Parse(HeaderOf(u8, path), **a_src);
+    auto b = DenseFile::Parse(HeaderOf(i8, path), **b_src);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(a->matrices().size(), b->matrices().size());
+    for (std::size_t m = 0; m < a->matrices().size(); ++m) {
+      auto wa = DecodeDenseMatrix(*a, a->matrices()[m], **a_src);
+      auto wb = DecodeDenseMatrix(*b, b->matrices()[m], **b_src);
+      ASSERT_TRUE(wa.ok() && wb.ok()) << a->matrices()[m].name;
+      EXPECT_EQ(*wa, *wb) << a->matrices()[m].name;
+      ++matrices;
+    }
+  }
+  EXPECT_GT(matrices, 8u);
+}
+
 TEST(ReleaseWriter, RejectsBadOptions) {
   auto code = [](auto mutate) {
     SynthOptions o = TinyFixtureGeometry();
@@ -651,6 +685,8 @@ TEST(ReleaseWriter, RejectsBadOptions) {
   EXPECT_EQ(code([](O& o) { o.dense_layers = {3}; }), StatusCode::kInvalidArgument);   // also MoE
   EXPECT_EQ(code([](O& o) { o.index_dtype = DType::kF16; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(code([](O& o) { o.vector_dtype = DType::kI64; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code([](O& o) { o.byte_dtype = DType::kF8E4M3; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code([](O& o) { o.byte_dtype = DType::kI16; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(code([](O& o) { o.width_alignment = 3000; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(code([](O& o) { o.vocab_size = 0; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(code([](O& o) { o.max_materialized_file_bytes = 1000; }), StatusCode::kInvalidArgument);

@@ -1,21 +1,21 @@
 #include "daemon/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "client/cli.h"
+#include "daemon/progress_line.h"
 
 namespace exlr8 {
 
 namespace {
-std::string Duration(double s) {
-  if (s < 0 || s > 1e7) return "--:--";
-  const long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%02ld:%02ld", t / 60, t % 60);
-  return buf;
+// The terminal's width now (it may change while a pull runs); 80 when the
+// terminal does not say.
+int TerminalColumns(std::FILE* out) {
+  winsize ws{};
+  if (::ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
 }
 }  // namespace
 
@@ -42,9 +42,7 @@ void ProgressDisplay::Loop() {
 }
 
 void ProgressDisplay::Draw(const PullProgress& p, bool final) {
-  const double done = static_cast<double>(p.bytes_verified + p.bytes_reused);
-  const double planned = static_cast<double>(p.bytes_planned);
-  // rate: exponential average of the verified byte rate
+  // rate: exponential average of the byte rate off the network
   const double dt = p.elapsed_s - last_time_;
   if (dt > 0.2) {
     const double inst = (static_cast<double>(p.bytes_received) - last_bytes_) / dt;
@@ -52,35 +50,17 @@ void ProgressDisplay::Draw(const PullProgress& p, bool final) {
     last_bytes_ = static_cast<double>(p.bytes_received);
     last_time_ = p.elapsed_s;
   }
-  const double eta = rate_ > 0 && planned > done ? (planned - done) / rate_ : 0;
-  const double frac = planned > 0 ? std::min(1.0, done / planned) : 0;
-  char line[256];
   if (tty_) {
-    constexpr int kWidth = 24;
-    std::string bar(kWidth, ' ');
-    for (int i = 0; i < static_cast<int>(frac * kWidth); ++i) bar[i] = '#';
-    std::snprintf(line, sizeof line, "\r%-7s [%s] %5.1f%% %s/%s %s/s ETA %s  ranges %llu/%llu  retries %llu   ",
-                  std::string(PullPhaseName(p.phase)).c_str(), bar.c_str(), 100 * frac,
-                  HumanBytes(static_cast<std::uint64_t>(done)).c_str(),
-                  HumanBytes(static_cast<std::uint64_t>(planned)).c_str(),
-                  HumanBytes(static_cast<std::uint64_t>(rate_)).c_str(), Duration(eta).c_str(),
-                  static_cast<unsigned long long>(p.ranges_done), static_cast<unsigned long long>(p.ranges_total),
-                  static_cast<unsigned long long>(p.fetch.retries));
-    std::fputs(line, out_);
+    // Back to the line's start, the line, then erase what a longer line
+    // before it left (ESC [ K).
+    const std::string line = "\r" + PullProgressBar(p, rate_, TerminalColumns(out_)) + "\x1b[K";
+    std::fputs(line.c_str(), out_);
     std::fflush(out_);
     drew_ = true;
   } else if (final || p.elapsed_s - last_log_ >= 5) {
     last_log_ = p.elapsed_s;
-    std::snprintf(line, sizeof line,
-                  "exlr8d pull: %s %.1f%% %s of %s, %s/s, ranges %llu/%llu, retries %llu, checksum failures %llu\n",
-                  std::string(PullPhaseName(p.phase)).c_str(), 100 * frac,
-                  HumanBytes(static_cast<std::uint64_t>(done)).c_str(),
-                  HumanBytes(static_cast<std::uint64_t>(planned)).c_str(),
-                  HumanBytes(static_cast<std::uint64_t>(rate_)).c_str(),
-                  static_cast<unsigned long long>(p.ranges_done), static_cast<unsigned long long>(p.ranges_total),
-                  static_cast<unsigned long long>(p.fetch.retries),
-                  static_cast<unsigned long long>(p.checksum_failures));
-    std::fputs(line, out_);
+    const std::string line = PullProgressLogLine(p, rate_) + "\n";
+    std::fputs(line.c_str(), out_);
     std::fflush(out_);
   }
 }

@@ -19,6 +19,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"
 #include "daemon/fileset_arg.h"
+#include "daemon/progress.h"
 #include "daemon/scrub/scrub.h"
 #include "daemon/signal_watcher.h"
 #include "format/json.h"
@@ -88,7 +89,9 @@ class ScrubProgressDisplay {
                                HumanBytes(secs > 0 ? static_cast<std::uint64_t>(done / secs) : 0) + "/s, " +
                                std::to_string(failures) + " failed";
       if (tty_) {
-        std::fprintf(stderr, "\r%-78s", line.c_str());
+        // Within the terminal's width, so that a redraw never wraps.
+        const auto room = static_cast<std::size_t>(std::max(TerminalColumns(stderr) - 1, 1));
+        std::fprintf(stderr, "\r%s\x1b[K", line.substr(0, room).c_str());
         drew_ = true;
       } else {
         std::fprintf(stderr, "%s\n", line.c_str());

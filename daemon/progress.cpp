@@ -9,15 +9,11 @@
 
 namespace exlr8 {
 
-namespace {
-// The terminal's width now (it may change while a pull runs); 80 when the
-// terminal does not say.
 int TerminalColumns(std::FILE* out) {
   winsize ws{};
   if (::ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
   return 80;
 }
-}  // namespace
 
 ProgressDisplay::ProgressDisplay(const PullJob& job, std::FILE* out, bool enabled)
     : job_(job), out_(out), tty_(isatty(fileno(out)) != 0), enabled_(enabled) {

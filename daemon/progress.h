@@ -12,6 +12,10 @@
 
 namespace exlr8 {
 
+// The width of the terminal `out` is on, now (it may change while a long
+// command runs); 80 when it does not say.
+int TerminalColumns(std::FILE* out);
+
 class ProgressDisplay {
  public:
   // Starts the display thread. `out` is stderr normally.

@@ -192,7 +192,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.offline = args->Flag("offline") || (off && (std::string(off) == "1" || std::string(off) == "true"));
     opt.dry_run = args->Flag("dry-run");
     opt.make_room = args->Flag("make-room");
-    return Status::Ok();
+    return CheckPullOptions(opt);
   };
   if (Status s = parse(); !s.ok()) return ReportError("exlr8d pull", s);
 

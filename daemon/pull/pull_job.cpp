@@ -226,7 +226,9 @@ PullProgress PullJob::Progress() const {
   return p;
 }
 
-Status PullJob::Rep::CheckOptions() const {
+Status PullJob::Rep::CheckOptions() const { return CheckPullOptions(opt); }
+
+Status CheckPullOptions(const PullOptions& opt) {
   if (!IsValidRepoId(opt.repo)) return InvalidArgumentError("--repo must be ORG/NAME, got '" + opt.repo + "'");
   if (opt.revision.empty()) return InvalidArgumentError("--revision must not be empty");
   if (opt.manifest.empty()) return InvalidArgumentError("missing --manifest");

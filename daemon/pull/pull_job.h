@@ -138,6 +138,12 @@ struct PullSummary {
   std::array<double, kPullPhaseCount> phase_s{};
 };
 
+// InvalidArgument naming the option for a request no pull could serve: a
+// repo that is not ORG/NAME, an empty revision or manifest, tp < 1, rank
+// outside [0, tp). PullJob::Run checks it first; a command line checks it
+// before it opens the cache, so that a typo costs nothing.
+Status CheckPullOptions(const PullOptions& options);
+
 class PullJob {
  public:
   // REQUIRES: `cache` outlives the job and is used by no other thread while

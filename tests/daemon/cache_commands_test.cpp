@@ -208,6 +208,26 @@ TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
   EXPECT_EQ(r.status, 3) << r.out;
 }
 
+// A pull no one could serve is refused before anything starts: no cache
+// directory made, no progress line, one error naming the option.
+TEST(CacheCommandsTest, PullWithImpossibleOptionsFailsBeforeTouchingTheCache) {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const std::string pull = Exlr8d() + " pull --endpoint http://127.0.0.1:9 --cache " + Quote(cache.string());
+  for (const auto& [args, names] : std::vector<std::pair<std::string, std::string>>{
+           {" --repo justaname --manifest home --tp 4 --rank 1", "--repo must be ORG/NAME, got 'justaname'"},
+           {" --repo a/b --revision '' --manifest home --tp 4 --rank 1", "--revision"},
+           {" --repo a/b --manifest '' --tp 4 --rank 1", "--manifest"},
+           {" --repo a/b --manifest home --tp 4 --rank 4", "--rank"}}) {
+    SCOPED_TRACE(args);
+    const ShellRun r = Shell(pull + args);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(names));
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line, the error: " << r.out;
+    EXPECT_FALSE(fs::exists(cache));
+  }
+}
+
 // A read-only view changes nothing and refuses to, whatever is asked.
 TEST(CacheCommandsTest, ReadOnlyViewRefusesEveryChange) {
   auto sim = StartSim(TinyRelease());

@@ -93,7 +93,9 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
     return *exit;
   const std::string holder = args.GetOr("holder", "user");
   if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
-  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  if (!HasCacheIndex(dir)) return ReportError(prog, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
+  auto cache = Cache::Open(dir);
   if (!cache.ok()) return ReportError(prog, cache.status());
   auto set = FindFilesetArg(**cache, args);
   if (!set.ok()) return ReportError(prog, set.status());
@@ -110,6 +112,16 @@ int RunListCommand(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine("exlr8d list", kListUsage, argv, {"cache"}, {"json"}, 0, &args)) return *exit;
   const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  if (!HasCacheIndex(dir)) {  // nothing pulled there yet: an empty list, and no cache made
+    CacheReport empty;
+    empty.owned_by_another_process = false;
+    if (args.Flag("json")) {
+      std::printf("%s\n", CacheReportJson(empty).c_str());
+    } else {
+      std::printf("%s: no filesets (no exlr8d cache there yet)\n", dir.c_str());
+    }
+    return 0;
+  }
   auto cache = Cache::Open(dir);
   if (!cache.ok() && cache.status().code() == StatusCode::kFailedPrecondition) {
     // Locked by a running pull (or an index this binary cannot migrate,

@@ -47,7 +47,13 @@ int RunGcCommand(const std::vector<std::string>& argv) {
     if (!v.ok()) return ReportError(kProg, v.status().WithContext("--budget"));
     budget = *v;
   }
-  auto cache = Cache::Open(args.GetOr("cache", DefaultCacheDir()));
+  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  if (!HasCacheIndex(dir)) {  // nothing to evict, and no cache made
+    if (args.Has("repo")) return ReportError(kProg, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
+    std::printf("%s: no exlr8d cache there, nothing to evict\n", dir.c_str());
+    return 0;
+  }
+  auto cache = Cache::Open(dir);
   if (!cache.ok()) return ReportError(kProg, cache.status());
   if (args.Has("repo")) {
     auto set = FindFilesetArg(**cache, args);

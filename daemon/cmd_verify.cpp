@@ -160,8 +160,7 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   const bool check_only = args.Flag("check-only");
   const std::string dir = args.GetOr("cache", DefaultCacheDir());
   // Nothing to check where no cache is (and none is made there).
-  std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "exlr8d.db", ec))
+  if (!HasCacheIndex(dir))
     return ReportError(kProg, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
   auto cache = check_only ? Cache::OpenReadOnly(dir) : Cache::Open(dir);
   if (!cache.ok()) {

@@ -204,8 +204,25 @@ TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
   // A cache that never pulled anything: NotFound (exit 3).
   TempDir empty;
   const fs::path none = empty.path() / "none";
-  r = Shell(Exlr8d() + " pin --repo exlr8/test --cache " + Quote(none.string()));
+  const std::string at_none = " --cache " + Quote(none.string());
+  r = Shell(Exlr8d() + " pin --repo exlr8/test" + at_none);
   EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no exlr8d cache in"));
+  // Reading or tidying such a directory answers without making a cache there.
+  r = Shell(Exlr8d() + " list" + at_none);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no filesets"));
+  r = Shell(Exlr8d() + " list --json" + at_none);
+  EXPECT_EQ(r.status, 0) << r.out;
+  auto listed = ParseJson(r.out);
+  ASSERT_TRUE(listed.ok()) << r.out;
+  EXPECT_TRUE(listed->Find("filesets")->as_array().empty());
+  r = Shell(Exlr8d() + " gc --budget 0" + at_none);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("nothing to evict"));
+  EXPECT_EQ(Shell(Exlr8d() + " gc --repo exlr8/test" + at_none).status, 3);
+  EXPECT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + at_none).status, 3);
+  EXPECT_FALSE(fs::exists(none)) << "a command that reads made a cache directory";
 }
 
 // A pull no one could serve is refused before anything starts: no cache

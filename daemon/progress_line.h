@@ -13,7 +13,8 @@ namespace exlr8 {
 // more than columns - 1 characters (a full line would wrap on some
 // terminals, and every redraw would then start a new line): where the width
 // is short it drops, in this order, retries, the bar, ranges, the rate and
-// the bytes, then cuts what is left. `rate` is in bytes per second (0: not known yet).
+// the bytes, then cuts what is left. `rate` is in bytes per second (0: not
+// known yet).
 std::string PullProgressBar(const PullProgress& p, double rate, int columns);
 
 // The log line printed every few seconds when stderr is not a terminal.

@@ -167,7 +167,6 @@ struct PullJob::Rep {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
-  Status CheckOptions() const;
   Status ResolveAndList();
   Status RefreshFiles();
   Result<const FileInfo*> File(const std::string& path) const;
@@ -225,8 +224,6 @@ PullProgress PullJob::Progress() const {
   p.pull_id = rep_->progress_pull.load();
   return p;
 }
-
-Status PullJob::Rep::CheckOptions() const { return CheckPullOptions(opt); }
 
 Status CheckPullOptions(const PullOptions& opt) {
   if (!IsValidRepoId(opt.repo)) return InvalidArgumentError("--repo must be ORG/NAME, got '" + opt.repo + "'");
@@ -708,7 +705,7 @@ Result<PullSummary> PullJob::Run() {
   } unclaim{r};
   if (!r.opt.dry_run) r.space_claim = r.cache.ClaimSpace([&r] { return r.StillToWrite(); });
   auto body = [&]() -> Result<PullSummary> {
-    EXLR8_RETURN_IF_ERROR(r.CheckOptions());
+    EXLR8_RETURN_IF_ERROR(CheckPullOptions(r.opt));
     EXLR8_RETURN_IF_ERROR(r.ResolveAndList());
     EXLR8_RETURN_IF_ERROR(r.cache.Touch(r.fileset));
     // Order matters: `streams` outlives `fetch`, which is aborted (if still

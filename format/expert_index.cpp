@@ -44,6 +44,25 @@ Result<std::vector<std::byte>> ReadTensor(const ByteSource& src, const Safetenso
   return buf;
 }
 
+// The hidden-side sign vectors must hold exactly +1 or -1 (spec 4.2). No
+// checksum covers them (spec 5.3), so this is the only thing that stands
+// between a damaged vector and silently wrong weights: a 0 would zero a
+// channel of every expert of the layer.
+Status CheckSigns(const std::string& file, const VectorRef& ref, std::span<const std::byte> bytes) {
+  std::vector<float> values(ref.cols);
+  EXLR8_RETURN_IF_ERROR(ConvertToFloat(ref.dtype, bytes, values));
+  for (std::uint64_t i = 0; i < values.size(); ++i) {
+    if (values[i] == 1.0f || values[i] == -1.0f) continue;
+    char shown[32];
+    auto [end, ec] = std::to_chars(shown, shown + sizeof shown, values[i]);
+    return CorruptionError(file + ": tensor '" + ref.name + "' element [" + std::to_string(i) + "] at byte " +
+                           std::to_string(ref.Slice(0, i, 1).offset) + ": " +
+                           std::string(shown, ec == std::errc() ? end : shown) +
+                           ", expected +1 or -1 (a hidden-side sign)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view ProjName(Proj p) { return kProjNames[static_cast<size_t>(p)]; }
@@ -105,6 +124,13 @@ Result<ExpertIndex> ExpertIndex::Read(const ByteSource& src, int layer) {
     auto sw = ParseWidthList(smeta->second);
     if (!sw.ok()) return sw.status().WithContext(file + ": __metadata__ 'shared_widths'");
     ix.shared_widths_ = *sw;
+  } else {
+    // Then a shared tensor is a contradiction, not something to ignore:
+    // reading past it would silently drop the layer's shared expert.
+    for (const TensorInfo& t : hdr.tensors())
+      if (t.name.starts_with("shared."))
+        return TensorError(file, hdr, t,
+                           "a shared-expert tensor, but __metadata__ 'shared_widths' is empty (no shared expert)");
   }
 
   // geometry: hidden from signs.in, E and H from the first routed index
@@ -119,6 +145,11 @@ Result<ExpertIndex> ExpertIndex::Read(const ByteSource& src, int layer) {
   EXLR8_RETURN_IF_ERROR(CheckShape(file, hdr, *signs_out, {ix.hidden_}));
   ix.signs_in_ = {signs_in->name, signs_in->dtype, hdr.AbsoluteOffset(*signs_in), 1, ix.hidden_};
   ix.signs_out_ = {signs_out->name, signs_out->dtype, hdr.AbsoluteOffset(*signs_out), 1, ix.hidden_};
+  for (const VectorRef* ref : {&ix.signs_in_, &ix.signs_out_}) {
+    std::vector<std::byte> bytes(ref->Slice(0, 0, ref->cols).length);
+    EXLR8_RETURN_IF_ERROR(src.ReadAt(ref->offset, bytes));
+    EXLR8_RETURN_IF_ERROR(CheckSigns(file, *ref, bytes));
+  }
   const std::uint64_t blocks = ix.hidden_ / 128;
 
   {
@@ -255,17 +286,20 @@ Status ExpertIndex::LoadHalfVectors(const ByteSource& src, int expert, Proj p, s
   std::vector<float> channel, block, signs;
   EXLR8_RETURN_IF_ERROR(read_floats(t->channel[pi], e, 128ull * h, 128, &channel));
   EXLR8_RETURN_IF_ERROR(read_floats(t->block[pi], e, 0, hidden_ / 128, &block));
+  // The signs are read again, not taken from Read: `src` may be another
+  // reader of the file (a cache that changed since), so they are checked
+  // again too. Being ±1, they cannot make the finite block scales overflow.
   const VectorRef& sref = p == Proj::kDown ? signs_out_ : signs_in_;
-  EXLR8_RETURN_IF_ERROR(read_floats(sref, 0, 0, hidden_, &signs));
-  std::vector<float> hidden_side(hidden_);
-  for (std::uint64_t i = 0; i < hidden_; ++i) {
-    hidden_side[i] = signs[i] * block[i / 128];
-    if (!std::isfinite(hidden_side[i]))  // signs are ±1 in a sane file
-      return CorruptionError(src.name() + ": tensor '" + sref.name + "' element [0, " + std::to_string(i) +
-                             "] at byte " + std::to_string(sref.Slice(0, i, 1).offset) + " times '" +
-                             t->block[pi].name + "' element [" + std::to_string(e) + ", " +
-                             std::to_string(i / 128) + "] overflows fp32");
+  {
+    const ByteRun run = sref.Slice(0, 0, hidden_);
+    std::vector<std::byte> buf(run.length);
+    EXLR8_RETURN_IF_ERROR(src.ReadAt(run.offset, buf));
+    EXLR8_RETURN_IF_ERROR(CheckSigns(src.name(), sref, buf));
+    signs.resize(hidden_);
+    EXLR8_RETURN_IF_ERROR(ConvertToFloat(sref.dtype, buf, signs));
   }
+  std::vector<float> hidden_side(hidden_);
+  for (std::uint64_t i = 0; i < hidden_; ++i) hidden_side[i] = signs[i] * block[i / 128];
   if (p == Proj::kDown) {
     *u = std::move(channel);
     *v = std::move(hidden_side);

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <set>
 
 #include "format/dtype.h"
 #include "format/expert_decode.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
+#include "format/safetensors_writer.h"
 #include "tests/format/test_util.h"
 
 namespace exlr8 {
@@ -107,9 +109,9 @@ TEST(ExpertIndexTest, LoadHalfVectorsRejectsNonFiniteElements) {
     const char* shown;   // "[row, col]"
   };
   // Expert 1, gate, half 2, K3: svh F16 [4, 2048], su_block F32 [4, 2], signs.in F16 [256].
+  // (A non-finite sign is refused earlier, by Read: see RejectsSignsOtherThanPlusOrMinusOne.)
   for (const Case& c : {Case{"k3.gate.svh", 2048 + 256 + 5, 2, 0x7C00, "[1, 261]"},           // +inf
-                        Case{"k3.gate.su_block", 2 + 1, 4, 0x7FC00000, "[1, 1]"},              // NaN
-                        Case{"signs.in", 200, 2, 0xFC00, "[0, 200]"}}) {                        // -inf
+                        Case{"k3.gate.su_block", 2 + 1, 4, 0x7FC00000, "[1, 1]"}}) {           // NaN
     SCOPED_TRACE(c.tensor);
     auto bytes = FixtureIndex();
     const std::uint64_t at = TensorOffset(bytes, c.tensor) + c.element * c.bytes_per;
@@ -125,18 +127,89 @@ TEST(ExpertIndexTest, LoadHalfVectorsRejectsNonFiniteElements) {
   }
 }
 
-// Finite signs and block scales whose product overflows (found by
-// fuzz_expert_index): the hidden-side vector is refused, naming both.
-TEST(ExpertIndexTest, LoadHalfVectorsRejectsAnOverflowingHiddenSide) {
+// The hidden-side signs are covered by no checksum (spec 5.3), so anything
+// but exactly +1 or -1 in them is refused when the index is read, naming the
+// tensor, the element and its byte: a 0 would silently zero a channel of
+// every expert of the layer, a 0.5 halve it.
+TEST(ExpertIndexTest, RejectsSignsOtherThanPlusOrMinusOne) {
+  struct Value {
+    std::uint16_t f16;
+    const char* shown;
+  };
+  for (const char* tensor : {"signs.in", "signs.out"}) {  // both F16 [256] in the fixture
+    for (const Value& v : {Value{0x0000, ": 0,"}, Value{0x8000, ": -0,"}, Value{0x3800, ": 0.5,"},
+                           Value{0x4000, ": 2,"}, Value{0x7BFF, ": 65504,"}, Value{0xFC00, ": -inf,"},
+                           Value{0x7E00, ": nan,"}}) {
+      SCOPED_TRACE(std::string(tensor) + v.shown);
+      auto bytes = FixtureIndex();
+      const std::uint64_t at = TensorOffset(bytes, tensor) + 2 * 200;
+      StoreLE16(bytes.data() + at, v.f16);
+      auto ix = ReadIndex(bytes);
+      ASSERT_FALSE(ix.ok());
+      EXPECT_EQ(ix.status().code(), StatusCode::kCorruption);
+      EXPECT_THAT(ix.status().message(),
+                  HasSubstr("exlr8-layer-003.index.safetensors: tensor '" + std::string(tensor) +
+                            "' element [200] at byte " + std::to_string(at) + v.shown +
+                            " expected +1 or -1"));
+    }
+  }
+  // Both signs occur in the fixture, and both pass.
   auto bytes = FixtureIndex();
-  const std::uint64_t signs = TensorOffset(bytes, "signs.in");        // F16 [256]
-  const std::uint64_t su = TensorOffset(bytes, "k3.gate.su_block");   // F32 [4, 2]
-  StoreLE16(bytes.data() + signs + 2 * 200, 0x4000);                   // 2.0
-  StoreLE32(bytes.data() + su + 4 * (2 + 1), std::bit_cast<std::uint32_t>(3e38f));
-  const Status st = LoadVectorsK3(bytes, 1, Proj::kGate, 2);
+  const std::uint64_t signs = TensorOffset(bytes, "signs.in");
+  std::set<std::uint16_t> seen;
+  for (int i = 0; i < 256; ++i) seen.insert(LoadLE16(bytes.data() + signs + 2 * i));
+  EXPECT_EQ(seen, (std::set<std::uint16_t>{0x3C00, 0xBC00}));
+  EXPECT_TRUE(ReadIndex(bytes).ok());
+}
+
+// LoadHalfVectors reads the signs again from the source it is given (a
+// cache file may have changed since Read), and checks them again.
+TEST(ExpertIndexTest, LoadHalfVectorsChecksTheSignsItReads) {
+  auto good = FixtureIndex();
+  SpanByteSource good_src(good, "exlr8-layer-003.index.safetensors");
+  auto ix = ExpertIndex::Read(good_src, 3);
+  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+  auto changed = good;
+  const std::uint64_t at = TensorOffset(changed, "signs.in") + 2 * 17;
+  StoreLE16(changed.data() + at, 0x0000);
+  SpanByteSource changed_src(changed, "exlr8-layer-003.index.safetensors");
+  std::vector<float> u, v;
+  const Status st = ix->LoadHalfVectors(changed_src, 1, Proj::kGate, 2, 3, &u, &v);
   ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
-  EXPECT_THAT(st.message(), HasSubstr("tensor 'signs.in' element [0, 200] at byte " + std::to_string(signs + 400) +
-                                      " times 'k3.gate.su_block' element [1, 1] overflows fp32"));
+  EXPECT_THAT(st.message(), HasSubstr("tensor 'signs.in' element [17] at byte " + std::to_string(at) + ": 0,"));
+  // Down reads signs.out, which is unchanged.
+  EXPECT_TRUE(ix->LoadHalfVectors(changed_src, 1, Proj::kDown, 2, 3, &u, &v).ok());
+}
+
+// An empty shared_widths says the layer has no shared expert (allowed); a
+// shared. tensor beside it is a contradiction, refused rather than dropped.
+TEST(ExpertIndexTest, RejectsSharedTensorsWhenSharedWidthsIsEmpty) {
+  auto bytes = FixtureIndex();
+  auto hdr = ParseSafetensorsHeader(bytes, bytes.size(), "f");
+  ASSERT_TRUE(hdr.ok());
+  auto rebuild = [&](bool keep_shared) {
+    std::vector<TensorBytes> tensors;
+    for (const TensorInfo& t : hdr->tensors()) {
+      if (!keep_shared && t.name.starts_with("shared.")) continue;
+      const std::uint64_t at = hdr->AbsoluteOffset(t);
+      tensors.push_back({t.name, t.dtype, t.shape,
+                         std::vector<std::byte>(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                                                bytes.begin() + static_cast<std::ptrdiff_t>(at + t.byte_size()))});
+    }
+    SafetensorsWriteOptions options;
+    options.metadata = {{"widths", "2,3,4"}, {"shared_widths", ""}};
+    auto out = SerializeSafetensors(tensors, options);
+    EXPECT_TRUE(out.ok()) << out.status().ToString();
+    return out.ok() ? *out : std::vector<std::byte>{};
+  };
+  auto without = ReadIndex(rebuild(false));
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_FALSE(without->has_shared());
+  auto with = ReadIndex(rebuild(true));
+  ASSERT_FALSE(with.ok());
+  EXPECT_EQ(with.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(with.status().message(), HasSubstr("exlr8-layer-003.index.safetensors: tensor 'shared."));
+  EXPECT_THAT(with.status().message(), HasSubstr("but __metadata__ 'shared_widths' is empty"));
 }
 
 // Finite vectors can still make weights overflow fp32: the decode refuses

@@ -211,18 +211,33 @@ bool HalfConsumer::NextRequest(RangeRequest* out) {
 
 Status HalfConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   Live& lv = live_.At(id);
-  EXLR8_RETURN_IF_ERROR(cache_.WriteAt(lv.file->file, offset, bytes));
   const std::uint64_t end = offset + bytes.size();
+  // Only the halves' own bytes are written, never a coalesced request's
+  // gaps: a gap may hold bytes the cache already records as verified (the
+  // halves of another rank), which an unverified response must not replace.
+  // Adjacent halves are still one write.
+  std::uint64_t run_from = offset, run_to = offset;
+  auto write_run = [&]() -> Status {
+    if (run_to == run_from) return Status::Ok();
+    return cache_.WriteAt(lv.file->file, run_from, bytes.subspan(run_from - offset, run_to - run_from));
+  };
   while (lv.cursor < lv.request->count) {
     const HalfWork& h = lv.file->halves[lv.request->first + lv.cursor];
     if (h.offset >= end) break;  // this chunk ends before the half (in a gap)
     const std::uint64_t from = std::max(h.offset, offset);
     const std::uint64_t to = std::min(h.offset + h.length, end);
-    if (to > from) lv.hashes[lv.cursor].Update(bytes.subspan(from - offset, to - from));
+    if (to > from) {
+      if (from != run_to) {
+        EXLR8_RETURN_IF_ERROR(write_run());
+        run_from = from;
+      }
+      run_to = to;
+      lv.hashes[lv.cursor].Update(bytes.subspan(from - offset, to - from));
+    }
     if (h.offset + h.length > end) break;  // half continues in the next chunk
     ++lv.cursor;
   }
-  return Status::Ok();
+  return write_run();
 }
 
 RangeVerdict HalfConsumer::OnComplete(std::uint64_t id) {

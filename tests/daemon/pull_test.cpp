@@ -106,6 +106,69 @@ TEST(PullTest, SecondRankAndRerunReuseVerifiedBytes) {
   ExpectSpaceAccountingExact(*second);
 }
 
+// Every recorded byte of the cache's only fileset equals the source.
+void ExpectRecordedBytesMatchSource(const fs::path& cache_dir, const fs::path& source) {
+  auto cache = Cache::OpenReadOnly(cache_dir);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  auto filesets = (*cache)->ListFilesets();
+  ASSERT_TRUE(filesets.ok());
+  ASSERT_EQ(filesets->size(), 1u);
+  auto files = (*cache)->ListFiles((*filesets)[0].id);
+  ASSERT_TRUE(files.ok());
+  for (const FileInfo& f : *files) {
+    auto extents = (*cache)->VerifiedExtents(f.id);
+    ASSERT_TRUE(extents.ok());
+    if (extents->empty()) continue;
+    auto path = (*cache)->DataPath(f.id);
+    ASSERT_TRUE(path.ok());
+    const auto cached = ReadAll(*path);
+    const auto src = ReadAll(source / f.path);
+    ASSERT_EQ(cached.size(), src.size()) << f.path;
+    std::uint64_t wrong = 0;
+    for (const auto& e : *extents)
+      for (std::uint64_t i = e.offset; i < e.offset + e.length; ++i) wrong += cached[i] != src[i];
+    EXPECT_EQ(wrong, 0u) << f.path << ": recorded bytes differ from the source";
+  }
+}
+
+// A coalesced request spans the halves of other ranks lying between its
+// own: only its halves are written. Found by review: the gaps were written
+// too, so rank 1's unverified (here: corrupted) responses replaced rank 0's
+// verified halves, and the cache reported them present.
+TEST(PullTest, CoalescedGapsAreNeverWritten) {
+  {
+    auto sim = StartSim(TinyRelease());
+    TempDir cache;
+    PullOptions o = Options(*sim, "home", 4, 1);
+    o.coalesce_gap = 1ull << 30;  // one request per width file
+    auto s = Pull(cache.path(), o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_LT(s->plan.totals.requests, s->plan.totals.routed_halves);  // coalesced across the gaps
+    ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);  // zeros between the halves
+  }
+  TempDir cache;
+  {
+    auto sim = StartSim(TinyRelease());
+    auto first = Pull(cache.path(), Options(*sim, "home", 4, 0));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+  }
+  hubsim::FaultConfig f;
+  f.seed = 32;
+  f.corrupt = 1.0;  // every answer (up to 30) has a flipped byte, most of them in a gap
+  f.max_faults = 30;
+  f.on_hub = false;
+  auto sim = StartSim(TinyRelease(), "", f);
+  PullOptions o = Options(*sim, "home", 4, 1);
+  o.coalesce_gap = 1ull << 30;
+  o.fetch.max_refetches = 40;
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto stats = ParseJson(sim->StatsJson());
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->Find("faults")->Find("corrupt")->as_uint64(), 6u);  // every first answer (one per width file)
+  ExpectRecordedBytesMatchSource(cache.path(), TinyRelease());
+}
+
 TEST(PullTest, FaultsStillByteExact) {
   hubsim::FaultConfig f;
   f.seed = 11;

@@ -98,7 +98,8 @@ void PrintSummary(const PullSummary& s, bool json) {
         "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"bytes_resumed\":%llu,"
         "\"bytes_written\":%llu,\"requests\":%llu,\"retries\":%llu,"
         "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
-        "\"shared_halves\":%llu,\"evicted_filesets\":%zu,\"bytes_evicted\":%llu,\"elapsed_s\":%.3f,"
+        "\"shared_halves\":%llu,\"evicted_filesets\":%zu,\"bytes_evicted\":%llu,\"bytes_lost\":%llu,"
+        "\"elapsed_s\":%.3f,"
         "\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
         s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
         static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
@@ -108,7 +109,8 @@ void PrintSummary(const PullSummary& s, bool json) {
         static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
         static_cast<unsigned long long>(s.plan.totals.routed_halves),
         static_cast<unsigned long long>(s.plan.totals.shared_halves), s.evicted.size(),
-        static_cast<unsigned long long>(s.bytes_evicted), s.elapsed_s, mbps,
+        static_cast<unsigned long long>(s.bytes_evicted), static_cast<unsigned long long>(s.bytes_lost), s.elapsed_s,
+        mbps,
         PhaseTimes(s, true).c_str());
     return;
   }
@@ -124,6 +126,10 @@ void PrintSummary(const PullSummary& s, bool json) {
   if (s.bytes_resumed > 0)
     std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",
                 HumanBytes(s.bytes_resumed).c_str());
+  if (s.bytes_lost > 0)
+    std::printf("  lost             %s recorded but no longer in the cache directory (files deleted or cut short "
+                "by hand): fetched again\n",
+                HumanBytes(s.bytes_lost).c_str());
   if (!s.evicted.empty())
     std::printf("  made room        evicted %zu fileset%s (%s), least recently used first (--make-room)\n",
                 s.evicted.size(), s.evicted.size() == 1 ? "" : "s", HumanBytes(s.bytes_evicted).c_str());

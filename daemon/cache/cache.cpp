@@ -45,7 +45,7 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   if (ec) return ErrnoStatus(ec.value(), "create cache directory " + rep->shown);
   rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
-  EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName));
+  EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait));
 
   MutexLock l(&rep->mu);
   EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open((rep->dir / kCacheDbName).string()));

@@ -33,6 +33,7 @@
 // IOError for other OS failures, Corruption for a damaged index.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -68,6 +69,12 @@ struct CacheOptions {
   // while the network is still delivering, instead of in one burst at the
   // next commit's fdatasync, which alone makes bytes durable. 0 = off.
   std::uint64_t write_behind_bytes = 8 << 20;
+  // How long Open waits for the cache's lock when another process holds it,
+  // before FailedPrecondition. Commands that hold it for a moment (`list`,
+  // `pin`) must not make a pull starting just then fail (found by review: a
+  // `list` loop failed 4 pulls in 30); a pull that owns the cache for an
+  // hour still gets its clear error after this.
+  std::chrono::milliseconds lock_wait{2000};
 };
 
 // Verified bytes [offset, offset + length) of one file.
@@ -83,6 +90,10 @@ struct VerifiedExtent {
   FileId file = 0;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
+  // [0, size) of a file the caller checked whole against its hash: the same
+  // transaction that records it sets the file's whole_verified, so no crash
+  // can leave the bytes recorded with the flag unset.
+  bool whole_file = false;
 };
 
 // Bytes [0, bytes) of a file being downloaded whole arrived in order: once
@@ -249,7 +260,8 @@ class Cache {
   // file; FailedPrecondition if the file was never written (not on disk).
   // Call it in batches (per second or per N MB), not per extent.
   // `prefixes` are recorded in the same transaction, after the same syncs.
-  // A prefix is a resume point only: it never counts as present.
+  // A prefix is a resume point only: it never counts as present. An extent
+  // with whole_file must be exactly [0, size) (InvalidArgument otherwise).
   Status CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes = {});
 
   // The caller checked the whole file against its hash: fdatasync it, then
@@ -280,6 +292,15 @@ class Cache {
   // recorded bytes were forgotten. InvalidArgument for a range outside its
   // file; NotFound for an unknown file; nothing changes on error.
   Result<std::uint64_t> ForgetExtents(std::span<const VerifiedExtent> ranges);
+
+  // Un-records (as ForgetExtents) the bytes of `fileset` that the cache
+  // directory no longer holds at all: files deleted behind the cache's
+  // back, and everything past the end of files truncated shorter than their
+  // remote size. One stat per file with recorded bytes, no reading: a pull
+  // calls it first, so what it reuses is at least there (bytes changed in
+  // place are for `exlr8d verify`, which reads them). Returns the bytes
+  // forgotten.
+  Result<std::uint64_t> ForgetLostBytes(FilesetId fileset);
   // Records that a scrub just checked every recorded byte of `fileset`, and
   // that `checks_failed` checks failed (their bytes already forgotten).
   Status RecordVerified(FilesetId fileset, std::uint64_t checks_failed);

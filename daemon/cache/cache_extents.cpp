@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -30,27 +31,40 @@ Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offs
   return Status::Ok();
 }
 
-// fdatasync each file, then fsync each directory, outside the cache lock.
-Status SyncToDisk(const std::vector<std::shared_ptr<DataFile>>& files, const std::set<std::string>& dirs, int root_fd,
-                  const std::string& shown) {
+}  // namespace
+
+// fdatasync each file, outside the cache lock (taken only to consult and
+// note failures: see Rep::failed_syncs).
+Status Cache::Rep::SyncFiles(const std::vector<std::shared_ptr<DataFile>>& files) {
+  Rep& r = *this;
+  auto failed_before = [&](const DataFile& f) -> Status {
+    MutexLock l(&r.mu);
+    auto it = r.failed_syncs.find(f.rel);
+    if (it == r.failed_syncs.end()) return Status::Ok();
+    return ErrnoStatus(it->second, "fdatasync " + f.shown + " failed earlier in this process, so bytes written to it "
+                                   "may be lost (nothing more of it is recorded until exlr8d restarts)");
+  };
   // Start write-back of every file first, so the device works on all of
   // them at once instead of one fdatasync after another. Only a hint: the
   // fdatasync below is what makes the bytes durable.
   if (files.size() > 1)
     for (const auto& f : files) (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
   for (const auto& f : files) {
+    EXLR8_RETURN_IF_ERROR(failed_before(*f));
     while (::fdatasync(f->fd.get()) != 0) {
-      if (errno != EINTR) return ErrnoStatus(errno, "fdatasync " + f->shown);
+      if (errno == EINTR) continue;
+      const int e = errno;
+      {
+        MutexLock l(&r.mu);
+        r.failed_syncs.emplace(f->rel, e);
+      }
+      return ErrnoStatus(e, "fdatasync " + f->shown);
     }
-  }
-  for (const std::string& d : dirs) {
-    EXLR8_ASSIGN_OR_RETURN(UniqueFd fd, OpenDirBeneath(root_fd, d, shown));
-    if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync directory " + shown + "/" + d);
+    EXLR8_RETURN_IF_ERROR(failed_before(*f));  // another commit's sync of it failed meanwhile
   }
   return Status::Ok();
 }
 
-}  // namespace
 
 // ---- writing ----
 
@@ -77,8 +91,14 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
   std::map<FileId, std::vector<Extent>> by_file;
-  for (const VerifiedExtent& e : extents)
+  std::set<FileId> whole;  // checked whole by the caller
+  for (const VerifiedExtent& e : extents) {
     if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+    if (e.whole_file) {
+      whole.insert(e.file);
+      by_file[e.file];
+    }
+  }
   std::map<FileId, std::uint64_t> prefix_of;  // the last one per file wins
   for (const DurablePrefix& p : prefixes) {
     prefix_of[p.file] = p.bytes;
@@ -88,22 +108,27 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
 
   // 1. resolve and check every extent
   std::vector<std::shared_ptr<DataFile>> files;
-  std::set<std::string> dirs;
   {
     MutexLock l(&r.mu);
     for (auto& [id, list] : by_file) {
       Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
       if (!f.ok()) return f.status();
       for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      if (whole.contains(id))
+        for (const VerifiedExtent& e : extents)
+          if (e.file == id && e.whole_file && (e.offset != 0 || e.length != (*f)->size))
+            return InvalidArgumentError((*f)->shown + ": a whole-file extent [" + std::to_string(e.offset) + ", " +
+                                        std::to_string(e.offset + e.length) + ") is not the whole file (" +
+                                        std::to_string((*f)->size) + " bytes)");
       if (auto p = prefix_of.find(id); p != prefix_of.end())
         EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
       list = NormalizeExtents(std::move(list));
       files.push_back(*std::move(f));
     }
-    dirs = r.unsynced_dirs;
   }
-  // 2. make the bytes durable, without blocking readers
-  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
+  // 2. make the bytes and the files' names durable, without blocking readers
+  EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
+  EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
   // 3. record them, all in one transaction
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
@@ -112,8 +137,17 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   if (!prefix_of.empty()) {
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt set, r.db->Prepare("UPDATE files SET durable_prefix = ? WHERE id = ?"));
     for (const auto& [id, bytes] : prefix_of) {
+      if (whole.contains(id)) continue;  // done: no resume point any more
       set.Reset();
       EXLR8_RETURN_IF_ERROR(set.Bind(1, static_cast<std::int64_t>(bytes)).Bind(2, id).Run());
+    }
+  }
+  if (!whole.empty()) {
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
+                           r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
+    for (FileId id : whole) {
+      up.Reset();
+      EXLR8_RETURN_IF_ERROR(up.Bind(1, id).Run());
     }
   }
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
@@ -124,9 +158,7 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
     touch.Reset();
     EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
   }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
-  return Status::Ok();
+  return txn.Commit();
 }
 
 Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }
@@ -155,7 +187,6 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   if (ids.empty()) return Status::Ok();
   Rep& r = *rep_;
   std::vector<std::shared_ptr<DataFile>> files;
-  std::set<std::string> dirs;
   {
     MutexLock l(&r.mu);
     for (FileId file : ids) {
@@ -167,9 +198,9 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
         EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.OpenWritten(file));
       }
     }
-    dirs = r.unsynced_dirs;
   }
-  EXLR8_RETURN_IF_ERROR(SyncToDisk(files, dirs, r.root_fd.get(), r.shown));
+  EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
+  EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
@@ -187,9 +218,52 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
     up.Reset();
     EXLR8_RETURN_IF_ERROR(up.Bind(1, ids[i]).Run());
   }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  for (const std::string& d : dirs) r.unsynced_dirs.erase(d);
-  return Status::Ok();
+  return txn.Commit();
+}
+
+Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  std::vector<VerifiedExtent> lost;
+  {
+    MutexLock l(&r.mu);
+    EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT DISTINCT f.id FROM files f JOIN extents e ON "
+                                                       "e.file_id = f.id WHERE f.fileset_id = ?"));
+    q.Bind(1, fileset);
+    std::vector<FileId> ids;
+    while (true) {
+      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      ids.push_back(q.Int(0));
+    }
+    for (FileId id : ids) {
+      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
+      std::uint64_t on_disk = 0;  // bytes of the file that exist
+      if (std::shared_ptr<DataFile> open = r.FindOpen(id)) {
+        struct stat st;
+        if (::fstat(open->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + open->shown);
+        on_disk = static_cast<std::uint64_t>(st.st_size);
+        if (st.st_nlink == 0) {  // deleted while open: writes to it would land nowhere
+          on_disk = 0;
+          MutexLock open_lock(&r.open_mu);
+          r.open_files.erase(id);
+        }
+      } else {
+        Result<BeneathFile> f = OpenBeneath(r.root_fd.get(), row.rel, /*create=*/false, r.shown, /*read_only=*/true);
+        if (f.ok()) {
+          struct stat st;
+          if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + r.shown + "/" + row.rel);
+          on_disk = static_cast<std::uint64_t>(st.st_size);
+        } else if (f.status().code() != StatusCode::kNotFound) {
+          return f.status();
+        }
+      }
+      if (on_disk < row.size) lost.push_back({id, on_disk, row.size - on_disk});
+    }
+  }
+  if (lost.empty()) return std::uint64_t{0};
+  return ForgetExtents(lost);
 }
 
 Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> ranges) {

@@ -146,8 +146,11 @@ std::string FilesetDir(std::string_view repo, std::string_view commit) {
   return dir;
 }
 
-Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, std::string_view display) {
+Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, std::string_view display,
+                                bool read_only) {
   EXLR8_RETURN_IF_ERROR(ValidateRepoPath(rel));
+  if (read_only) create = false;
+  const int mode = read_only ? O_RDONLY : O_RDWR;
   const std::vector<std::string_view> parts = SplitPath(rel);
   BeneathFile out;
   UniqueFd dir;  // invalid = root_fd
@@ -163,7 +166,7 @@ Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, 
   const std::string leaf(parts.back());
   const int at = dir.valid() ? dir.get() : root_fd;
   const std::string shown = Join(display, rel);
-  int fd = ::openat(at, leaf.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  int fd = ::openat(at, leaf.c_str(), mode | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && create) {
     fd = ::openat(at, leaf.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) {

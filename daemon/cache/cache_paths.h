@@ -62,9 +62,12 @@ struct BeneathFile {
 // directory `root_fd`, walking each component with O_NOFOLLOW. With `create`,
 // missing directories (0755) and the file (0644) are created; otherwise a
 // missing component is NotFound. A symlink or non-directory on the way is
-// FailedPrecondition. The file is opened O_RDWR|O_CLOEXEC.
+// FailedPrecondition. The file is opened O_RDWR|O_CLOEXEC, or O_RDONLY with
+// `read_only` (which excludes `create`): a read-only view of the cache
+// must work for a user who may not write it, and must change nothing.
 // `display` prefixes error messages (the cache path).
-Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, std::string_view display);
+Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, std::string_view display,
+                                bool read_only = false);
 
 // The directories that contain `rel`, outermost first, "" being the root:
 // "a/b/f" -> {"", "a", "a/b"}. fsync them to make a new file's name durable.

@@ -119,6 +119,51 @@ struct Cache::Rep {
   // Directories (relative, "" = root) holding a data file opened by this
   // process whose name has not been fsynced yet.
   std::set<std::string> unsynced_dirs EXLR8_GUARDED_BY(mu);
+  // Data files (by rel) whose fdatasync failed in this process, with its
+  // errno. Linux reports a write-back error once per open file: a second
+  // fdatasync (another batch's, or of a descriptor opened again) returns 0
+  // though pages written before the error may never reach the disk. So no
+  // later commit of such a file may succeed in this process; a new process
+  // fetches and writes again whatever was not recorded.
+  std::map<std::string, int> failed_syncs EXLR8_GUARDED_BY(mu);
+  // fdatasync of each file, outside mu; refused for a file in failed_syncs.
+  Status SyncFiles(const std::vector<std::shared_ptr<cache_internal::DataFile>>& files) EXLR8_EXCLUDES(mu);
+  // One SyncNewNames at a time; taken before mu, never while holding it.
+  std::mutex dir_sync_mu;
+
+  // Makes durable the names of every data file opened so far (fsync of the
+  // directories in unsynced_dirs), before a commit records bytes of them.
+  // The set is taken whole, under mu, and put back if a sync fails. One
+  // caller at a time: a commit that finds a directory taken by another
+  // commit's sync must wait for that sync to end, or it could record a file
+  // whose name is not yet durable. (Found by review: commits copied the set,
+  // then erased what they had synced, including a name a file created
+  // meanwhile had added again.) A directory gone since (its fileset
+  // evicted) holds nothing to record and is skipped.
+  Status SyncNewNames() EXLR8_EXCLUDES(mu) {
+    std::lock_guard<std::mutex> one_at_a_time(dir_sync_mu);
+    std::set<std::string> dirs;
+    {
+      MutexLock l(&mu);
+      dirs.swap(unsynced_dirs);
+    }
+    for (auto d = dirs.begin(); d != dirs.end(); ++d) {
+      Status s = FsyncDirBeneath(*d);
+      if (!s.ok()) {
+        MutexLock l(&mu);
+        unsynced_dirs.insert(d, dirs.end());
+        return s;
+      }
+    }
+    return Status::Ok();
+  }
+  Status FsyncDirBeneath(const std::string& rel) {
+    Result<UniqueFd> fd = OpenDirBeneath(root_fd.get(), rel, shown);
+    if (fd.status().code() == StatusCode::kNotFound) return Status::Ok();
+    if (!fd.ok()) return fd.status();
+    if (::fsync(fd->get()) != 0) return ErrnoStatus(errno, "fsync directory " + shown + "/" + rel);
+    return Status::Ok();
+  }
 
   std::int64_t Now() EXLR8_REQUIRES(mu) {
     return options.now_ms ? options.now_ms() : cache_internal::SystemNowMs();
@@ -154,7 +199,8 @@ struct Cache::Rep {
   Result<std::shared_ptr<DataFile>> GetDataFile(FileId file, bool create) EXLR8_REQUIRES(mu) {
     if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
     EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
-    EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create, shown));
+    EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create && !read_only, shown,
+                                                           read_only));
     auto df = std::make_shared<DataFile>();
     df->fd = std::move(opened.fd);
     df->fileset = row.fileset;
@@ -163,16 +209,21 @@ struct Cache::Rep {
     df->shown = shown + "/" + row.rel;
     struct stat st;
     if (::fstat(df->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + df->shown);
-    // A new file, or one a crash left short: extend it to its remote size.
-    // Truncation never frees blocks of a file whose size matches.
-    if (static_cast<std::uint64_t>(st.st_size) != row.size) {
-      if (::ftruncate(df->fd.get(), static_cast<off_t>(row.size)) != 0)
-        return ErrnoStatus(errno, "size " + df->shown + " to " + std::to_string(row.size) + " bytes");
+    // A read-only view changes nothing: a file of another size stays as it
+    // is, and reading past its end fails (shorter than recorded).
+    if (!read_only) {
+      // A new file, or one a crash left short: extend it to its remote size.
+      // Truncation never frees blocks of a file whose size matches. (Bytes
+      // recorded past a short file's end were lost: ForgetLostBytes.)
+      if (static_cast<std::uint64_t>(st.st_size) != row.size) {
+        if (::ftruncate(df->fd.get(), static_cast<off_t>(row.size)) != 0)
+          return ErrnoStatus(errno, "size " + df->shown + " to " + std::to_string(row.size) + " bytes");
+      }
+      // Its name (and any directory made for it) must be durable before an
+      // extent of it is recorded; we cannot know whether a dead predecessor
+      // synced them, so every file opened by this process counts.
+      for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
     }
-    // Its name (and any directory made for it) must be durable before an
-    // extent of it is recorded; we cannot know whether a dead predecessor
-    // synced them, so every file opened by this process counts.
-    for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
     MutexLock l(&open_mu);
     if (open_files.size() >= cache_internal::kMaxOpenFiles) {
       std::erase_if(open_files, [](const auto& kv) { return kv.second.use_count() == 1; });

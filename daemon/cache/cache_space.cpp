@@ -229,6 +229,12 @@ Status Cache::Rep::RemoveOrphanDirs() {
     std::error_code ec;
     fs::remove(org, ec);
   }
+  // A directory removed here holds nothing left to record, and a pending
+  // sync of its names would fail every later commit (open: ENOENT).
+  std::erase_if(unsynced_dirs, [&](const std::string& d) {
+    std::error_code ec;
+    return !d.empty() && !fs::is_directory(dir / d, ec);
+  });
   return Status::Ok();
 }
 

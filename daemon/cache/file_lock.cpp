@@ -6,16 +6,24 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace exlr8 {
 
-Result<std::unique_ptr<FileLock>> FileLock::Acquire(const std::filesystem::path& path) {
+Result<std::unique_ptr<FileLock>> FileLock::Acquire(const std::filesystem::path& path,
+                                                   std::chrono::milliseconds wait) {
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return ErrnoStatus(errno, "open lock file " + path.string());
+  const auto give_up = std::chrono::steady_clock::now() + wait;
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) return ErrnoStatus(errno, "lock " + path.string());
+    if (std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     // Held: say by whom. The holder writes its pid right after locking, so
     // an empty read means we raced with that write.
     std::array<char, 32> buf{};

@@ -6,6 +6,7 @@
 // dies, however it dies: no stale-lock cleanup is ever needed.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -17,10 +18,12 @@ namespace exlr8 {
 class FileLock {
  public:
   // Creates `path` if needed, takes LOCK_EX|LOCK_NB and writes "<pid>\n"
-  // into it. FailedPrecondition if another holder has it:
+  // into it. If another holder has it, tries again every 20 ms for up to
+  // `wait`, then FailedPrecondition:
   //   "<path> is locked by pid 1234 (another exlr8d owns this cache)".
   // Other failures: see ErrnoStatus (posix.h).
-  static Result<std::unique_ptr<FileLock>> Acquire(const std::filesystem::path& path);
+  static Result<std::unique_ptr<FileLock>> Acquire(const std::filesystem::path& path,
+                                                   std::chrono::milliseconds wait = {});
 
   // Releases the lock (closing the descriptor). The pid stays in the file;
   // it is only meaningful while the file is locked.

@@ -103,11 +103,14 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
   }
   if (got != want) {
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    // The bytes written are no resume point: were this the last attempt, a
+    // rerun would resume over them and fail once more before starting over.
+    (void)batch_.NotePrefix(t.file, 0);
     return RangeVerdict::Refetch(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") +
                                                  got + ", the hub lists " + want));
   }
   Forget(id);
-  Status s = batch_.Add({t.file, 0, t.size});
+  Status s = batch_.Add({t.file, 0, t.size, /*whole_file=*/true});
   if (!s.ok()) return RangeVerdict::Fail(s);
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
   counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);

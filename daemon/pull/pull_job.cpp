@@ -77,7 +77,6 @@ struct Streams {
   // their bytes to become durable: their batches commit in the background
   // and are flushed at the end, with the rest.
   std::vector<std::unique_ptr<CommitBatcher>> step_batches;
-  std::vector<FileId> step_whole_files;  // verified whole, to be flagged at the end
 };
 
 struct PullJob::Rep {
@@ -152,6 +151,7 @@ struct PullJob::Rep {
   }
   std::vector<FilesetId> evicted;  // by make_room, on the Run() thread
   std::uint64_t bytes_evicted = 0;
+  std::uint64_t bytes_lost = 0;    // see PullSummary::bytes_lost
 
   // Time spent per phase, accumulated on the Run() thread only.
   std::array<double, kPullPhaseCount> phase_s{};
@@ -236,6 +236,10 @@ Status CheckPullOptions(const PullOptions& opt) {
 }
 
 Status PullJob::Rep::RefreshFiles() {
+  if (files.empty()) {  // the first listing of this run: what it reuses must at least be there
+    EXLR8_ASSIGN_OR_RETURN(std::uint64_t lost, cache.ForgetLostBytes(fileset));
+    bytes_lost += lost;
+  }
   EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> list, cache.ListFiles(fileset));
   files.clear();
   for (auto& f : list) files.emplace(f.path, std::move(f));
@@ -322,7 +326,14 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
     if (!f->sha256 && !f->git_sha1)
       return CorruptionError(path + ": the hub lists no sha256 or git blob id, so it cannot be verified");
     WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
-    if (f->durable_prefix > 0 && f->size > 0 && !opt.offline) {
+    const bool recorded_unflagged = f->bytes_cached > 0;
+    if (recorded_unflagged && !opt.offline) {
+      // Bytes recorded without the flag (an exlr8d before the flag was set
+      // with them, killed between the two) are about to be written again:
+      // un-recorded first, so no crash or bad answer leaves them recorded
+      // over unchecked bytes. The file is fetched from its start.
+      EXLR8_RETURN_IF_ERROR(cache.ForgetExtents(std::vector<VerifiedExtent>{{f->id, 0, f->size}}).status());
+    } else if (f->durable_prefix > 0 && f->size > 0 && !opt.offline) {
       // An interrupted download: resume (at least the last byte is fetched,
       // so the request is never empty).
       t.resume_from = std::min(f->durable_prefix, f->size - 1);
@@ -353,11 +364,8 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
   EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(missing_bytes, missing_bytes));
   WholeFileConsumer consumer(*fetcher, cache, StepBatch(), counters, std::move(targets));
   Status s = RunStep(consumer, consumer);
-  // Readable by the planner now; flagged verified once durable, at the end.
-  for (FileId id : consumer.verified()) {
-    checked_here.insert(id);
-    streams->step_whole_files.push_back(id);
-  }
+  // Readable by the planner now; recorded (and flagged verified) once durable.
+  for (FileId id : consumer.verified()) checked_here.insert(id);
   return s;
 }
 
@@ -651,11 +659,7 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
     Status r = f.get();
     if (flushed.ok()) flushed = std::move(r);
   }
-  std::vector<FileId> whole = st.step_whole_files;
-  for (const auto* c : {st.files.get(), st.resumed.get()})
-    if (c) whole.insert(whole.end(), c->verified().begin(), c->verified().end());
-  // Flagged only once their extents are durable (flushed above).
-  if (flushed.ok()) flushed = cache.MarkWholeFilesVerified(whole);
+  // (Whole files were flagged verified by the commits that recorded them.)
   if (cancel.load()) return CancelledError("pull cancelled");
   if (st.files && !st.files->first_error().ok()) return st.files->first_error();
   if (st.resumed && !st.prefix_status.ok()) return st.prefix_status;
@@ -889,6 +893,7 @@ Result<PullSummary> PullJob::Run() {
   s.bytes_claimed = r.claimed.load();
   s.evicted = r.evicted;
   s.bytes_evicted = r.bytes_evicted;
+  s.bytes_lost = r.bytes_lost;
   s.elapsed_s = r.Elapsed();
   s.phase_s = r.phase_s;
   return result;

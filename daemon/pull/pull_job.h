@@ -132,6 +132,9 @@ struct PullSummary {
   // What PullOptions::make_room evicted: the filesets' ids and verified bytes.
   std::vector<FilesetId> evicted;
   std::uint64_t bytes_evicted = 0;
+  // Recorded bytes no longer in the cache directory (files deleted or cut
+  // short behind the cache's back): un-recorded first, then fetched again.
+  std::uint64_t bytes_lost = 0;
   double elapsed_s = 0;
   // Wall time spent in each phase (indexed by PullPhase): where a slow pull
   // spends its time.

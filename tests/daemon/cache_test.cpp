@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -194,6 +195,35 @@ TEST(CacheTest, MarkWholeFileVerified) {
   EXPECT_EQ(fx.cache->MarkWholeFileVerified(unwritten).code(), StatusCode::kFailedPrecondition);
 }
 
+// A whole-file extent sets whole_verified in the commit that records it:
+// no moment exists at which the bytes are recorded and the flag is not (a
+// pull killed there left bytes that verify skipped and a later pull wrote
+// over while they stayed recorded; found by review).
+TEST(CacheTest, AWholeFileExtentIsFlaggedInTheSameCommit) {
+  Fixture fx(3000);
+  ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 3000)).ok());
+  const DurablePrefix prefix{fx.file, 2000};
+  ASSERT_TRUE(fx.cache->CommitVerified({}, {&prefix, 1}).ok());
+  EXPECT_EQ(fx.cache->GetFile(fx.file)->durable_prefix, 2000u);
+  // Not the whole file: refused, nothing recorded.
+  const VerifiedExtent part{fx.file, 0, 2999, /*whole_file=*/true};
+  const Status refused = fx.cache->CommitVerified({&part, 1});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("is not the whole file (3000 bytes)"));
+  EXPECT_TRUE(fx.cache->VerifiedExtents(fx.file)->empty());
+  const VerifiedExtent whole{fx.file, 0, 3000, /*whole_file=*/true};
+  ASSERT_TRUE(fx.cache->CommitVerified({&whole, 1}, {&prefix, 1}).ok());
+  auto info = fx.cache->GetFile(fx.file);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->whole_verified);
+  EXPECT_EQ(info->durable_prefix, 0u);  // done: no resume point left
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 3000}}));
+  // An extent without the flag records the bytes only (a width file's halves).
+  const FileId other = *fx.cache->PutFile(fx.fileset, "dense/exlr8-dense-000.safetensors", 100);
+  fx.WriteVerified(0, 100, other);
+  EXPECT_FALSE(fx.cache->GetFile(other)->whole_verified);
+}
+
 TEST(CacheTest, MarkWholeFilesVerifiedIsAllOrNothing) {
   Fixture fx(3000);
   ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 3000)).ok());
@@ -370,6 +400,30 @@ TEST(CacheTest, SecondOpenInSameProcessFailsNamingPid) {
   EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos) << msg;
   first.reset();
   EXPECT_TRUE(Cache::Open(tmp.path()).ok());  // released with the object
+}
+
+// Open waits a moment for a holder that lets go (a `list`, a `pin`), and
+// no longer than CacheOptions::lock_wait for one that does not.
+TEST(CacheTest, OpenWaitsBrieflyForTheLock) {
+  TempDir tmp;
+  std::unique_ptr<Cache> first = MustOpen(tmp.path());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    first.reset();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto second = Cache::Open(tmp.path());  // the default wait, 2 s
+  releaser.join();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  CacheOptions brief;
+  brief.lock_wait = std::chrono::milliseconds(200);
+  const auto again = std::chrono::steady_clock::now();
+  auto third = Cache::Open(tmp.path(), brief);
+  const auto waited = std::chrono::steady_clock::now() - again;
+  EXPECT_EQ(third.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::milliseconds(1500));
 }
 
 TEST(CacheTest, OpenFromForkedChildFailsNamingParentPid) {
@@ -741,6 +795,89 @@ TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   // The index and the lock are never touched.
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "exlr8d.db"));
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "exlr8d.lock"));
+}
+
+// A fileset read (its directories noted for the name sync every commit
+// makes) and then evicted does not stop later commits of another fileset
+// (found by review: every commit of that `serve` failed, "open directory
+// ...: No such file or directory").
+TEST(CacheTest, CommitsGoOnAfterAFilesetThatWasReadIsEvicted) {
+  TempDir tmp;
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  const FilesetId gone = *cache->PutFileset("org/gone", "main", kCommitA);
+  const FileId read = *cache->PutFile(gone, "deep/dir/w.bin", 1000);
+  ASSERT_TRUE(cache->WriteAt(read, 0, Pattern(read, 0, 1000)).ok());
+  const VerifiedExtent e{read, 0, 1000};
+  ASSERT_TRUE(cache->CommitVerified({&e, 1}).ok());
+  cache.reset();
+  cache = MustOpen(tmp.path());  // a new process: opening to read notes the directories
+  auto src = cache->OpenVerified(read);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  src->reset();
+  ASSERT_TRUE(cache->Evict(gone).ok());
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "org" / "gone"));
+  const FilesetId kept = *cache->PutFileset("org/kept", "main", kCommitB);
+  const FileId w = *cache->PutFile(kept, "w.bin", 1000);
+  ASSERT_TRUE(cache->WriteAt(w, 0, Pattern(w, 0, 1000)).ok());
+  const VerifiedExtent k{w, 0, 1000};
+  const Status s = cache->CommitVerified({&k, 1});
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A read-only view changes nothing, even where the cache is damaged: a file
+// cut short stays short (a writer would extend it), and reading past its
+// end fails instead of serving zeros. Found by review: the view opened
+// files read-write and extended them, hiding the damage from later pulls.
+TEST(CacheTest, AReadOnlyViewNeverChangesADataFile) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 3000);
+  const std::filesystem::path path = *fx.cache->DataPath(fx.file);
+  fx.cache.reset();
+  std::filesystem::resize_file(path, 1000);
+  ::chmod(path.c_str(), 0444);  // and not writable (root may write it anyway)
+  auto view = Cache::OpenReadOnly(fx.tmp.path());
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  auto src = (*view)->OpenVerified(fx.file);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  std::vector<std::byte> buf(100);
+  EXPECT_TRUE((*src)->ReadAt(500, buf).ok());
+  const Status past = (*src)->ReadAt(1500, buf);
+  EXPECT_EQ(past.code(), StatusCode::kCorruption) << past.ToString();
+  EXPECT_THAT(past.message(), ::testing::HasSubstr("shorter than recorded"));
+  EXPECT_EQ(std::filesystem::file_size(path), 1000u);
+}
+
+// What a pull reuses must at least be there: bytes of files deleted, or cut
+// short, behind the cache's back are un-recorded (one stat per file).
+TEST(CacheTest, ForgetLostBytesUnrecordsWhatTheDirectoryNoLongerHolds) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 3000);
+  const FileId second = *fx.cache->PutFile(fx.fileset, "b/second.bin", 500);
+  ASSERT_TRUE(fx.cache->WriteAt(second, 0, Pattern(second, 0, 500)).ok());
+  ASSERT_TRUE(fx.cache->MarkWholeFileVerified(second).ok());
+  const FileId third = *fx.cache->PutFile(fx.fileset, "c.bin", 400);
+  fx.WriteVerified(0, 400, third);
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 0u);  // nothing lost yet
+  // Files this process has open: one cut short, one deleted.
+  std::filesystem::resize_file(*fx.cache->DataPath(fx.file), 1200);
+  std::filesystem::remove(*fx.cache->DataPath(third));
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 1800u + 400u);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 1200}}));
+  EXPECT_TRUE(fx.cache->VerifiedExtents(third)->empty());
+  // Written again, the deleted one is a new file in the directory, not the
+  // unlinked one this process still had open.
+  fx.WriteVerified(0, 400, third);
+  EXPECT_EQ(std::filesystem::file_size(*fx.cache->DataPath(third)), 400u);
+  EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(third), 0, 400), Pattern(third, 0, 400));
+  // A file not open here, deleted.
+  fx.cache.reset();
+  std::filesystem::remove(*MustOpen(fx.tmp.path())->DataPath(second));
+  fx.cache = MustOpen(fx.tmp.path());
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 500u);
+  EXPECT_TRUE(fx.cache->VerifiedExtents(second)->empty());
+  EXPECT_FALSE(fx.cache->GetFile(second)->whole_verified);
+  EXPECT_EQ(*fx.cache->VerifiedExtents(third), (std::vector<Extent>{{0, 400}}));
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 0u);
 }
 
 TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {

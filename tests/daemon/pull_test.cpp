@@ -169,6 +169,79 @@ TEST(PullTest, CoalescedGapsAreNeverWritten) {
   ExpectRecordedBytesMatchSource(cache.path(), TinyRelease());
 }
 
+// Bytes of a whole file recorded without its whole_verified flag (a cache
+// an older exlr8d left when killed between the two) are un-recorded before
+// the file is fetched again, so a failed fetch leaves nothing recorded over
+// unchecked bytes (found by review: they stayed recorded).
+TEST(PullTest, AWholeFileRecordedWithoutItsFlagIsUnrecordedBeforeItIsWrittenAgain) {
+  const std::string path = "dense/exlr8-dense-003.safetensors";
+  TempDir cache;
+  {
+    auto sim = StartSim(TinyRelease());
+    ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 0)).ok());
+  }
+  auto file_state = [&](bool demote) {
+    auto c = Cache::Open(cache.path());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    auto sets = (*c)->ListFilesets();
+    EXPECT_TRUE(sets.ok() && sets->size() == 1u);
+    auto files = (*c)->ListFiles((*sets)[0].id);
+    EXPECT_TRUE(files.ok());
+    const std::vector<FileInfo> listed = files.ok() ? *files : std::vector<FileInfo>{};
+    for (const FileInfo& f : listed)
+      if (f.path == path) {
+        if (demote) {  // keeps [1, size) recorded, the flag cleared
+          EXPECT_TRUE((*c)->ForgetExtents(std::vector<VerifiedExtent>{{f.id, 0, 1}}).ok());
+          return std::make_pair(*(*c)->VerifiedExtents(f.id), (*c)->GetFile(f.id)->whole_verified);
+        }
+        return std::make_pair(*(*c)->VerifiedExtents(f.id), f.whole_verified);
+      }
+    ADD_FAILURE() << path << " not in the cache";
+    return std::make_pair(std::vector<Extent>{}, false);
+  };
+  auto demoted = file_state(true);
+  ASSERT_EQ(demoted.first, (std::vector<Extent>{{1, 113591}}));
+  ASSERT_FALSE(demoted.second);
+  {
+    hubsim::FaultConfig f;
+    f.corrupt = 1.0;
+    f.match = "exlr8-dense-003";
+    f.on_hub = false;
+    auto sim = StartSim(TinyRelease(), "", f);
+    PullOptions o = Options(*sim, "home", 4, 0);
+    o.fetch.max_refetches = 2;
+    auto s = Pull(cache.path(), o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kCorruption) << s.status().ToString();
+  }
+  auto after = file_state(false);
+  EXPECT_TRUE(after.first.empty()) << "bytes stayed recorded over a file written again";
+  EXPECT_FALSE(after.second);
+  auto sim = StartSim(TinyRelease());
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+}
+
+// A pull reuses only what the cache directory still holds: files deleted
+// or cut short by hand are fetched again (found by review: the pull said
+// "fetched 0 B" and the rank complete).
+TEST(PullTest, BytesLostFromTheCacheDirectoryAreFetchedAgain) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto first = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->bytes_lost, 0u);
+  fs::remove(first->root / "dense/exlr8-vocab.safetensors");
+  const fs::path width = first->root / "experts/exlr8-layer-003.k3.safetensors";
+  fs::resize_file(width, fs::file_size(width) / 2);
+  auto again = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_GT(again->bytes_lost, fs::file_size(TinyRelease() / "dense/exlr8-vocab.safetensors"));
+  EXPECT_GT(again->bytes_fetched, 0u);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *again);
+}
+
 TEST(PullTest, FaultsStillByteExact) {
   hubsim::FaultConfig f;
   f.seed = 11;

@@ -1,4 +1,5 @@
 // exlr8 verify ROOT [--manifest M --tp N --rank R]
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -82,6 +83,7 @@ int RunVerify(const std::vector<std::string>& argv) {
       EXLR8_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(rel, manifest_arg));
       EXLR8_ASSIGN_OR_RETURN(Plan plan,
                              MakePlan(rel.inputs, manifest, {static_cast<int>(tp), static_cast<int>(rank)}));
+      for (const auto& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
       for (const auto& f : plan.files) {
         const auto kind = ClassifyReleasePath(f.path).kind;
         if (kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab) dense_files.push_back(f.path);
@@ -96,7 +98,9 @@ int RunVerify(const std::vector<std::string>& argv) {
         for (bool shared : {false, true})
           for (int k : shared ? ix.shared_widths() : ix.widths()) {
             const std::string wpath = ExpertWidthPath(layer, k);
-            if (!shared) width_files.push_back(wpath);
+            // Once per file, also a file that holds only the shared expert.
+            if (std::find(width_files.begin(), width_files.end(), wpath) == width_files.end())
+              width_files.push_back(wpath);
             const std::uint32_t experts = shared ? 1 : ix.experts();
             for (std::uint32_t e = 0; e < experts; ++e)
               for (Proj p : {Proj::kGate, Proj::kUp, Proj::kDown})
@@ -150,6 +154,14 @@ int RunVerify(const std::vector<std::string>& argv) {
         continue;
       }
       Xxh64 h;
+      // Bounds first: the index says how long a half is, and a damaged one
+      // must not make this allocate more than the file holds.
+      const std::uint64_t size = (*wsrc)->size();
+      if (c.offset > size || c.length > size - c.offset) {
+        fail(c.what + ": " + c.width_path + " bytes [" + std::to_string(c.offset) + ", " +
+             std::to_string(c.offset + c.length) + ") lie past its end (" + std::to_string(size) + " bytes)");
+        continue;
+      }
       buf.resize(c.length);
       Status s = (*wsrc)->ReadAt(c.offset, buf);
       if (s.ok()) {

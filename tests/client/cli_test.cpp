@@ -137,6 +137,59 @@ TEST(CliTest, VerifyNamesACorruptHalfAndExitsOne) {
   EXPECT_THAT(v.out, HasSubstr("1 failures"));
 }
 
+// Found by review: a width file holding only the shared expert (a width in
+// shared_widths and not in widths) was left out of the header checks.
+TEST(CliTest, VerifyChecksTheHeaderOfAWidthFileOnlyTheSharedExpertUses) {
+  TempDir dir;
+  const std::string rel = (dir.path() / "rel").string();
+  ASSERT_EQ(Exlr8("synth " + rel + " --seed 7 --quiet --moe-layers 3-4 --widths 2,3 --shared-widths 4").status, 0);
+  ProcessResult v = Exlr8("verify " + rel);
+  EXPECT_EQ(v.status, 0) << v.out;
+  EXPECT_THAT(v.out, HasSubstr("verified 6 width-file headers"));  // k2, k3 and k4 of both layers
+}
+
+// A half the index places past the end of its width file is a failure
+// named with its bytes, found before anything of its length is allocated.
+TEST(CliTest, VerifyNamesAHalfPastTheEndOfItsFile) {
+  TempDir dir;
+  const std::string rel = (dir.path() / "rel").string();
+  ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3").status, 0);
+  const fs::path index = fs::path(rel) / ExpertIndexPath(3);
+  std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+  std::uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  auto parsed = ParseJson(header);
+  ASSERT_TRUE(parsed.ok());
+  const JsonValue* k2 = parsed->Find("k2.index");
+  ASSERT_NE(k2, nullptr);
+  const std::uint64_t entry0 = 8 + n + *k2->Find("data_offsets")->as_array()[0].as_uint64();
+  const std::uint64_t far = 1ull << 40;
+  f.seekp(static_cast<std::streamoff>(entry0));
+  f.write(reinterpret_cast<const char*>(&far), 8);  // [e0, gate, h0]'s offset
+  f.close();
+  ProcessResult v = Exlr8("verify " + rel + " --quiet");
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_THAT(v.out, HasSubstr("MISMATCH L3 e0 gate h0 K2: experts/exlr8-layer-003.k2.safetensors bytes "
+                               "[1099511627776, " +
+                               std::to_string(far + 16 * 2 * 256) + ") lie past its end (" +
+                               std::to_string(fs::file_size(fs::path(rel) / ExpertWidthPath(3, 2))) + " bytes)"));
+}
+
+// verify --manifest says what plan says of a manifest that leaves layers out.
+TEST(CliTest, VerifyOfARankPrintsThePlansWarnings) {
+  TempDir dir;
+  const std::string rel = (dir.path() / "rel").string();
+  ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3-4").status, 0);
+  const std::string manifest = (dir.path() / "empty.json").string();
+  std::ofstream(manifest) << "{\"layers\":{}}";
+  ProcessResult v = Exlr8("verify " + rel + " --manifest " + manifest + " --tp 4 --rank 1");
+  EXPECT_EQ(v.status, 0) << v.out;
+  EXPECT_THAT(v.out, HasSubstr("warning: "));
+  EXPECT_THAT(v.out, HasSubstr("MoE layer 3"));
+}
+
 TEST(CliTest, ExitStatuses) {
   TempDir dir;
   EXPECT_EQ(Exlr8("").status, 2);

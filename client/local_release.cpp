@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "client/file_source.h"
+#include "format/json.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
 
@@ -34,6 +35,11 @@ Result<LocalRelease> OpenLocalRelease(const fs::path& root) {
     ReleaseFile f;
     f.path = fs::relative(p, root).generic_string();
     if (f.path.starts_with(".")) continue;
+    // A hub's file names are UTF-8 (its listing is JSON); a name that is not
+    // could not be fetched, nor written into a JSON plan.
+    if (!IsValidUtf8(f.path))
+      return InvalidArgumentError(root.string() + ": file name '" + EscapeForMessage(f.path, 200) +
+                                  "' is not valid UTF-8 (no hub could serve it; rename or remove it)");
     f.size = it->file_size();
     rel.inputs.files.push_back(std::move(f));
   }
@@ -46,6 +52,16 @@ Result<LocalRelease> OpenLocalRelease(const fs::path& root) {
     if (rp.kind == ReleaseFileKind::kExpertIndex) {
       EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(root / f.path, f.path));
       EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*src, rp.layer));
+      // Two halves sharing bytes (spec 4.4) are refused here too, not only
+      // by the checks that read the width files.
+      std::vector<int> ks = ix.widths();
+      ks.insert(ks.end(), ix.shared_widths().begin(), ix.shared_widths().end());
+      std::sort(ks.begin(), ks.end());
+      ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+      for (int k : ks) {  // (each covers the routed and the shared halves of K)
+        Status disjoint = ix.SpanOfWidth(k).status();
+        if (!disjoint.ok()) return disjoint.WithContext(f.path);
+      }
       rel.geometry[rp.layer] = LayerGeometry::Of(ix);
       rel.inputs.indexes.emplace(rp.layer, std::move(ix));
     } else if (rp.kind == ReleaseFileKind::kExpertWidth) {

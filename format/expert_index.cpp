@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "format/json.h"
+
 namespace exlr8 {
 
 namespace {
@@ -84,7 +86,7 @@ Result<std::vector<int>> ParseWidthList(std::string_view text) {
     int v = 0;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v < 1 || v > 8)
-      return CorruptionError("width list '" + std::string(text) + "': item '" + std::string(item) +
+      return CorruptionError("width list '" + EscapeForMessage(text) + "': item '" + EscapeForMessage(item) +
                              "' is not an integer in 1..8");
     out.push_back(v);
     pos = comma + 1;

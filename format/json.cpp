@@ -467,6 +467,8 @@ class JsonParser {
     }
     const std::size_t base = values_.size();
     for (;;) {
+      if (values_.size() - base >= limits_.max_array_elements)
+        return Fail(p_, "array of more than " + std::to_string(limits_.max_array_elements) + " values");
       if (p_ != end_ && (*p_ == '[' || *p_ == '{')) {
         // A container pushes onto values_ while it is parsed: build it
         // aside, then move it in.
@@ -781,6 +783,21 @@ Result<JsonValue> ParseJsonAt(std::string_view text, std::size_t base_offset,
   return parser.Parse();
 }
 
+bool IsValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    if (*p < 0x80) {
+      ++p;
+      continue;
+    }
+    const std::size_t n = Utf8SequenceLength(p, end);
+    if (n == 0) return false;
+    p += n;
+  }
+  return true;
+}
+
 Result<JsonValue> ParseJson(std::string_view text, const JsonLimits& limits) {
   return ParseJsonAt(text, 0, limits);
 }
@@ -796,9 +813,20 @@ std::string EscapeForMessage(std::string_view s, std::size_t max_bytes) {
   }
   std::string out;
   out.reserve(n + 8);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(s.data());
   for (std::size_t i = 0; i < n; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F || c == '"' || c == '\\' || c == '\'') {
+    if (c >= 0x80) {  // whole valid characters as they are; a stray byte as \xNN, so the text is UTF-8
+      const std::size_t len = Utf8SequenceLength(bytes + i, bytes + n);
+      if (len == 0) {
+        out += "\\x";
+        out.push_back(kHex[c >> 4]);
+        out.push_back(kHex[c & 15]);
+      } else {
+        out.append(s.substr(i, len));
+        i += len - 1;
+      }
+    } else if (c < 0x20 || c == 0x7F || c == '"' || c == '\\' || c == '\'') {
       if (c == '"' || c == '\\' || c == '\'') {
         out.push_back('\\');
         out.push_back(static_cast<char>(c));

@@ -145,6 +145,8 @@ struct JsonLimits {
   // Members of one object; lets a caller with a count cap (safetensors
   // entries) stop early instead of building a huge object first.
   std::size_t max_object_members = static_cast<std::size_t>(-1);
+  // Values of one array, likewise (the shape of a safetensors entry).
+  std::size_t max_array_elements = static_cast<std::size_t>(-1);
 };
 
 // The parser recurses once per nesting level; max_depth above this is
@@ -168,8 +170,14 @@ void AppendJsonString(std::string& out, std::string_view s);
 Result<JsonValue> ParseJsonAt(std::string_view text, std::size_t base_offset,
                               const JsonLimits& limits = {});
 
-// `s` made safe to quote in an error message: control bytes and DEL become
-// \xNN, quotes and backslashes get a backslash, and it is cut (at a UTF-8 character
+// Whether `s` is valid UTF-8 (RFC 3629: no overlongs, no surrogates,
+// nothing above U+10FFFF), as every JSON string must be.
+bool IsValidUtf8(std::string_view s);
+
+// `s` made safe to quote in an error message: control bytes, DEL and bytes
+// that are not part of valid UTF-8 become \xNN (so the result is always
+// valid UTF-8, fit for a JSON error body), quotes and backslashes get a
+// backslash, and it is cut (at a UTF-8 character
 // boundary, with "...") after about `max_bytes` bytes. Untrusted names go
 // through this before they reach logs or HTTP error bodies.
 std::string EscapeForMessage(std::string_view s, std::size_t max_bytes = 80);

@@ -129,7 +129,15 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
   Manifest m;
   m.name_ = std::string(name);
   ManifestReader r(name);
-  auto parsed = ParseJson(json);
+  // A DOM costs ~64 bytes per value: the default cap (50M values, ~3 GB)
+  // would let a 100 MB manifest of junk take 5 GB (found by review). What
+  // the geometry can use, twice over, plus room for small unknown keys.
+  std::size_t needed = 16;
+  for (const auto& [layer, geo] : geometry)
+    needed += 3 * (static_cast<std::size_t>(geo.experts) + 1) * (static_cast<std::size_t>(geo.halves) + 1) + 16;
+  JsonLimits limits;
+  limits.max_elements = std::min<std::size_t>(limits.max_elements, 2 * needed + 4096);
+  auto parsed = ParseJson(json, limits);
   if (!parsed.ok()) return parsed.status().WithContext("manifest " + std::string(name));
   const JsonValue& root = *parsed;
   if (!root.is_object()) return r.Error(root, "top level", "expected an object");
@@ -137,14 +145,14 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
   if (!layers->is_object()) return r.Error(*layers, "layers", "expected an object");
 
   for (const auto& [key, lv] : layers->as_object()) {
-    const std::string path = "layers." + key;
+    const std::string path = "layers." + EscapeForMessage(key);
     int layer = -1;
     auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), layer);
     if (key.empty() || ec != std::errc() || p != key.data() + key.size() || layer < 0 ||
         (key.size() > 1 && key[0] == '0'))
       return r.Error(lv, path, "key is not a decimal layer number");
     auto g = geometry.find(layer);
-    if (g == geometry.end()) return r.Error(lv, path, "layer " + key + " has no expert index file");
+    if (g == geometry.end()) return r.Error(lv, path, "layer " + EscapeForMessage(key) + " has no expert index file");
     const LayerGeometry& geo = g->second;
     if (!lv.is_object()) return r.Error(lv, path, "expected an object");
 
@@ -185,7 +193,7 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
     }
     const JsonValue* shared = lv.Find("shared");
     if (geo.shared_widths.empty()) {
-      if (shared) return r.Error(*shared, path + ".shared", "layer " + key + " has no shared expert");
+      if (shared) return r.Error(*shared, path + ".shared", "layer " + EscapeForMessage(key) + " has no shared expert");
     } else {
       if (!shared) return r.Error(lv, path, "missing \"shared\" (the layer has a shared expert)");
       if (!shared->is_object()) return r.Error(*shared, path + ".shared", "expected an object");

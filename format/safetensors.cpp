@@ -205,6 +205,10 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
   limits.max_elements = (kMaxSafetensorsTensors + 1) * kMaxValuesPerEntry;
   limits.max_string_bytes = 1 << 20;
   limits.max_object_members = kMaxSafetensorsTensors + 1;  // + __metadata__
+  // No array of a header is longer than a shape of the highest rank
+  // allowed; a 14M-value shape was parsed whole (1.5 GB) before its rank
+  // was refused (found by review).
+  limits.max_array_elements = std::max<std::size_t>(kMaxTensorRank, 2) + 1;
   Result<JsonValue> parsed = ParseJsonAt(text, 8, limits);
   if (!parsed.ok())
     return Status(parsed.status().code(),

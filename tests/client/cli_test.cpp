@@ -177,6 +177,46 @@ TEST(CliTest, VerifyNamesAHalfPastTheEndOfItsFile) {
                                std::to_string(fs::file_size(fs::path(rel) / ExpertWidthPath(3, 2))) + " bytes)"));
 }
 
+// Two halves on the same bytes are refused by plan too (found by review:
+// only the checks that read the width files refused them).
+TEST(CliTest, PlanRefusesHalvesThatOverlap) {
+  TempDir dir;
+  const std::string rel = (dir.path() / "rel").string();
+  ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3").status, 0);
+  const fs::path index = fs::path(rel) / ExpertIndexPath(3);
+  std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+  std::uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  auto parsed = ParseJson(header);
+  ASSERT_TRUE(parsed.ok());
+  const std::uint64_t at = 8 + n + *parsed->Find("k2.index")->Find("data_offsets")->as_array()[0].as_uint64();
+  std::uint64_t h0 = 0;
+  f.seekg(static_cast<std::streamoff>(at));
+  f.read(reinterpret_cast<char*>(&h0), 8);
+  h0 += 100;  // [e0, gate, h1] now starts inside h0
+  f.seekp(static_cast<std::streamoff>(at + 16));
+  f.write(reinterpret_cast<const char*>(&h0), 8);
+  f.close();
+  ProcessResult p = Exlr8("plan " + rel + " --manifest home --tp 4 --rank 1");
+  EXPECT_NE(p.status, 0) << p.out;
+  EXPECT_THAT(p.out, HasSubstr("experts/exlr8-layer-003.index.safetensors"));
+  EXPECT_THAT(p.out, HasSubstr("halves overlap: L3 e0 gate h0 K2"));
+}
+
+// A file name that is not UTF-8 could come from no hub and cannot be
+// written into JSON: refused, named (escaped).
+TEST(CliTest, PlanRefusesAFileNameThatIsNotUtf8) {
+  TempDir dir;
+  const std::string rel = (dir.path() / "rel").string();
+  ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3").status, 0);
+  std::ofstream(fs::path(rel) / "bad\xff.txt") << "x";
+  ProcessResult p = Exlr8("plan " + rel + " --manifest home --tp 4 --rank 1 --json");
+  EXPECT_NE(p.status, 0) << p.out;
+  EXPECT_THAT(p.out, HasSubstr("file name 'bad\\xFF.txt' is not valid UTF-8"));
+}
+
 // verify --manifest says what plan says of a manifest that leaves layers out.
 TEST(CliTest, VerifyOfARankPrintsThePlansWarnings) {
   TempDir dir;

@@ -272,6 +272,27 @@ TEST(JsonTest, ObjectMemberLimit) {
   EXPECT_TRUE(ParseJson("[1,2,3,4]", limits).ok());  // arrays are not affected
 }
 
+TEST(JsonTest, ArrayElementLimit) {
+  JsonLimits limits;
+  limits.max_array_elements = 3;
+  EXPECT_TRUE(ParseJson("[[1,2,3],[4,5,6],{\"a\":[7]}]", limits).ok());  // per array, not in all
+  Result<JsonValue> r = ParseJson("[1,2,3,4]", limits);
+  ASSERT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(r.status().message(), HasSubstr("at byte 7: array of more than 3 values"));
+  EXPECT_EQ(ParseJson("{\"shape\":[[],[],[],[]]}", limits).status().code(), StatusCode::kCorruption);
+}
+
+TEST(JsonTest, IsValidUtf8) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("experts/exlr8-layer-003.k2.safetensors"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("bad\xff.txt"));
+  EXPECT_FALSE(IsValidUtf8("\xc3"));                  // truncated
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));              // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));          // a surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));      // above U+10FFFF
+}
+
 TEST(JsonTest, StringLimitCountsUnescapedBytes) {
   JsonLimits limits;
   limits.max_string_bytes = 4;
@@ -451,6 +472,9 @@ TEST(JsonTest, EscapeForMessage) {
   // Never cuts inside a UTF-8 sequence.
   EXPECT_EQ(EscapeForMessage("a\xE2\x82\xAC", 2), "a...");
   EXPECT_EQ(EscapeForMessage(std::string(1000, 'x')).size(), 83u);
+  // Valid characters stay; stray bytes are shown, so the text is UTF-8.
+  EXPECT_EQ(EscapeForMessage("caf\xC3\xA9 bad\xFF \xC3"), "caf\xC3\xA9 bad\\xFF \\xC3");
+  EXPECT_TRUE(IsValidUtf8(EscapeForMessage("\xED\xA0\x80\xF4\x90\x80\x80")));
 }
 
 }  // namespace

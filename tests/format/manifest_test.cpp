@@ -107,6 +107,34 @@ INSTANTIATE_TEST_SUITE_P(
                        "expected a list of 4 experts"}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// What a manifest may hold is bounded by the geometry (twice what it can
+// use, plus a little), not by the parser's general cap of 50M values.
+TEST(ManifestTest, ValuesAreCappedByTheGeometry) {
+  std::string junk = "[0";
+  for (int i = 0; i < 20000; ++i) junk += ",0";
+  junk += "]";
+  const std::string text = Manifest3();
+  const std::string big = text.substr(0, text.size() - 1) + ",\"x\":" + junk + "}";
+  auto m = ParseManifest(big, "t", TinyGeometry());
+  ASSERT_EQ(m.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(m.status().message(), HasSubstr("manifest t"));
+  EXPECT_THAT(m.status().message(), HasSubstr("values"));
+  const std::string small = text.substr(0, text.size() - 1) + ",\"x\":[0,0,0,0]}";
+  EXPECT_TRUE(ParseManifest(small, "t", TinyGeometry()).ok()) << ParseManifest(small, "t", TinyGeometry()).status().ToString();
+  // The fixture's own, and a GLM-sized geometry's cap, are far above what they use.
+  EXPECT_TRUE(ParseManifest(ReadText(TinyRelease() / ManifestPath("home")), "home", TinyGeometry()).ok());
+}
+
+// Names from the manifest reach messages escaped: no terminal control
+// bytes, no forged lines.
+TEST(ManifestTest, KeysInMessagesAreEscaped) {
+  auto m = ParseManifest(R"({"layers":{"3\u001b[31mRED\nFAKE: ok":{}}})", "t", TinyGeometry());
+  ASSERT_EQ(m.status().code(), StatusCode::kCorruption);
+  EXPECT_THAT(m.status().message(), HasSubstr("layers.3\\x1B[31mRED\\x0AFAKE: ok"));
+  EXPECT_EQ(m.status().message().find('\x1b'), std::string::npos);
+  EXPECT_EQ(m.status().message().find('\n'), std::string::npos);
+}
+
 TEST(ManifestTest, AcceptsIntegralFloatsLikeTheLoader) {
   auto m = ParseManifest(Manifest3("3.0"), "t", TinyGeometry());
   ASSERT_TRUE(m.ok()) << m.status().ToString();

@@ -122,17 +122,21 @@ int RunListCommand(const std::vector<std::string>& argv) {
     }
     return 0;
   }
-  auto cache = Cache::Open(dir);
-  if (!cache.ok() && cache.status().code() == StatusCode::kFailedPrecondition) {
+  CacheOptions at_once;
+  at_once.lock_wait = {};  // a running pull: read its figures instead, no waiting
+  auto cache = Cache::Open(dir, at_once);
+  const bool locked = !cache.ok() && cache.status().code() == StatusCode::kFailedPrecondition;
+  if (locked || (!cache.ok() && cache.status().code() == StatusCode::kPermissionDenied)) {
     // Locked by a running pull (or an index this binary cannot migrate,
-    // which the read-only view reports in its own words).
+    // which the read-only view reports in its own words), or a cache this
+    // user may read but not write.
     auto view = Cache::OpenReadOnly(dir);
     cache = view.ok() ? std::move(view) : Result<std::unique_ptr<Cache>>(cache.status());
   }
   if (!cache.ok()) return ReportError("exlr8d list", cache.status());
   auto report = ReadCacheReport(**cache);
   if (!report.ok()) return ReportError("exlr8d list", report.status());
-  report->owned_by_another_process = (*cache)->read_only();
+  report->owned_by_another_process = locked && (*cache)->read_only();
   if (args.Flag("json")) {
     std::printf("%s\n", CacheReportJson(*report).c_str());
   } else {

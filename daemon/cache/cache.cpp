@@ -60,6 +60,7 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   // fsync per batch, negligible next to the data fdatasyncs). Gc relies on
   // it: it deletes rows, and only then files.
   EXLR8_RETURN_IF_ERROR(db->Exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON"));
+  EXLR8_RETURN_IF_ERROR(db->PersistWal());  // for read-only views of other users
   EXLR8_RETURN_IF_ERROR(ApplyMigrations(db, BuiltinMigrations()));
   // We hold the lock, so no process runs the pulls still marked running.
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("UPDATE pulls SET state = 'failed', error = 'interrupted: the "

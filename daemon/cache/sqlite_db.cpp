@@ -95,6 +95,13 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenReadOnly(const std::string& path
   return OpenWithFlags(path, SQLITE_OPEN_READONLY);
 }
 
+Status SqliteDb::PersistWal() {
+  int persist = 1;
+  const int rc = sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+  if (rc != SQLITE_OK) return Error(rc, "SQLITE_FCNTL_PERSIST_WAL");
+  return Status::Ok();
+}
+
 SqliteDb::~SqliteDb() {
   for (auto& [sql, stmts] : idle_)
     for (sqlite3_stmt* stmt : stmts) sqlite3_finalize(stmt);

@@ -72,6 +72,13 @@ class SqliteDb {
   static Result<std::unique_ptr<SqliteDb>> OpenReadOnly(const std::string& path);
   ~SqliteDb();
 
+  // Keeps the -wal and -shm files when the last connection closes
+  // (SQLITE_FCNTL_PERSIST_WAL). A reader that may not write the directory
+  // (a read-only view for another user) can open a WAL database only if
+  // they exist; without it, every such open failed with "attempt to write
+  // a readonly database" once the owner had closed.
+  Status PersistWal();
+
   // Runs one or more ';'-separated statements without results.
   Status Exec(std::string_view sql);
   // A statement for `sql`: one finished earlier with the same text if there

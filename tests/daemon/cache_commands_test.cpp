@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -283,6 +284,34 @@ TEST(CacheCommandsTest, ReadOnlyViewRefusesEveryChange) {
 
 // While a pull runs in this process (holding the lock), `exlr8d list` in
 // another shows it running, with its progress as of its last commit.
+// A user who may read the cache but not write it (an operator's account,
+// a stage running as another user) gets list, status and verify
+// --check-only. Found by review: once the owner had closed the cache, the
+// index's -shm file was gone and SQLite could not open it read-only
+// ("attempt to write a readonly database"), and list failed on the lock.
+TEST(CacheCommandsTest, AUserWhoMayNotWriteTheCacheStillReadsIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the commands as another user (nobody)";
+  if (Shell("command -v setpriv").status != 0) GTEST_SKIP() << "needs setpriv (util-linux)";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  ASSERT_EQ(Shell("chmod -R a+rX " + Quote(cache.path().string()) + " && chmod a+x " +
+                  Quote(cache.path().parent_path().string())).status, 0);
+  const std::string as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups " + Exlr8d();
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const ShellRun list = Shell(as_nobody + " list" + c);
+  EXPECT_EQ(list.status, 0) << list.out;
+  EXPECT_THAT(list.out, HasSubstr("exlr8/test"));
+  const ShellRun status = Shell(as_nobody + " status --repo exlr8/test --manifest home --tp 4 --rank 1" + c);
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("verified"));
+  const ShellRun verify = Shell(as_nobody + " verify --check-only --repo exlr8/test" + c);
+  EXPECT_EQ(verify.status, 0) << verify.out;
+  // Nothing of it may change.
+  const ShellRun gc = Shell(as_nobody + " gc" + c);
+  EXPECT_NE(gc.status, 0) << gc.out;
+}
+
 TEST(CacheCommandsTest, ListShowsAPullWhileItRuns) {
   hubsim::FaultConfig slow;
   slow.throttle_bps = 100'000;  // per body: the pull takes seconds

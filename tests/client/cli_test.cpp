@@ -148,6 +148,21 @@ TEST(CliTest, VerifyChecksTheHeaderOfAWidthFileOnlyTheSharedExpertUses) {
   EXPECT_THAT(v.out, HasSubstr("verified 6 width-file headers"));  // k2, k3 and k4 of both layers
 }
 
+// The file offset of tensor `name`'s first byte in a safetensors file; 0
+// (and a test failure) when it cannot be read.
+std::uint64_t TensorDataOffset(const fs::path& file, const std::string& name) {
+  std::ifstream f(file, std::ios::binary);
+  std::uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  auto parsed = ParseJson(header);
+  EXPECT_TRUE(f && parsed.ok()) << file;
+  const JsonValue* t = parsed.ok() ? parsed->Find(name) : nullptr;
+  EXPECT_NE(t, nullptr) << name;
+  return t ? 8 + n + *t->Find("data_offsets")->as_array()[0].as_uint64() : 0;
+}
+
 // A half the index places past the end of its width file is a failure
 // named with its bytes, found before anything of its length is allocated.
 TEST(CliTest, VerifyNamesAHalfPastTheEndOfItsFile) {
@@ -155,16 +170,9 @@ TEST(CliTest, VerifyNamesAHalfPastTheEndOfItsFile) {
   const std::string rel = (dir.path() / "rel").string();
   ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3").status, 0);
   const fs::path index = fs::path(rel) / ExpertIndexPath(3);
+  const std::uint64_t entry0 = TensorDataOffset(index, "k2.index");
+  ASSERT_NE(entry0, 0u);
   std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
-  std::uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, ' ');
-  f.read(header.data(), static_cast<std::streamsize>(n));
-  auto parsed = ParseJson(header);
-  ASSERT_TRUE(parsed.ok());
-  const JsonValue* k2 = parsed->Find("k2.index");
-  ASSERT_NE(k2, nullptr);
-  const std::uint64_t entry0 = 8 + n + *k2->Find("data_offsets")->as_array()[0].as_uint64();
   const std::uint64_t far = 1ull << 40;
   f.seekp(static_cast<std::streamoff>(entry0));
   f.write(reinterpret_cast<const char*>(&far), 8);  // [e0, gate, h0]'s offset
@@ -184,14 +192,9 @@ TEST(CliTest, PlanRefusesHalvesThatOverlap) {
   const std::string rel = (dir.path() / "rel").string();
   ASSERT_EQ(Exlr8("synth " + rel + " --seed 3 --quiet --moe-layers 3").status, 0);
   const fs::path index = fs::path(rel) / ExpertIndexPath(3);
+  const std::uint64_t at = TensorDataOffset(index, "k2.index");
+  ASSERT_NE(at, 0u);
   std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
-  std::uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, ' ');
-  f.read(header.data(), static_cast<std::streamsize>(n));
-  auto parsed = ParseJson(header);
-  ASSERT_TRUE(parsed.ok());
-  const std::uint64_t at = 8 + n + *parsed->Find("k2.index")->Find("data_offsets")->as_array()[0].as_uint64();
   std::uint64_t h0 = 0;
   f.seekg(static_cast<std::streamoff>(at));
   f.read(reinterpret_cast<char*>(&h0), 8);

@@ -135,7 +135,7 @@ TEST(ProgressTerminalTest, PullOnANarrowTerminalRedrawsInPlaceAndEndsOnAFreshLin
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     // stdout (the summary) away from the terminal: only stderr's bar is on it.
-    std::freopen("/dev/null", "w", stdout);
+    if (std::freopen("/dev/null", "w", stdout) == nullptr) ::_exit(126);
     ::setenv("HF_HUB_DISABLE_TELEMETRY", "1", 1);
     ::unsetenv("HF_TOKEN");
     std::vector<char*> argv;

@@ -250,7 +250,8 @@ Status HttpError(long status, const ResponseHead& head, std::string_view what, b
     else if (head.x_error_code == "EntryNotFound") msg += "; file not found in this revision";
     return NotFoundError(std::move(msg));
   }
-  if (status == 416) return InvalidArgumentError(msg + "; range not satisfiable");
+  // The server holds the file at another size than its listing says.
+  if (status == 416) return CorruptionError(msg + "; range not satisfiable (the file is shorter than listed)");
   if (status == 429) return UnavailableError(msg + "; rate limited");
   if (status >= 500) return UnavailableError(std::move(msg));
   return IOError(std::move(msg));

@@ -19,6 +19,32 @@
 namespace exlr8 {
 namespace {
 
+// libcurl's progress callback: a non-zero answer aborts the transfer
+// (CURLE_ABORTED_BY_CALLBACK). Called about once a second, and on data.
+int AbortIfCancelled(void* flag, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* cancel = static_cast<const std::atomic<bool>*>(flag);
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed) ? 1 : 0;
+}
+
+void WatchCancel(CURL* easy, const std::atomic<bool>* cancel) {
+  if (cancel == nullptr) return;
+  curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, &AbortIfCancelled);
+  curl_easy_setopt(easy, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(cancel));
+}
+
+// Sleeps `d`, in slices, unless `cancel` turns true first; false then.
+bool SleepUnlessCancelled(std::chrono::milliseconds d, const std::atomic<bool>* cancel) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(50), until - std::chrono::steady_clock::now()));
+  }
+  return cancel == nullptr || !cancel->load(std::memory_order_relaxed);
+}
+
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -243,7 +269,7 @@ HubClientStats HubClient::stats() const {
 }
 
 Result<HubClient::Response> HubClient::Request(const std::string& url, bool head, std::size_t max_body,
-                                               std::string_view what) const {
+                                               std::string_view what, bool json) const {
   EasyLease easy(easy_pool_.get());
   if (!easy) return InternalError("curl_easy_init failed");
   struct BodySink {
@@ -256,7 +282,10 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     Response r;
     BodySink sink{&r.body, max_body};
     char errbuf[CURL_ERROR_SIZE] = {0};
+    if (options_.cancel != nullptr && options_.cancel->load()) return CancelledError(std::string(what) + ": cancelled");
     ApplyCommonOptions(easy.get(), settings_, url);
+    WatchCancel(easy.get(), options_.cancel);
+    curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(options_.api_timeout.count() * 1000));
     SlistPtr headers = MakeHeaders(settings_, url);
     curl_easy_setopt(easy.get(), CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(easy.get(), CURLOPT_ERRORBUFFER, errbuf);
@@ -276,6 +305,7 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
           return len;
         });
     const CURLcode rc = curl_easy_perform(easy.get());
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return CancelledError(std::string(what) + ": cancelled");
     long status = 0;
     curl_easy_getinfo(easy.get(), CURLINFO_RESPONSE_CODE, &status);
     r.head.status = status;
@@ -295,6 +325,12 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
         return UnavailableError(last_error.message() + "; server asks to wait " +
                                 std::to_string(wait->count() / 1000) + " s, more than allowed");
       }
+    } else if (json && status == 200 && !r.head.content_length && !ParseJson(r.body).ok()) {
+      // A JSON answer with no length, ended by a close: a connection cut
+      // mid-answer looks just like its end (found by review: reported as
+      // corrupt, exit 3). Retried as the transport error it most likely is;
+      // a length-delimited answer that does not parse stays Corruption.
+      last_error = IOError(std::string(what) + ": answer with no Content-Length ended before its JSON did");
     } else {
       return r;
     }
@@ -302,7 +338,8 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
       return Status(last_error.code(), last_error.message() + " (after " + std::to_string(attempt) + " attempts)");
     }
     retries_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(wait ? *wait : Backoff(options_.retry_base, attempt - 1));
+    if (!SleepUnlessCancelled(wait ? *wait : Backoff(options_.retry_base, attempt - 1), options_.cancel))
+      return CancelledError(std::string(what) + ": cancelled");
   }
 }
 
@@ -310,7 +347,7 @@ Result<std::string> HubClient::ResolveCommit() {
   const std::string url = api_base_ + "/revision/" + PercentEncode(revision_, /*keep_slash=*/false);
   const std::string what = "revision '" + EscapeForMessage(revision_) + "' of " + repo_;
   api_requests_.fetch_add(1, std::memory_order_relaxed);
-  EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, what));
+  EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, what, /*json=*/true));
   if (r.head.status != 200) return HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url));
   auto json = ParseJson(r.body);
   if (!json.ok()) return json.status().WithContext(what + ": revision answer");
@@ -336,7 +373,7 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
     }
     const std::string page_what = what + " page " + std::to_string(page);
     api_requests_.fetch_add(1, std::memory_order_relaxed);
-    EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, page_what));
+    EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, page_what, /*json=*/true));
     if (r.head.status != 200) return HttpError(r.head.status, r.head, page_what, settings_.ShouldSendToken(url));
     EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> page_files, ParseTreePage(r.body, page_what, seen_paths));
     for (HubFile& f : page_files) files.push_back(std::move(f));
@@ -450,7 +487,9 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
     ctx.error = Status::Ok();
     ctx.retry_error = false;
     char errbuf[CURL_ERROR_SIZE] = {0};
+    if (options_.cancel != nullptr && options_.cancel->load()) return CancelledError(what + ": cancelled");
     ApplyCommonOptions(easy.get(), settings_, where.url);
+    WatchCancel(easy.get(), options_.cancel);
     std::string range;
     if (ctx.delivered > 0) range = "Range: bytes=" + std::to_string(ctx.delivered) + "-";
     SlistPtr headers = MakeHeaders(settings_, where.url, range);
@@ -503,6 +542,7 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
         });
     whole_file_gets_.fetch_add(1, std::memory_order_relaxed);
     const CURLcode rc = curl_easy_perform(easy.get());
+    if (rc == CURLE_ABORTED_BY_CALLBACK) return CancelledError(what + ": cancelled");
     long status = 0;
     curl_easy_getinfo(easy.get(), CURLINFO_RESPONSE_CODE, &status);
     ctx.head.status = status;
@@ -544,7 +584,8 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
       return Status(last_error.code(), last_error.message() + " (after " + std::to_string(attempt) + " attempts)");
     }
     retries_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(wait ? *wait : Backoff(options_.retry_base, attempt - 1));
+    if (!SleepUnlessCancelled(wait ? *wait : Backoff(options_.retry_base, attempt - 1), options_.cancel))
+      return CancelledError(what + ": cancelled");
   }
 }
 

@@ -93,6 +93,15 @@ struct HubOptions {
   std::chrono::seconds signed_url_ttl{std::chrono::minutes(50)};
   // Largest JSON answer accepted (per page).
   std::size_t max_json_bytes = 64u << 20;
+  // Longest one API answer (revision, tree page, resolve) may take, however
+  // steadily it trickles: a server sending 2 kB/s stays above the stall
+  // limit and would otherwise hold a pull for hours.
+  std::chrono::seconds api_timeout{std::chrono::minutes(5)};
+  // When set and true, every request of the client stops within about a
+  // second (its transfer aborted, its retry wait cut short) with Cancelled:
+  // PullJob::Cancel (a signal, DELETE /v1/jobs/ID) reaches the API calls
+  // too, not only the range fetcher. REQUIRES: outlives the client.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Where the bytes of one file are, as answered by /resolve/.
@@ -194,8 +203,9 @@ class HubClient {
   struct EasyPool;
   class EasyLease;
   // GET (or HEAD) with retries; collects at most `max_body` body bytes.
-  Result<Response> Request(const std::string& url, bool head, std::size_t max_body,
-                           std::string_view what) const;
+  // `json`: a 200 answer is JSON (see the retry of unsized ones).
+  Result<Response> Request(const std::string& url, bool head, std::size_t max_body, std::string_view what,
+                           bool json = false) const;
   Result<std::string> ResolveCommit();
 
   HubOptions options_;

@@ -592,8 +592,11 @@ struct RangeFetcher::Impl {
         case FileState::State::kReady: {
           if (f.size && j.req.offset + j.req.length > *f.size) {
             ready.pop_front();
-            FailJob(ji, InvalidArgumentError(Describe(j) + ": range ends past the file size " +
-                                             std::to_string(*f.size)));
+            // The server's own answer disagrees with the listing the plan
+            // came from: Corruption (exit 3), not a usage error.
+            FailJob(ji, CorruptionError(Describe(j) + ": range ends at " + std::to_string(j.req.offset + j.req.length) +
+                                        ", past the file size " + std::to_string(*f.size) +
+                                        " that its resolve answered (the hub's listing says otherwise)"));
             continue;
           }
           Transfer* t = FreeTransfer();
@@ -730,9 +733,13 @@ struct RangeFetcher::Impl {
     }
     if (j.delivered == j.req.length) {
       // Range complete; stop a 200 (or announced-overlong 206) body now
-      // unless this was the body's natural end.
+      // unless this was the body's natural end. A 206 with no length says
+      // nothing of its end either: a server that then holds the connection
+      // open cost 30 s per range (the stall timeout) before this (found by
+      // review).
       const bool body_done = t.head.content_length && t.body_bytes >= *t.head.content_length;
-      if (!body_done && (t.head.status == 200 || t.overlong)) {
+      const bool unsized_206 = t.head.status == 206 && !t.head.content_length;
+      if (!body_done && (t.head.status == 200 || t.overlong || unsized_206)) {
         t.complete_early = true;
         return 0;
       }

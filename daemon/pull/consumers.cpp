@@ -14,8 +14,13 @@ void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
   Forget(id);
   // Nothing else can succeed past these: stop the whole run early, with
   // this as the reason every other open request (of any consumer) ends with.
+  // Unavailable too: a request that used up its retries on 5xx/429 means
+  // the server is down or throttling hard, and the pull can no longer
+  // complete; going on kept it running until every other request had used
+  // up its own retries (found by review: a 503 storm gave up first at 354 s
+  // and ended at 790 s). The next run resumes from what is recorded.
   if (status.code() == StatusCode::kResourceExhausted || status.code() == StatusCode::kPermissionDenied ||
-      status.code() == StatusCode::kIOError)
+      status.code() == StatusCode::kIOError || status.code() == StatusCode::kUnavailable)
     fetcher_.Abort(status);
 }
 
@@ -95,11 +100,14 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
     // Fetching the rest again cannot mend the prefix read from disk: forget
     // it (recorded at the next commit), so the next run fetches it all.
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    // Unavailable, not Corruption: the next run (systemd's restart too, which
+    // stops on exit 3) fetches the file whole and most likely succeeds.
     (void)batch_.NotePrefix(t.file, 0);
-    return RangeVerdict::Fail(CorruptionError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") + got +
-                                              ", the hub lists " + want + " (download resumed at byte " +
-                                              std::to_string(t.resume_from) +
-                                              "; that prefix is discarded, run the pull again)"));
+    return RangeVerdict::Fail(UnavailableError(t.path + ": " + (t.sha256.empty() ? "git blob sha1 " : "sha256 ") +
+                                               got + ", the hub lists " + want + " (download resumed at byte " +
+                                               std::to_string(t.resume_from) +
+                                               "; that prefix is discarded: run the pull again, it fetches the "
+                                               "file whole)"));
   }
   if (got != want) {
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);

@@ -264,7 +264,9 @@ Status PullJob::Rep::ResolveAndList() {
     SetPhase(PullPhase::kList);
     return RefreshFiles();
   }
-  EXLR8_ASSIGN_OR_RETURN(hub, HubClient::Open(opt.hub, opt.repo, opt.revision));
+  HubOptions hub_options = opt.hub;
+  hub_options.cancel = &cancel;  // a cancel also ends the API calls (their waits too)
+  EXLR8_ASSIGN_OR_RETURN(hub, HubClient::Open(hub_options, opt.repo, opt.revision));
   commit = hub->commit();
   {
     std::lock_guard<std::mutex> lock(fetcher_mu);

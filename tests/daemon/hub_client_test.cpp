@@ -3,6 +3,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <thread>
 #include <stdlib.h>
 
 #include <chrono>
@@ -305,6 +307,84 @@ TEST(HubClientTest, RateLimitWaitAboveCapFailsFast) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
+// A cancel reaches the API calls: an answer that never comes, and a wait
+// the server asked for, both end within a second or so (found by review:
+// SIGTERM was ignored for 10 minutes while the revision answer dripped).
+TEST(HubClientTest, CancelEndsAnApiCallAndItsRetryWait) {
+  FakeHub hub;
+  std::atomic<bool> cancel{false};
+  HubOptions o = TestOptions(hub);
+  o.cancel = &cancel;
+  for (const bool slow_answer : {true, false}) {
+    SCOPED_TRACE(slow_answer ? "an answer 20 s away" : "Retry-After: 200");
+    cancel.store(false);
+    hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+      if (r.target.find("/revision/") == std::string::npos) return std::nullopt;
+      TestResponse resp;
+      if (slow_answer) {
+        resp.body = std::string(4'000'000, ' ') + "{}";
+        resp.bytes_per_second = 100'000;  // steady: no stall to time out
+      } else {
+        resp.status = 429;
+        resp.headers.emplace_back("Retry-After", "200");
+      }
+      return resp;
+    };
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      cancel.store(true);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = HubClient::Open(o, hub.repo, "main");
+    const auto took = std::chrono::steady_clock::now() - t0;
+    canceller.join();
+    EXPECT_EQ(c.status().code(), StatusCode::kCancelled) << c.status().ToString();
+    EXPECT_LT(took, std::chrono::seconds(4));
+  }
+}
+
+// However steadily an API answer trickles, it gets api_timeout in all.
+TEST(HubClientTest, AnApiAnswerHasADeadline) {
+  FakeHub hub;
+  HubOptions o = TestOptions(hub);
+  o.max_attempts = 1;
+  o.api_timeout = std::chrono::seconds(1);
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("/revision/") == std::string::npos) return std::nullopt;
+    TestResponse resp;
+    resp.body = std::string(1'000'000, ' ') + "{}";
+    resp.bytes_per_second = 50'000;  // 20 s in all, well above the stall limit
+    return resp;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = HubClient::Open(o, hub.repo, "main");
+  EXPECT_EQ(c.status().code(), StatusCode::kIOError) << c.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// A JSON answer with no Content-Length that a close cuts short is retried;
+// it was reported as corrupt (exit 3).
+TEST(HubClientTest, AnUnsizedJsonAnswerCutShortIsRetried) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(1000, 1);
+  auto c = OpenOk(hub, TestOptions(hub));
+  ASSERT_NE(c, nullptr);
+  std::atomic<int> cut{0};
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("/tree/") == std::string::npos || cut++ > 0) return std::nullopt;
+    TestResponse resp;
+    resp.body = R"([{"type":"file","path":"a.bin","size":1000,"oid":"0123)";  // cut mid-string
+    resp.no_content_length = true;
+    resp.close = true;
+    return resp;
+  };
+  auto files = c->ListFiles();
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(files->size(), 1u);
+  EXPECT_EQ(cut.load(), 2);
+  EXPECT_GE(c->stats().retries, 1u);
+}
+
 TEST(HubClientTest, WholeFileLimitsAndResumesByteExact) {
   FakeHub hub;
   hub.lfs_files["dense.safetensors"] = MakeBlob(300'000, 9);
@@ -572,7 +652,7 @@ TEST(HubProtocolTest, ErrorMappingNamesTheCase) {
   EXPECT_EQ(HttpError(403, ResponseHead(), "f", false).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(HttpError(502, ResponseHead(), "f", false).code(), StatusCode::kUnavailable);
   EXPECT_EQ(HttpError(429, ResponseHead(), "f", false).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(HttpError(416, ResponseHead(), "f", false).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpError(416, ResponseHead(), "f", false).code(), StatusCode::kCorruption);  // the file is not as listed
   EXPECT_EQ(HttpError(400, ResponseHead(), "f", false).code(), StatusCode::kIOError);
 }
 

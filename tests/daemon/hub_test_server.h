@@ -43,6 +43,7 @@ struct TestResponse {
   std::chrono::milliseconds delay{0};        // before answering
   std::uint64_t bytes_per_second = 0;        // pace the body (0 = full speed)
   bool close = false;                        // close after this answer
+  bool no_content_length = false;            // no length (with close: the close ends the body)
 };
 
 using TestHandler = std::function<TestResponse(const TestRequest&)>;

@@ -438,6 +438,33 @@ TEST(RangeFetcherTest, TooLongBodyIsCut) {
   EXPECT_EQ(f.counters().bytes_received, 102'000u);
 }
 
+// A 206 without a Content-Length on a connection the server keeps open
+// ends when its range is complete, not at the stall timeout (found by
+// review: 30 s per range).
+TEST(RangeFetcherTest, AnUnsized206EndsWithItsRange) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(100'000, 8);
+  HubOptions ho = TestHubOptions(hub);
+  ho.stall_timeout = std::chrono::seconds(20);
+  auto client = OpenHub(hub, ho);
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    TestResponse resp = ServeBlobRange(hub.lfs_files["a.bin"], r);
+    resp.no_content_length = true;  // and the connection stays open
+    return resp;
+  };
+  TestConsumer c;
+  for (std::uint64_t off = 0; off < 100'000; off += 10'000) c.Add("a.bin", off, 10'000);
+  const auto t0 = std::chrono::steady_clock::now();
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(c.accepted.size(), 10u);
+}
+
 TEST(RangeFetcherTest, BoundedRetriesEndInAClearError) {
   FakeHub hub;
   hub.lfs_files["experts/exlr8-layer-040.k3.safetensors"] = MakeBlob(10'000, 9);
@@ -544,7 +571,10 @@ TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
   EXPECT_EQ(c.failed[0].code(), StatusCode::kNotFound);
   EXPECT_THAT(c.failed[0].message(), HasSubstr("EntryNotFound"));
   EXPECT_EQ(c.failed[1].code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.failed[2].code(), StatusCode::kInvalidArgument);
+  // Past the size the resolve answered: that answer disagrees with the
+  // listing a plan comes from (Corruption, exit 3; not a usage error).
+  EXPECT_EQ(c.failed[2].code(), StatusCode::kCorruption);
+  EXPECT_THAT(c.failed[2].message(), HasSubstr("range ends at 1100, past the file size 1000 that its resolve answered"));
   EXPECT_EQ(c.failed[3].code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c.accepted.count(4), 1u);
   EXPECT_EQ(hub.CountHub("HEAD", "missing.bin"), 1);

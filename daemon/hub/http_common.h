@@ -107,7 +107,11 @@ std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head);
 //   404 -> NotFound naming RepoNotFound / RevisionNotFound / EntryNotFound
 //   416 -> InvalidArgument; 429 -> Unavailable (rate limited);
 //   5xx -> Unavailable; others -> IOError.
-Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent);
+// `secret` (the token) is cut out of what the server said: a hub may echo
+// the Authorization header into X-Error-Message, and the token must reach
+// no error, log or record (found by review).
+Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent,
+                 std::string_view secret = {});
 
 // True for statuses worth retrying (408, 429, 5xx).
 bool IsRetryableHttp(long status);

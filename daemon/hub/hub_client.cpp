@@ -319,7 +319,7 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
       if (IsPermanentCurlError(rc)) return last_error;
     } else if (IsRetryableHttp(status)) {
       if (status == 429) rate_limited_.fetch_add(1, std::memory_order_relaxed);
-      last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url));
+      last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
       wait = ThrottleWait(r.head);
       if (wait && *wait > options_.max_throttle_wait) {
         return UnavailableError(last_error.message() + "; server asks to wait " +
@@ -348,7 +348,8 @@ Result<std::string> HubClient::ResolveCommit() {
   const std::string what = "revision '" + EscapeForMessage(revision_) + "' of " + repo_;
   api_requests_.fetch_add(1, std::memory_order_relaxed);
   EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, what, /*json=*/true));
-  if (r.head.status != 200) return HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url));
+  if (r.head.status != 200)
+    return HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
   auto json = ParseJson(r.body);
   if (!json.ok()) return json.status().WithContext(what + ": revision answer");
   const JsonValue* sha = json->is_object() ? json->Find("sha") : nullptr;
@@ -374,7 +375,8 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
     const std::string page_what = what + " page " + std::to_string(page);
     api_requests_.fetch_add(1, std::memory_order_relaxed);
     EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, page_what, /*json=*/true));
-    if (r.head.status != 200) return HttpError(r.head.status, r.head, page_what, settings_.ShouldSendToken(url));
+    if (r.head.status != 200)
+      return HttpError(r.head.status, r.head, page_what, settings_.ShouldSendToken(url), settings_.token);
     EXLR8_ASSIGN_OR_RETURN(std::vector<HubFile> page_files, ParseTreePage(r.body, page_what, seen_paths));
     for (HubFile& f : page_files) files.push_back(std::move(f));
     auto next = ParseNextLink(r.head.link);
@@ -433,7 +435,7 @@ HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const 
     step.resolved = std::move(f);
     return step;
   }
-  step.status = HttpError(head.status, head, what, settings_.ShouldSendToken(request_url));
+  step.status = HttpError(head.status, head, what, settings_.ShouldSendToken(request_url), settings_.token);
   step.retryable = IsRetryableHttp(head.status);
   step.wait = ThrottleWait(head);
   return step;
@@ -574,11 +576,11 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
       continue;
     } else if (IsRetryableHttp(status)) {
       if (status == 429) rate_limited_.fetch_add(1, std::memory_order_relaxed);
-      last_error = HttpError(status, ctx.head, what, settings_.ShouldSendToken(where.url));
+      last_error = HttpError(status, ctx.head, what, settings_.ShouldSendToken(where.url), settings_.token);
       wait = ThrottleWait(ctx.head);
       if (wait && *wait > options_.max_throttle_wait) return last_error;
     } else {
-      return HttpError(status, ctx.head, what, settings_.ShouldSendToken(where.url));
+      return HttpError(status, ctx.head, what, settings_.ShouldSendToken(where.url), settings_.token);
     }
     if (attempt >= options_.max_attempts) {
       return Status(last_error.code(), last_error.message() + " (after " + std::to_string(attempt) + " attempts)");

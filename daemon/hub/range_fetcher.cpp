@@ -812,7 +812,8 @@ struct RangeFetcher::Impl {
     if (status == 429 || status == 503) {
       if (status == 429) Inc(counters.rate_limited);
       else Inc(counters.unavailable);
-      const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token());
+      const Status error =
+          HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
       auto wait = ThrottleWait(t.head);
       if (++j.throttled > opts.max_throttled || (wait && *wait > opts.max_throttle_wait)) {
         FailJob(ji, Status(error.code(), error.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
@@ -822,7 +823,7 @@ struct RangeFetcher::Impl {
       Schedule(ji, Clock::now() + (wait ? *wait : Backoff(j.throttled)));
       return;
     }
-    const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token());
+    const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
     if (IsRetryableHttp(status)) {
       if (status >= 500) Inc(counters.unavailable);
       Retry(ji, error);

@@ -156,7 +156,8 @@ void TestHttpServer::Serve(int fd, int serial) {
     if (resp.delay.count() > 0) std::this_thread::sleep_for(resp.delay);
     std::string out = "HTTP/1.1 " + std::to_string(resp.status) + " " + Reason(resp.status) + "\r\n";
     for (const auto& [k, v] : resp.headers) out += k + ": " + v + "\r\n";
-    if (!resp.no_content_length) out += "Content-Length: " + std::to_string(resp.content_length.value_or(resp.body.size())) + "\r\n";
+    if (!resp.no_content_length)
+      out += "Content-Length: " + std::to_string(resp.content_length.value_or(resp.body.size())) + "\r\n";
     if (resp.close) out += "Connection: close\r\n";
     out += "\r\n";
     if (!SendAll(fd, out.data(), out.size())) break;

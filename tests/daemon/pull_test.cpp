@@ -18,6 +18,7 @@
 #include "format/layout.h"
 #include "format/release_writer.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/hub_test_server.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/hubsim/hubsim.h"
 
@@ -240,6 +241,32 @@ TEST(PullTest, BytesLostFromTheCacheDirectoryAreFetchedAgain) {
   EXPECT_GT(again->bytes_lost, fs::file_size(TinyRelease() / "dense/exlr8-vocab.safetensors"));
   EXPECT_GT(again->bytes_fetched, 0u);
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *again);
+}
+
+// A hub that echoes the Authorization header into its error message: the
+// token is in no error the pull returns (found by review).
+TEST(PullTest, ATokenAHubEchoesNeverReachesTheError) {
+  testing::TestHttpServer hub([](const testing::TestRequest& r) {
+    testing::TestResponse resp;
+    resp.status = 500;
+    resp.headers.emplace_back("X-Error-Message", "refused " + r.Header("authorization"));
+    return resp;
+  });
+  TempDir cache;
+  PullOptions o;
+  o.repo = "exlr8/test";
+  o.manifest = "home";
+  o.tp = 4;
+  o.rank = 1;
+  o.hub.endpoint = hub.base_url();
+  o.hub.token = "hf_SecretTokenValue123";
+  o.hub.token_from_environment = false;
+  o.hub.use_env_proxy = false;
+  o.hub.max_attempts = 1;
+  auto s = Pull(cache.path(), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("refused Bearer [token]"));
+  EXPECT_EQ(s.status().message().find("hf_SecretTokenValue123"), std::string::npos) << s.status().message();
 }
 
 TEST(PullTest, FaultsStillByteExact) {

@@ -574,7 +574,8 @@ TEST(RangeFetcherTest, NotFoundAndBadRequestsFailWithoutRetry) {
   // Past the size the resolve answered: that answer disagrees with the
   // listing a plan comes from (Corruption, exit 3; not a usage error).
   EXPECT_EQ(c.failed[2].code(), StatusCode::kCorruption);
-  EXPECT_THAT(c.failed[2].message(), HasSubstr("range ends at 1100, past the file size 1000 that its resolve answered"));
+  EXPECT_THAT(c.failed[2].message(),
+              HasSubstr("range ends at 1100, past the file size 1000 that its resolve answered"));
   EXPECT_EQ(c.failed[3].code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c.accepted.count(4), 1u);
   EXPECT_EQ(hub.CountHub("HEAD", "missing.bin"), 1);

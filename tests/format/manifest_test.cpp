@@ -120,7 +120,8 @@ TEST(ManifestTest, ValuesAreCappedByTheGeometry) {
   EXPECT_THAT(m.status().message(), HasSubstr("manifest t"));
   EXPECT_THAT(m.status().message(), HasSubstr("values"));
   const std::string small = text.substr(0, text.size() - 1) + ",\"x\":[0,0,0,0]}";
-  EXPECT_TRUE(ParseManifest(small, "t", TinyGeometry()).ok()) << ParseManifest(small, "t", TinyGeometry()).status().ToString();
+  auto ok = ParseManifest(small, "t", TinyGeometry());
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   // The fixture's own, and a GLM-sized geometry's cap, are far above what they use.
   EXPECT_TRUE(ParseManifest(ReadText(TinyRelease() / ManifestPath("home")), "home", TinyGeometry()).ok());
 }

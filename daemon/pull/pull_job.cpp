@@ -32,6 +32,7 @@ constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
 constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
 constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+constexpr std::size_t kEmptyFilesPerCommit = 64;  // empty files marked verified per commit
 
 // Reads a small local file (a manifest given by path).
 Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_bytes) {
@@ -319,6 +320,12 @@ Result<std::unique_ptr<ByteSource>> PullJob::Rep::OpenForPlanning(const FileInfo
 Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::vector<std::string>& paths,
                                                                      std::uint64_t* reused) {
   std::vector<WholeFileTarget> targets;
+  std::vector<FileId> empty;  // marked in batches: one commit each, not one per file
+  auto mark_empty = [&]() -> Status {
+    Status s = cache.MarkWholeFilesVerified(empty);
+    empty.clear();
+    return s;
+  };
   for (const auto& path : paths) {
     EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
     if (f->whole_verified) {
@@ -346,11 +353,14 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
       if (!d.ok()) return d.status();
       if (d->FinishHex() != (t.sha256.empty() ? t.git_sha1 : t.sha256))
         return CorruptionError(path + ": empty file whose listed hash is not the empty content's");
-      EXLR8_RETURN_IF_ERROR(cache.MarkWholeFileVerified(t.file));
+      empty.push_back(t.file);
+      // A batch holds a descriptor per file until its commit.
+      if (empty.size() >= kEmptyFilesPerCommit) EXLR8_RETURN_IF_ERROR(mark_empty());
       continue;
     }
     targets.push_back(std::move(t));
   }
+  EXLR8_RETURN_IF_ERROR(mark_empty());
   return targets;
 }
 

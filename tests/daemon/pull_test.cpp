@@ -107,6 +107,41 @@ TEST(PullTest, SecondRankAndRerunReuseVerifiedBytes) {
   ExpectSpaceAccountingExact(*second);
 }
 
+// Empty files have nothing to fetch and are marked verified in batches; a
+// release with more of them than one batch holds gets every one, on disk.
+TEST(PullTest, ManyEmptyFilesAreAllMarkedVerified) {
+  TempDir release;
+  fs::copy(TinyRelease(), release.path(), fs::copy_options::recursive);
+  constexpr int kEmpty = 150;  // more than two batches
+  for (int i = 0; i < kEmpty; ++i) {
+    fs::create_directories(release.path() / "extra" / std::to_string(i % 7));
+    std::ofstream(release.path() / "extra" / std::to_string(i % 7) / ("e" + std::to_string(i)));
+  }
+  auto sim = StartSim(release.path());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 2));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  auto c = Cache::OpenReadOnly(cache.path());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto filesets = (*c)->ListFilesets();
+  ASSERT_TRUE(filesets.ok());
+  ASSERT_EQ(filesets->size(), 1u);
+  auto files = (*c)->ListFiles((*filesets)[0].id);
+  ASSERT_TRUE(files.ok());
+  int empty_verified = 0;
+  for (const FileInfo& f : *files) {
+    if (!f.path.starts_with("extra/")) continue;
+    EXPECT_TRUE(f.whole_verified) << f.path;
+    auto path = (*c)->DataPath(f.id);
+    ASSERT_TRUE(path.ok());
+    std::error_code ec;
+    EXPECT_EQ(fs::file_size(*path, ec), 0u) << f.path << ": " << ec.message();
+    empty_verified += f.whole_verified ? 1 : 0;
+  }
+  EXPECT_EQ(empty_verified, kEmpty);
+}
+
 // Every recorded byte of the cache's only fileset equals the source.
 void ExpectRecordedBytesMatchSource(const fs::path& cache_dir, const fs::path& source) {
   auto cache = Cache::OpenReadOnly(cache_dir);

@@ -172,6 +172,10 @@ void ResponseHead::AddLine(std::string_view line) {
     case 'c':
       if (IEquals(name, "content-range")) set(content_range);
       else if (IEquals(name, "content-length")) content_length = ParseDecimalU64(value);
+      else if (IEquals(name, "content-encoding")) {
+        set(content_encoding);
+        for (char& c : content_encoding) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
       break;
     case 'e':
       if (IEquals(name, "etag")) set(etag);
@@ -204,6 +208,11 @@ std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitem
   const std::size_t n = size * nitems;
   static_cast<ResponseHead*>(userdata)->AddLine(std::string_view(buffer, n));
   return n;
+}
+
+std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::milliseconds cap) {
+  return "; server asks to wait " + std::to_string(wait.count() / 1000) + " s, more than the " +
+         std::to_string(cap.count() / 1000) + " s allowed";
 }
 
 std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head) {

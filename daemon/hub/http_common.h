@@ -78,6 +78,7 @@ struct ResponseHead {
   std::string location;
   std::string content_range;
   std::optional<std::uint64_t> content_length;
+  std::string content_encoding;  // lowercased
   std::string link;
   std::string retry_after;
   std::string ratelimit;
@@ -100,6 +101,10 @@ std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitem
 // How long to wait after a 429/503: Retry-After, else RateLimit t=, else
 // nullopt (caller falls back to its backoff).
 std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head);
+
+// "; server asks to wait 600 s, more than the 300 s allowed": appended to
+// the error of a 429/503 whose wait is past the cap (it fails at once).
+std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::milliseconds cap);
 
 // Maps a non-success HTTP answer about `what` (e.g. "file 'a/b.safetensors'
 // of org/repo@abc123") to a Status:

@@ -310,8 +310,10 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     curl_easy_getinfo(easy.get(), CURLINFO_RESPONSE_CODE, &status);
     r.head.status = status;
     if (sink.overflow) {
-      return ResourceExhaustedError(std::string(what) + ": answer larger than " + std::to_string(max_body) +
-                                    " bytes");
+      // No hub answers an API call this large: the server is broken or
+      // hostile (Corruption, exit 3), not the local disk full (exit 6).
+      return CorruptionError(std::string(what) + ": answer larger than " + std::to_string(max_body) +
+                             " bytes, more than any hub API answer holds");
     }
     std::optional<milliseconds> wait;
     if (rc != CURLE_OK) {
@@ -322,8 +324,7 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
       last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
       wait = ThrottleWait(r.head);
       if (wait && *wait > options_.max_throttle_wait) {
-        return UnavailableError(last_error.message() + "; server asks to wait " +
-                                std::to_string(wait->count() / 1000) + " s, more than allowed");
+        return UnavailableError(last_error.message() + WaitPastCap(*wait, options_.max_throttle_wait));
       }
     } else if (json && status == 200 && !r.head.content_length && !ParseJson(r.body).ok()) {
       // A JSON answer with no length, ended by a close: a connection cut

@@ -385,6 +385,25 @@ TEST(HubClientTest, AnUnsizedJsonAnswerCutShortIsRetried) {
   EXPECT_GE(c->stats().retries, 1u);
 }
 
+// Found by review: a 64 MiB tree page exited 6, the code that tells an
+// operator to free disk space. It is the server's fault.
+TEST(HubClientTest, AnOversizedApiAnswerIsTheServersFault) {
+  FakeHub hub;
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("/tree/") == std::string::npos) return std::nullopt;
+    TestResponse resp;
+    resp.body = "[" + std::string(5000, ' ') + "]";
+    return resp;
+  };
+  HubOptions o = TestOptions(hub);
+  o.max_json_bytes = 4096;
+  auto c = OpenOk(hub, o);
+  ASSERT_NE(c, nullptr);
+  Status s = c->ListFiles().status();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("file list page 0: answer larger than 4096 bytes"));
+}
+
 TEST(HubClientTest, WholeFileLimitsAndResumesByteExact) {
   FakeHub hub;
   hub.lfs_files["dense.safetensors"] = MakeBlob(300'000, 9);

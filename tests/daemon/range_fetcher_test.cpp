@@ -277,6 +277,32 @@ TEST(RangeFetcherTest, RateLimitWaitsAsRetryAfterSays) {
   EXPECT_EQ(f.counters().rate_limited, 1u);
 }
 
+// Found by review: a range that failed because the server asked to wait
+// longer than allowed said only "(throttled 1 times)".
+TEST(RangeFetcherTest, AWaitPastTheCapFailsAtOnceSayingSo) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    TestResponse r;
+    r.status = 429;
+    r.headers.emplace_back("Retry-After", "600");
+    return r;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 4000);
+  RangeFetcherOptions o = FastOptions();
+  o.max_throttle_wait = std::chrono::seconds(30);
+  RangeFetcher f(*client, o);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = f.Run(c);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("server asks to wait 600 s, more than the 30 s allowed"));
+  EXPECT_EQ(hub.cdn().request_count(), 1u);
+}
+
 TEST(RangeFetcherTest, ResolveRateLimitHonoursRateLimitHeader) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
@@ -414,6 +440,60 @@ TEST(RangeFetcherTest, AlwaysWrongContentRangeFailsWithLabel) {
   EXPECT_THAT(c.failed[0].message(), HasSubstr("Content-Range"));
   EXPECT_EQ(c.got[0].size(), 0u);  // nothing from a wrong answer reached the consumer
   EXPECT_EQ(hub.cdn().request_count(), 4u);
+}
+
+// Found by review: a Content-Range whose total disagreed with the file's
+// size was accepted (the bytes were hash-checked later all the same).
+TEST(RangeFetcherTest, ContentRangeTotalOtherThanTheFileSizeIsRejected) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> calls{0};
+  hub.cdn_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    if (calls++ > 0) return std::nullopt;
+    TestResponse resp;
+    resp.status = 206;
+    resp.headers.emplace_back("Content-Range", "bytes 100-199/20000");
+    resp.body = hub.lfs_files["a.bin"].substr(100, 100);
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 100);
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(hub.lfs_files);
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(f.counters().bad_answers, 1u);
+  EXPECT_EQ(calls.load(), 2);
+}
+
+// Found by review: a server that compresses despite Accept-Encoding:
+// identity was reported as a "short body", the encoding never named.
+TEST(RangeFetcherTest, ACompressedAnswerIsRejectedByItsEncoding) {
+  FakeHub hub;
+  hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
+  auto client = OpenHub(hub, TestHubOptions(hub));
+  ASSERT_NE(client, nullptr);
+  hub.cdn_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    EXPECT_EQ(r.Header("accept-encoding"), "identity");
+    TestResponse resp;
+    resp.status = 206;
+    resp.headers.emplace_back("Content-Range", "bytes 100-199/10000");
+    resp.headers.emplace_back("Content-Encoding", "GZip");
+    resp.body = std::string(30, 'z');  // shorter than the range, as a compressed body is
+    return resp;
+  };
+  TestConsumer c;
+  c.Add("a.bin", 100, 100, "L3 e1 up h2 K4");
+  RangeFetcher f(*client, FastOptions());
+  Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  ASSERT_EQ(c.failed.count(0), 1u);
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("L3 e1 up h2 K4"));
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("Content-Encoding 'gzip'"));
+  EXPECT_EQ(c.got[0].size(), 0u);
 }
 
 TEST(RangeFetcherTest, TooLongBodyIsCut) {

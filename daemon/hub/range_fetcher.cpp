@@ -418,10 +418,21 @@ struct RangeFetcher::Impl {
     FileState& f = files[fi];
     if (f.state != FileState::State::kReady) return true;
     if (f.resolves_this_run >= opts.max_reresolves_per_file) {
-      FailFile(fi, PermissionDeniedError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
-                                         std::to_string(f.resolves_this_run) + " re-resolves"));
+      // The token never goes to the CDN, so this is not the token's fault
+      // (found by review: it said "fix HF_TOKEN", exit 5): the hub signs
+      // URLs its CDN refuses (a mirror's signing, a clock skewed, access
+      // revoked meanwhile). Unavailable: a later rerun may pass.
+      FailFile(fi, UnavailableError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
+                                    std::to_string(f.resolves_this_run) +
+                                    " re-resolves: the CDN refuses the URLs the hub signs (the token is never "
+                                    "sent to the CDN)"));
       return false;
     }
+    // A URL refused again right after a fresh resolve: back off before the
+    // next one, so a CDN refusing everything is not met with a resolve storm
+    // (the hub rate-limits /resolve/). Expiry (the first one) waits for nothing.
+    if (f.resolves_this_run > 0)
+      resolve_not_before = std::max(resolve_not_before, Clock::now() + Backoff(f.resolves_this_run));
     f.state = FileState::State::kUnresolved;
     return true;
   }

@@ -231,7 +231,10 @@ TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {
   EXPECT_EQ(f.counters().reresolves, 1u);
 }
 
-TEST(RangeFetcherTest, PersistentCdn403FailsAsPermissionDenied) {
+// The token never goes to the CDN, so a CDN that keeps refusing freshly
+// signed URLs is not the token's fault (found by review: "fix HF_TOKEN",
+// exit 5, and the re-resolves came back to back).
+TEST(RangeFetcherTest, PersistentCdn403FailsAsUnavailableAfterBackedOffReresolves) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1000, 3);
   auto client = OpenHub(hub, TestHubOptions(hub));
@@ -245,12 +248,18 @@ TEST(RangeFetcherTest, PersistentCdn403FailsAsPermissionDenied) {
   c.Add("a.bin", 0, 1000, "L1 e2 up h0 K3");
   RangeFetcherOptions o = FastOptions();
   o.max_reresolves_per_file = 3;
+  o.retry_base = std::chrono::milliseconds(40);
+  o.retry_cap = std::chrono::milliseconds(400);
   RangeFetcher f(*client, o);
+  const auto t0 = std::chrono::steady_clock::now();
   Status s = f.Run(c);
-  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  // Backoffs of at least 40 and 80 ms before the 2nd and 3rd re-resolve.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(120));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   ASSERT_EQ(c.failed.size(), 1u);
-  EXPECT_EQ(c.failed[0].code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c.failed[0].code(), StatusCode::kUnavailable);
   EXPECT_THAT(c.failed[0].message(), HasSubstr("L1 e2 up h0 K3"));
+  EXPECT_THAT(c.failed[0].message(), HasSubstr("the token is never sent to the CDN"));
   EXPECT_EQ(hub.CountHub("HEAD", "/resolve/"), 4);  // first + 3 re-resolves
 }
 

@@ -145,6 +145,11 @@ std::string DescribeCurlError(int curl_code, const char* errbuf) {
   const auto code = static_cast<CURLcode>(curl_code);
   std::string msg = curl_easy_strerror(code);
   if (errbuf != nullptr && errbuf[0] != '\0') msg += std::string(" (") + errbuf + ")";
+  // libcurl before 8.6 reports a response header line over its 100 kB limit
+  // as "Out of memory", with nothing in the error buffer (found by review:
+  // a server's 200 kB header read as the node running out of memory).
+  if (code == CURLE_OUT_OF_MEMORY && (errbuf == nullptr || errbuf[0] == '\0'))
+    msg += " (libcurl also says this of a response header line over 100 kB: the server's answer)";
   if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_ISSUER_ERROR)
     msg += "; if the server's certificate comes from a private CA, name its PEM file with --ca-bundle "
            "(or CURL_CA_BUNDLE, REQUESTS_CA_BUNDLE, SSL_CERT_FILE)";

@@ -404,6 +404,23 @@ TEST(HubClientTest, AnOversizedApiAnswerIsTheServersFault) {
   EXPECT_THAT(s.message(), HasSubstr("file list page 0: answer larger than 4096 bytes"));
 }
 
+// Found by review: libcurl (before 8.6) reports a header line over 100 kB
+// as "Out of memory", which sent an operator looking at the node.
+TEST(HubClientTest, AnOversizedHeaderLineIsNamedAsTheServers) {
+  FakeHub hub;
+  hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
+    if (r.target.find("/revision/") == std::string::npos) return std::nullopt;
+    TestResponse resp;
+    resp.headers.emplace_back("X-Junk", std::string(200'000, 'a'));
+    resp.body = "{}";
+    return resp;
+  };
+  auto c = HubClient::Open(TestOptions(hub), hub.repo, "main");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kIOError) << c.status().ToString();
+  EXPECT_THAT(c.status().message(), HasSubstr("header"));
+}
+
 TEST(HubClientTest, WholeFileLimitsAndResumesByteExact) {
   FakeHub hub;
   hub.lfs_files["dense.safetensors"] = MakeBlob(300'000, 9);

@@ -248,13 +248,14 @@ TEST(RangeFetcherTest, PersistentCdn403FailsAsUnavailableAfterBackedOffReresolve
   c.Add("a.bin", 0, 1000, "L1 e2 up h0 K3");
   RangeFetcherOptions o = FastOptions();
   o.max_reresolves_per_file = 3;
-  o.retry_base = std::chrono::milliseconds(40);
-  o.retry_cap = std::chrono::milliseconds(400);
+  o.retry_base = std::chrono::milliseconds(100);
+  o.retry_cap = std::chrono::milliseconds(1000);
   RangeFetcher f(*client, o);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = f.Run(c);
-  // Backoffs of at least 40 and 80 ms before the 2nd and 3rd re-resolve.
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(120));
+  // Backoffs of 50-100 and 100-200 ms (jittered) before the 2nd and 3rd
+  // re-resolve; the first, for an expired URL, waits for nothing.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   ASSERT_EQ(c.failed.size(), 1u);
   EXPECT_EQ(c.failed[0].code(), StatusCode::kUnavailable);

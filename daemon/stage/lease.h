@@ -17,6 +17,10 @@
 // valid until the holder releases it: on SIGTERM it stops taking lessees
 // and waits (--release-wait) for the connected ones to let go.
 //
+// A lessee lets go by closing the connection; it must not shut down its
+// writing side before that (the holder reads end of stream as letting go:
+// having shut down its own side, it cannot tell a half-close from a close).
+//
 // OpenLease is the serving process's side: it reads the description and
 // maps both allocations into the calling process (on the same device); the
 // LeasedRank keeps the connection, and destroying it unmaps, then lets go.

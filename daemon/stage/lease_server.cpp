@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -19,16 +20,6 @@
 namespace exlr8 {
 
 namespace {
-
-Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus(errno, "write the lease description");
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return Status::Ok();
-}
 
 pid_t PeerPid(int fd) {
   ucred cred{};
@@ -49,9 +40,19 @@ Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path) {
 }
 
 struct LeaseServer::Rep {
+  using Clock = std::chrono::steady_clock;
   struct Lessee {
     UniqueFd fd;
     pid_t pid = 0;
+  };
+  // A connection still being sent the description: written to as the
+  // socket takes it, never blocking the loop (found by review: one client
+  // reading slowly held the only thread, so no one else was served and
+  // SIGTERM waited for it).
+  struct Pending {
+    UniqueFd fd;
+    std::size_t sent = 0;
+    Clock::time_point deadline;
   };
 
   std::filesystem::path path;
@@ -64,6 +65,8 @@ struct LeaseServer::Rep {
   std::condition_variable stopped_accepting;
   bool accepting = true;        // guarded by mu (written by the loop thread only)
   std::vector<Lessee> lessees;  // guarded by mu (written by the loop thread only)
+  std::vector<Pending> pending;  // the loop thread's own
+  std::chrono::milliseconds send_deadline{0};
   LeaseServer::LesseesChanged on_lessees;
 
   // On the loop thread, after a change, outside mu.
@@ -78,18 +81,41 @@ struct LeaseServer::Rep {
   }
 
   void Accept() {
-    UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!client.valid()) return;
     {
       // Bounded, so that connections left open cannot use up the holder's
       // descriptors: the one over the bound is closed unanswered.
       std::lock_guard<std::mutex> l(mu);
-      if (lessees.size() >= LeaseServer::kMaxLessees) return;
+      if (lessees.size() + pending.size() >= LeaseServer::kMaxLessees) return;
     }
-    // A client that never reads must not hold the holder: bounded send.
-    timeval tv{10, 0};
-    (void)::setsockopt(client.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (!WriteAll(client.get(), description).ok()) return;
+    pending.push_back({std::move(client), 0, Clock::now() + send_deadline});
+    if (SendSome(pending.back())) FinishSending(pending.size() - 1);
+  }
+
+  // Sends what the socket takes now; true once the description is out. A
+  // failed send closes the connection (the client went away).
+  bool SendSome(Pending& p) {
+    while (p.sent < description.size()) {
+      const ssize_t n =
+          ::send(p.fd.get(), description.data() + p.sent, description.size() - p.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        p.sent += static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+        p.fd.Reset();
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // pending[i] has its description: it becomes a lessee.
+  void FinishSending(std::size_t i) {
+    UniqueFd client = std::move(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     served.fetch_add(1);
     // End of stream for the reader; the connection stays open until the
     // lessee lets go.
@@ -102,19 +128,31 @@ struct LeaseServer::Rep {
     Announce();
   }
 
+  // Poll timeout: until the first pending send's deadline (-1: none).
+  int PollTimeoutMs() const {
+    if (pending.empty()) return -1;
+    Clock::time_point first = Clock::time_point::max();
+    for (const Pending& p : pending) first = std::min(first, p.deadline);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now()).count();
+    return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
+  }
+
   void Loop() {
     std::vector<pollfd> fds;
     for (;;) {
       fds.clear();
       bool taking = false;
+      std::size_t lessee_count = 0;
       {
         std::lock_guard<std::mutex> l(mu);
         taking = accepting;
         fds.push_back({control[0], POLLIN, 0});
         fds.push_back({taking ? listener.get() : -1, POLLIN, 0});  // a negative fd is ignored
         for (const Lessee& x : lessees) fds.push_back({x.fd.get(), POLLIN, 0});
+        lessee_count = lessees.size();
       }
-      if (::poll(fds.data(), fds.size(), -1) < 0) {
+      for (const Pending& p : pending) fds.push_back({p.fd.get(), POLLOUT, 0});
+      if (::poll(fds.data(), fds.size(), PollTimeoutMs()) < 0) {
         if (errno == EINTR) continue;
         return;
       }
@@ -123,6 +161,7 @@ struct LeaseServer::Rep {
         if (::read(control[0], &c, 1) != 1 || c == 'x') return;
         listener.Reset();
         ::unlink(path.c_str());
+        pending.clear();  // not lessees yet: they hold nothing
         {
           std::lock_guard<std::mutex> l(mu);
           accepting = false;
@@ -133,7 +172,7 @@ struct LeaseServer::Rep {
       // A lessee that closed, or died: end of stream or an error. Anything
       // it sends is read and dropped.
       std::vector<int> gone;
-      for (std::size_t i = 2; i < fds.size(); ++i) {
+      for (std::size_t i = 2; i < 2 + lessee_count; ++i) {
         if (fds[i].revents == 0) continue;
         char buf[256];
         const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
@@ -148,6 +187,17 @@ struct LeaseServer::Rep {
         }
         Announce();
       }
+      // Pending sends, in reverse so that finishing one keeps the others'
+      // indices; one past its deadline, or whose client went, is closed.
+      const auto now = Clock::now();
+      for (std::size_t i = pending.size(); i-- > 0;) {
+        Pending& p = pending[i];
+        if (fds[2 + lessee_count + i].revents != 0 && SendSome(p)) {
+          FinishSending(i);
+        } else if (!p.fd.valid() || now >= p.deadline) {
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
       if (taking && fds[1].revents != 0) Accept();
     }
   }
@@ -159,8 +209,10 @@ LeaseServer::LeaseServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 LeaseServer::~LeaseServer() { Stop(); }
 
 Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description,
-                                                        LesseesChanged on_lessees) {
+                                                        LesseesChanged on_lessees,
+                                                        std::chrono::milliseconds send_deadline) {
   auto rep = std::make_unique<Rep>();
+  rep->send_deadline = send_deadline;
   rep->path = path;
   rep->description = std::move(description);
   rep->on_lessees = std::move(on_lessees);

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -34,9 +35,13 @@ class LeaseServer {
   // One thread.
   // `on_lessees` (optional) is called on the server's thread with the
   // lessees' pids (as Lessees()) each time one connects or lets go.
+  // The description is sent as each client's socket takes it, so a client
+  // that reads slowly or not at all holds up no one else; one that has not
+  // taken all of it within `send_deadline` is closed.
   using LesseesChanged = std::function<void(const std::vector<pid_t>&)>;
   static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description,
-                                                    LesseesChanged on_lessees = {});
+                                                    LesseesChanged on_lessees = {},
+                                                    std::chrono::milliseconds send_deadline = std::chrono::seconds(30));
   ~LeaseServer();  // Stop()
   LeaseServer(const LeaseServer&) = delete;
   LeaseServer& operator=(const LeaseServer&) = delete;
@@ -47,7 +52,8 @@ class LeaseServer {
   // thread. Idempotent.
   void Stop();
 
-  // Connections held open at once; one more is closed unanswered.
+  // Connections held open at once (lessees and those still being sent the
+  // description); one more is closed unanswered.
   static constexpr std::size_t kMaxLessees = 256;
 
   // Descriptions handed out in full.

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -123,6 +124,49 @@ TEST(LeaseServerTest, LesseesAreBounded) {
   ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kMaxLessees - 1; }, 5));
   UniqueFd again = Connect(socket);
   EXPECT_EQ(ReadDescription(again.get()), "{}");
+}
+
+// Found by review: the description was written on the server's only
+// thread, so one client reading it slowly (or not at all) kept every other
+// lessee waiting and held off SIGTERM's StopAccepting for as long as it
+// liked. 20 MB is about a GLM-5.3 rank's description.
+TEST(LeaseServerTest, AClientThatDoesNotReadHoldsUpNoOne) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  const std::string description(20 << 20, 'd');
+  auto server = LeaseServer::Start(socket, description);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  UniqueFd stuck = Connect(socket);  // never reads
+  ASSERT_TRUE(stuck.valid());
+  UniqueFd reader = Connect(socket);
+  ASSERT_TRUE(reader.valid());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ReadDescription(reader.get()).size(), description.size());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "waited for the stuck client";
+  ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == 1; }, 5));
+  EXPECT_EQ((*server)->served(), 1u);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  (*server)->StopAccepting();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_LT(ReadDescription(stuck.get()).size(), description.size()) << "dropped, never a lessee";
+  EXPECT_EQ((*server)->Lessees().size(), 1u);
+}
+
+TEST(LeaseServerTest, AClientNotTakingTheDescriptionInTimeIsClosed) {
+  TempDir dir;
+  const fs::path socket = dir.path() / "lease.sock";
+  const std::string description(8 << 20, 'd');
+  auto server = LeaseServer::Start(socket, description, {}, std::chrono::milliseconds(200));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  UniqueFd slow = Connect(socket);
+  ASSERT_TRUE(slow.valid());
+  ::usleep(600'000);
+  EXPECT_LT(ReadDescription(slow.get()).size(), description.size());
+  EXPECT_EQ((*server)->served(), 0u);
+  EXPECT_TRUE((*server)->Lessees().empty());
+  UniqueFd next = Connect(socket);  // the server goes on
+  EXPECT_EQ(ReadDescription(next.get()).size(), description.size());
 }
 
 TEST(LeaseServerTest, StopDropsLesseesAndAStaleSocketIsReplaced) {

@@ -14,6 +14,7 @@
 
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/posix.h"
+#include "daemon/stage/lease_server.h"
 #include "format/layout.h"
 
 extern char** environ;
@@ -244,6 +245,14 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
     dir = StageDir(next);
     if (::mkdir(dir.c_str(), 0750) == 0) break;
     if (errno != EEXIST) return ErrnoStatus(errno, "create " + dir.string());
+  }
+  // The holder's socket lives in the stage's directory: a cache directory
+  // too deep for a socket path fails here, not after the holder has read
+  // and uploaded the rank (found by review).
+  if (auto addr = UnixSocketAddress(dir / "lease.sock"); !addr.ok()) {
+    std::filesystem::remove(dir, ec);
+    return FailedPreconditionError(addr.status().message() + ": the cache directory is too deep for the stage's "
+                                   "lease socket; run exlr8d serve with a shorter --cache");
   }
   {
     std::ofstream out(last_id.string() + ".tmp");

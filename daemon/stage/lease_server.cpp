@@ -39,6 +39,20 @@ Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path) {
   return addr;
 }
 
+namespace {
+// Whether a holder answers on `addr`.
+bool SomeoneAnswers(const sockaddr_un& addr) {
+  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  return probe.valid() && ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+}
+}  // namespace
+
+Status CheckCanHoldAt(const std::filesystem::path& path) {
+  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
+  if (SomeoneAnswers(addr)) return FailedPreconditionError("another holder answers on " + path.string());
+  return Status::Ok();
+}
+
 struct LeaseServer::Rep {
   using Clock = std::chrono::steady_clock;
   struct Lessee {
@@ -220,12 +234,8 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
   rep->listener = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!rep->listener.valid()) return ErrnoStatus(errno, "socket");
   // A stale socket file (a killed holder) is replaced; a live holder is not.
-  {
-    UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0)
-      return FailedPreconditionError("another holder answers on " + path.string());
-    ::unlink(path.c_str());
-  }
+  if (SomeoneAnswers(addr)) return FailedPreconditionError("another holder answers on " + path.string());
+  ::unlink(path.c_str());
   if (::bind(rep->listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus(errno, "bind " + path.string());
   (void)::chmod(path.c_str(), 0660);

@@ -28,6 +28,12 @@ namespace exlr8 {
 // does not fit (108 bytes on Linux). Shared by the holder and OpenLease.
 Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path);
 
+// What Start would refuse of `path`, checked without binding it: too long
+// a path (InvalidArgument), a live holder answering there
+// (FailedPrecondition). A holder checks this before the long read and
+// upload, so a bad --hold fails in a second, not after staging.
+Status CheckCanHoldAt(const std::filesystem::path& path);
+
 class LeaseServer {
  public:
   // Serves `description` on a Unix socket at `path` (mode 0660; a stale

@@ -228,6 +228,38 @@ TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {
   EXPECT_THAT(a.body, HasSubstr("built only with the CUDA Toolkit"));
 }
 
+// Found by review: a cache directory whose serve socket fits but whose
+// stages' lease sockets do not (108 bytes) failed each stage only after the
+// holder had read and uploaded the rank. Now the POST says so at once.
+TEST(ServeStagesTest, ACacheTooDeepForTheLeaseSocketIsRefusedAtOnce) {
+  TempDir base;
+  const std::filesystem::path cache = base.path() / std::string(90 - base.path().native().size() - 1, 'd');
+  ASSERT_EQ(cache.native().size(), 90u);
+  std::filesystem::create_directories(cache);
+  ServeProcess serve(cache, {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const HttpAnswer a = Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1));
+  EXPECT_EQ(a.status, 409) << a.body;
+  EXPECT_THAT(a.body, HasSubstr("too deep for the stage's lease socket"));
+  EXPECT_TRUE(Parse(Http(serve.base() + "/v1/stages")).Find("stages")->as_array().empty());
+}
+
+// The holder itself checks --hold before it reads: a path too long for a
+// socket is a usage error at once, never after the read and upload.
+TEST(ServeStagesTest, TheRealHolderChecksItsSocketPathBeforeItReads) {
+  if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
+    GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  const std::string hold = (cache.path() / std::string(120, 's')).string();
+  const ShellRun r = Shell(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage --repo exlr8/test --manifest home --tp 2 " +
+                           "--rank 1 --cache " + Quote(cache.path().string()) + " --hold " + Quote(hold));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("is longer than 107 bytes"));
+  EXPECT_THAT(r.out, Not(HasSubstr("XXH64 checked"))) << "it read the rank first";
+}
+
 // A holder that exits before it reports anything fails with its exit
 // status; and a node that stages for months keeps only the newest finished
 // records (StageManager::kKeepFinished = 64), never reusing an id.

@@ -35,8 +35,10 @@ struct CachedRankPlan {
   Plan plan;  // width-file headers deferred (not in the plan)
 };
 
-// Errors: NotFound when the manifest or an index file is not verified in
-// the cache; Corruption or InvalidArgument from the format's parsers and
+// The index files and the manifest are checked against their listed
+// hashes first. Errors: NotFound when the manifest or an index file is not
+// verified in the cache; Corruption when one no longer matches its hash,
+// or from the format's parsers; InvalidArgument from the format's parsers and
 // the planner (a rank outside [0, tp), say).
 Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset, const std::string& manifest,
                                          int tp, int rank);

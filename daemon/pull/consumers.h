@@ -31,7 +31,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/hub/range_fetcher.h"
 #include "daemon/pull/commit_batcher.h"
-#include "daemon/pull/digest.h"
+#include "daemon/cache/digest.h"
 #include "format/checksum.h"
 #include "format/plan.h"
 

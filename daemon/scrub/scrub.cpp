@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "daemon/cache/extent_set.h"
-#include "daemon/pull/digest.h"
+#include "daemon/cache/digest.h"
 #include "format/checksum.h"
 #include "format/expert_index.h"
 #include "format/json.h"

@@ -9,7 +9,7 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/pull/commit_batcher.h"
-#include "daemon/pull/digest.h"
+#include "daemon/cache/digest.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/hub_test_server.h"
 #include "tests/daemon/test_consumer.h"

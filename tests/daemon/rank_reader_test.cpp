@@ -123,6 +123,48 @@ TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
   EXPECT_THAT(resized.status().message(), HasSubstr("the cache recorded"));
 }
 
+// The plan is made from the cached manifest and index files; found by
+// review: a manifest changed in the cache (here up1's copied over home's)
+// staged up1's widths as "home", every half passing its checksum. Both
+// kinds of file are checked by their hashes first.
+TEST(RankReaderTest, AManifestOrIndexChangedInTheCacheIsRefused) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  for (const char* manifest : {"home", "up1"}) {
+    auto pulled = Pull(cache.path(), Options(*sim, manifest, 4, 1));
+    ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  }
+  ASSERT_TRUE(ReadRankHalves(TestRankRequest(cache.path(), 4, 1)).ok());
+  const fs::path root = cache.path() / "exlr8/test" / Pull(cache.path(), Options(*sim, "home", 4, 1))->commit;
+  const fs::path home = root / "manifests/exlr8-manifest-home.json";
+  const std::vector<char> original = ReadAll(home);
+  fs::copy_file(root / "manifests/exlr8-manifest-up1.json", home, fs::copy_options::overwrite_existing);
+  auto swapped = ReadRankHalves(TestRankRequest(cache.path(), 4, 1));
+  EXPECT_EQ(swapped.status().code(), StatusCode::kCorruption) << swapped.status().ToString();
+  EXPECT_THAT(swapped.status().message(), HasSubstr("manifests/exlr8-manifest-home.json in the cache: git SHA-1"));
+  {
+    std::ofstream out(home, std::ios::binary | std::ios::trunc);
+    out.write(original.data(), static_cast<std::streamsize>(original.size()));
+  }
+  ASSERT_TRUE(ReadRankHalves(TestRankRequest(cache.path(), 4, 1)).ok());
+
+  // An index file: one byte of its JSON header's padding (a space), where
+  // the parser would not notice.
+  const fs::path index = root / "experts/exlr8-layer-003.index.safetensors";
+  std::vector<char> bytes = ReadAll(index);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  ASSERT_EQ(bytes[8 + n - 1], ' ') << "the fixture's header is padded";
+  {
+    std::fstream f(index, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(8 + n - 1));
+    f.put('\t');
+  }
+  auto rotted = ReadRankHalves(TestRankRequest(cache.path(), 4, 1));
+  EXPECT_EQ(rotted.status().code(), StatusCode::kCorruption) << rotted.status().ToString();
+  EXPECT_THAT(rotted.status().message(), HasSubstr("exlr8-layer-003.index.safetensors in the cache"));
+}
+
 // Asked to, the reader pins the fileset for as long as its result lives:
 // exlr8d-stage holds it so while the rank is on the GPU.
 TEST(RankReaderTest, PinsTheFilesetWhileTheHalvesAreHeld) {

@@ -1,4 +1,4 @@
-#include "daemon/pull/digest.h"
+#include "daemon/cache/digest.h"
 
 #include <openssl/evp.h>
 

@@ -373,7 +373,8 @@ Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
   if (!extents.empty()) {
     Result<std::shared_ptr<DataFile>> opened = r.OpenWritten(file);
     if (opened.status().code() == StatusCode::kFailedPrecondition)
-      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing");
+      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing (" +
+                             opened.status().message() + ")");
     if (!opened.ok()) return opened.status();
     df = *std::move(opened);
   }

@@ -166,7 +166,25 @@ Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, 
   const std::string leaf(parts.back());
   const int at = dir.valid() ? dir.get() : root_fd;
   const std::string shown = Join(display, rel);
-  int fd = ::openat(at, leaf.c_str(), mode | O_NOFOLLOW | O_CLOEXEC);
+  // Not a regular file where a data file belongs (a symbolic link, a FIFO,
+  // a directory: put there by hand). Its bytes are not the cache's: for a
+  // reader the file is not there (NotFound, so what was recorded of it is
+  // forgotten as lost); one that creates replaces it, except a directory,
+  // whose contents it will not delete (found by review: every later pull
+  // failed, exit 7, and the file could never be fetched again). O_NONBLOCK:
+  // opening a FIFO must not wait for a writer.
+  struct stat leaf_st;
+  if (::fstatat(at, leaf.c_str(), &leaf_st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(leaf_st.st_mode)) {
+    const std::string kind = S_ISLNK(leaf_st.st_mode)   ? "a symbolic link"
+                             : S_ISDIR(leaf_st.st_mode) ? "a directory"
+                                                        : "not a regular file";
+    if (S_ISDIR(leaf_st.st_mode) && create)
+      return CorruptionError(shown + " is a directory where the cache keeps a data file: remove it, then pull again");
+    if (!create) return NotFoundError(shown + " is " + kind + ", not a data file of the cache");
+    if (::unlinkat(at, leaf.c_str(), 0) != 0 && errno != ENOENT)
+      return ErrnoStatus(errno, "remove " + shown + " (" + kind + " where the cache keeps a data file)");
+  }
+  int fd = ::openat(at, leaf.c_str(), mode | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT && create) {
     fd = ::openat(at, leaf.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) {
@@ -179,7 +197,11 @@ Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, 
   out.fd = UniqueFd(fd);
   struct stat st;
   if (::fstat(out.fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + shown);
+  // Replaced between the check above and the open.
   if (!S_ISREG(st.st_mode)) return FailedPreconditionError("open " + shown + ": not a regular file");
+  // O_NONBLOCK was for the open only; a regular file's I/O ignores it, but
+  // it is not left set on a descriptor that lives on.
+  (void)::fcntl(out.fd.get(), F_SETFL, ::fcntl(out.fd.get(), F_GETFL) & ~O_NONBLOCK);
   return out;
 }
 

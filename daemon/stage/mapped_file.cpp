@@ -1,5 +1,6 @@
 #include "daemon/stage/mapped_file.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,8 +10,19 @@
 namespace exlr8 {
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::filesystem::path& path, std::uint64_t expected_size) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
+  // O_NONBLOCK: a FIFO put there must not block the open.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) {
+    // The cache recorded this file's bytes: one that is gone, or a link or
+    // directory in its place, is the cache damaged (exit 3), not a usage
+    // or lock problem (ELOOP, EISDIR mapped to exit 7; found by review).
+    const int e = errno;
+    const Status s = ErrnoStatus(e, "open " + path.string());
+    if (e == ENOENT || e == ELOOP || e == EISDIR || e == ENOTDIR)
+      return CorruptionError(s.message() + " (a file the cache recorded bytes of; exlr8d verify forgets them, "
+                                           "and the next pull fetches them again)");
+    return s;
+  }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path.string());
   if (!S_ISREG(st.st_mode)) return CorruptionError(path.string() + " is not a regular file");

@@ -386,7 +386,9 @@ TEST(CacheTest, SymlinksInsideTheCacheAreNotFollowed) {
   const FileId via_dir = *fx.cache->PutFile(fx.fileset, "linked/f.bin", 10);
   const FileId via_leaf = *fx.cache->PutFile(fx.fileset, "leaf.bin", 10);
   EXPECT_EQ(fx.cache->WriteAt(via_dir, 0, Pattern(1, 0, 10)).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(fx.cache->WriteAt(via_leaf, 0, Pattern(1, 0, 10)).code(), StatusCode::kFailedPrecondition);
+  // A link where a data file belongs is replaced, never followed.
+  EXPECT_TRUE(fx.cache->WriteAt(via_leaf, 0, Pattern(1, 0, 10)).ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(commit_dir / "leaf.bin"));
   EXPECT_TRUE(std::filesystem::is_empty(outside.path()));
 }
 
@@ -878,6 +880,60 @@ TEST(CacheTest, ForgetLostBytesUnrecordsWhatTheDirectoryNoLongerHolds) {
   EXPECT_FALSE(fx.cache->GetFile(second)->whole_verified);
   EXPECT_EQ(*fx.cache->VerifiedExtents(third), (std::vector<Extent>{{0, 400}}));
   EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 0u);
+}
+
+// Found by review: a data file replaced by a symbolic link or a directory
+// (by hand) made every later pull fail with exit 7, so its bytes could never
+// be fetched again. Now what is not a regular file holds none of the cache's
+// bytes: a reader finds it missing, the lost bytes are forgotten, and a
+// writer replaces it (a link itself, never its target; a FIFO without
+// waiting for a writer), except a directory, which it names and leaves.
+TEST(CacheTest, ADataFileReplacedByALinkOrAFifoIsReplacedAgain) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 3000);
+  const FileId fifo_file = *fx.cache->PutFile(fx.fileset, "f.bin", 100);
+  fx.WriteVerified(0, 100, fifo_file);
+  const FileId dir_file = *fx.cache->PutFile(fx.fileset, "d.bin", 100);
+  fx.WriteVerified(0, 100, dir_file);
+  fx.cache.reset();  // nothing open: the next open meets what is on disk
+
+  TempDir elsewhere;
+  const std::filesystem::path target = elsewhere.path() / "target";
+  { std::ofstream(target) << "not the cache's"; }
+  auto reopened = MustOpen(fx.tmp.path());
+  const std::filesystem::path data = *reopened->DataPath(fx.file);
+  const std::filesystem::path fifo = *reopened->DataPath(fifo_file);
+  const std::filesystem::path dir = *reopened->DataPath(dir_file);
+  reopened.reset();
+  std::filesystem::remove(data);
+  std::filesystem::create_symlink(target, data);
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::filesystem::remove(dir);
+  std::filesystem::create_directory(dir);
+  { std::ofstream(dir / "kept") << "someone's"; }
+
+  {
+    auto view = Cache::OpenReadOnly(fx.tmp.path());
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    auto link = (*view)->OpenVerified(fx.file);
+    EXPECT_EQ(link.status().code(), StatusCode::kCorruption) << link.status().ToString();
+    EXPECT_THAT(link.status().message(), ::testing::HasSubstr("the index records verified bytes but the file is missing"));
+    EXPECT_THAT(link.status().message(), ::testing::HasSubstr("is a symbolic link, not a data file of the cache"));
+  }
+  fx.cache = MustOpen(fx.tmp.path());
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 3200u);
+  fx.WriteVerified(0, 3000);
+  fx.WriteVerified(0, 100, fifo_file);
+  EXPECT_EQ(ReadFileBytes(data, 0, 3000), Pattern(fx.file, 0, 3000));
+  EXPECT_FALSE(std::filesystem::is_symlink(data));
+  EXPECT_TRUE(std::filesystem::is_regular_file(fifo));
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not the cache's");
+  Status into_dir = fx.cache->WriteAt(dir_file, 0, Pattern(dir_file, 0, 100));
+  EXPECT_EQ(into_dir.code(), StatusCode::kCorruption) << into_dir.ToString();
+  EXPECT_THAT(into_dir.message(), ::testing::HasSubstr("is a directory where the cache keeps a data file: remove it"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "kept"));
 }
 
 TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {

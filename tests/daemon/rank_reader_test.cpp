@@ -165,6 +165,26 @@ TEST(RankReaderTest, AManifestOrIndexChangedInTheCacheIsRefused) {
   EXPECT_THAT(rotted.status().message(), HasSubstr("exlr8-layer-003.index.safetensors in the cache"));
 }
 
+// A width file replaced by a link to the very bytes it held is still not
+// the cache's: refused as corruption (exit 3), never followed.
+TEST(RankReaderTest, AWidthFileReplacedByALinkIsCorruption) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 4, 2));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  auto good = ReadRankHalves(TestRankRequest(cache.path(), 4, 2));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  const std::string file = good->halves.front().file;
+  const fs::path data = cache.path() / "exlr8/test" / pulled->commit / file;
+  TempDir elsewhere;
+  fs::copy_file(data, elsewhere.path() / "copy");
+  fs::remove(data);
+  fs::create_symlink(elsewhere.path() / "copy", data);
+  auto linked = ReadRankHalves(TestRankRequest(cache.path(), 4, 2));
+  EXPECT_EQ(linked.status().code(), StatusCode::kCorruption) << linked.status().ToString();
+  EXPECT_THAT(linked.status().message(), HasSubstr(file));
+}
+
 // Asked to, the reader pins the fileset for as long as its result lives:
 // exlr8d-stage holds it so while the rank is on the GPU.
 TEST(RankReaderTest, PinsTheFilesetWhileTheHalvesAreHeld) {

@@ -86,8 +86,12 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   ASSERT_EQ(Shell(Exlr8d() + " pin --repo exlr8/test --holder node-a" + c).status, 0);  // idempotent
   EXPECT_EQ(Pins(ListJson(cache.path())), (std::vector<std::string>{"node-a", "user"}));
 
-  // gc keeps a pinned fileset whatever the budget, and will not evict it by name.
-  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  // gc keeps a pinned fileset whatever the budget, saying the cache stays
+  // over it, and will not evict it by name.
+  const ShellRun over = Shell(Exlr8d() + " gc --budget 1K" + c);
+  ASSERT_EQ(over.status, 0) << over.out;
+  EXPECT_THAT(over.out, HasSubstr("warning: the cache stays"));
+  EXPECT_THAT(over.out, HasSubstr("over its budget of 1.00 kB: what remains is pinned"));
   EXPECT_TRUE(fs::exists(s->root));
   const ShellRun refused = Shell(Exlr8d() + " gc --repo exlr8/test" + c);
   EXPECT_EQ(refused.status, 7) << refused.out;
@@ -98,7 +102,9 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   EXPECT_TRUE(fs::exists(s->root));  // still pinned by "user"
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);  // idempotent
-  ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
+  const ShellRun all = Shell(Exlr8d() + " gc --budget 0" + c);
+  ASSERT_EQ(all.status, 0) << all.out;
+  EXPECT_THAT(all.out, Not(HasSubstr("warning")));
   EXPECT_FALSE(fs::exists(s->root));
   EXPECT_TRUE(ListJson(cache.path()).Find("filesets")->as_array().empty());
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));

@@ -321,6 +321,30 @@ TEST(ScrubTest, AMissingOrTruncatedDataFileFailsEveryCheckOfIt) {
   EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
 }
 
+// A data file grown past its listed size keeps its recorded bytes, but the
+// stage refuses it: a check-only scrub says so (found by review: "clean"),
+// and a repairing one (a writable open) cuts it back.
+TEST(ScrubTest, ADataFileLongerThanListedIsReportedAndCutBack) {
+  Pulled p;
+  const PlanFile& grown = p.WidthFile(0);
+  const fs::path path = p.DataPath(grown.path);
+  const std::uint64_t size = fs::file_size(path);
+  fs::resize_file(path, size + 4096);
+  auto check = Scrub(p.dir.path(), /*repair=*/false);
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_FALSE(check->clean());
+  ASSERT_EQ(check->failures.size(), 1u);
+  EXPECT_EQ(check->failures[0].file, grown.path);
+  EXPECT_EQ(check->failures[0].what, "size");
+  EXPECT_THAT(check->failures[0].error, HasSubstr("exlr8d-stage refuses it"));
+  auto repair = Scrub(p.dir.path(), /*repair=*/true);
+  ASSERT_TRUE(repair.ok()) << repair.status().ToString();
+  EXPECT_TRUE(repair->clean());
+  EXPECT_EQ(repair->bytes_forgotten, 0u);
+  EXPECT_EQ(fs::file_size(path), size);
+  EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+}
+
 // A lost width file of 1,176 halves: every check of it fails, the report
 // details the first kMaxFailureDetails and counts them all, and every
 // failed check's bytes are forgotten (then pulled again).

@@ -8,6 +8,7 @@
 // job in <cache>/exlr8d.jobs.db, which the runner pulls with the same engine
 // as `exlr8d pull`, taking the cache's lock only while it has work.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -122,6 +123,16 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   return Status::Ok();
 }
 
+// The soft descriptor limit raised to the hard one (systemd's default soft
+// limit is 1024): connections, up to --max-jobs pulls' transfers and data
+// files, and the queue's database all draw on it.
+void RaiseDescriptorLimit() {
+  rlimit l{};
+  if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= l.rlim_max) return;
+  l.rlim_cur = l.rlim_max;
+  (void)::setrlimit(RLIMIT_NOFILE, &l);
+}
+
 void WarnIfFailed(const Status& s) {
   if (!s.ok()) std::fprintf(stderr, "exlr8d serve: warning: %s\n", s.ToString().c_str());
 }
@@ -147,6 +158,7 @@ int RunServeCommand(const std::vector<std::string>& argv) {
     o.tcp_address = hp->first;
     o.tcp_port = hp->second;
   }
+  RaiseDescriptorLimit();
   JobRunnerOptions jobs;
   jobs.cache_dir = cache_dir;
   if (Status s = ParsePullDefaults(args, &jobs); !s.ok()) return ReportError(kProg, s);

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
 #include <optional>
 #include <thread>
 
@@ -36,11 +37,22 @@ http::response<http::string_body> MakeResponse(unsigned version, bool keep_alive
 }
 
 // One connection: read a request, answer it, again while keep-alive.
+// What the acceptors share: the handler, the limits, the open count.
+struct Listening {
+  const ApiHandler* handler = nullptr;
+  std::chrono::seconds timeout{10};
+  std::size_t max_connections = 0;
+  std::atomic<std::size_t> open{0};  // sessions alive
+};
+
 template <class Protocol>
 class Session : public std::enable_shared_from_this<Session<Protocol>> {
  public:
-  Session(typename Protocol::socket&& socket, const ApiHandler* handler, std::chrono::seconds timeout)
-      : stream_(std::move(socket)), handler_(handler), timeout_(timeout) {}
+  Session(typename Protocol::socket&& socket, Listening* listening)
+      : stream_(std::move(socket)), handler_(listening->handler), timeout_(listening->timeout), listening_(listening) {
+    listening_->open.fetch_add(1);
+  }
+  ~Session() { listening_->open.fetch_sub(1); }
 
   void Run() { DoRead(); }
 
@@ -101,14 +113,29 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   http::response<http::string_body> res_;
   const ApiHandler* handler_;
   std::chrono::seconds timeout_;
+  Listening* listening_;
 };
 
 template <class Acceptor, class Protocol>
-void DoAccept(Acceptor* acceptor, const ApiHandler* handler, std::chrono::seconds timeout) {
+void DoAccept(Acceptor* acceptor, Listening* listening) {
   acceptor->async_accept([=](beast::error_code ec, typename Protocol::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-    if (!ec) std::make_shared<Session<Protocol>>(std::move(socket), handler, timeout)->Run();
-    DoAccept<Acceptor, Protocol>(acceptor, handler, timeout);
+    if (ec) {
+      // Out of descriptors (EMFILE, ENFILE) fails again at once: pause, or
+      // the loop spins at 100% CPU and answers no one (found by review).
+      auto timer = std::make_shared<net::steady_timer>(acceptor->get_executor(), std::chrono::milliseconds(100));
+      timer->async_wait([acceptor, listening, timer](beast::error_code wait_ec) {
+        if (!wait_ec && acceptor->is_open()) DoAccept<Acceptor, Protocol>(acceptor, listening);
+      });
+      return;
+    }
+    if (listening->open.load() < listening->max_connections) {
+      std::make_shared<Session<Protocol>>(std::move(socket), listening)->Run();
+    } else {
+      beast::error_code ignored;
+      socket.close(ignored);  // over the bound: closed unanswered
+    }
+    DoAccept<Acceptor, Protocol>(acceptor, listening);
   });
 }
 
@@ -117,6 +144,7 @@ void DoAccept(Acceptor* acceptor, const ApiHandler* handler, std::chrono::second
 struct ApiServer::Rep {
   ApiServerOptions options;
   ApiHandler handler;
+  Listening listening;  // outlives every session: they go with ioc, reset first
   std::unique_ptr<net::io_context> ioc = std::make_unique<net::io_context>(1);
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<local::acceptor> unix_acceptor;
@@ -181,8 +209,11 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(ApiServerOptions options, Ap
   Rep& r = *server->rep_;
   if (!r.options.tcp_address.empty()) EXLR8_RETURN_IF_ERROR(r.ListenTcp());
   if (!r.options.unix_socket.empty()) EXLR8_RETURN_IF_ERROR(r.ListenUnix());
-  if (r.tcp_acceptor) DoAccept<tcp::acceptor, tcp>(&*r.tcp_acceptor, &r.handler, r.options.timeout);
-  if (r.unix_acceptor) DoAccept<local::acceptor, local>(&*r.unix_acceptor, &r.handler, r.options.timeout);
+  r.listening.handler = &r.handler;
+  r.listening.timeout = r.options.timeout;
+  r.listening.max_connections = r.options.max_connections;
+  if (r.tcp_acceptor) DoAccept<tcp::acceptor, tcp>(&*r.tcp_acceptor, &r.listening);
+  if (r.unix_acceptor) DoAccept<local::acceptor, local>(&*r.unix_acceptor, &r.listening);
   r.thread = std::thread([&r] { r.ioc->run(); });
   return server;
 }

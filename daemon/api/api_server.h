@@ -4,7 +4,9 @@
 // Built on Boost.Beast (async, one io_context thread): keep-alive, requests
 // bounded (8 KiB of header, 64 KiB of body: 431/413 and the connection is
 // closed), every read and write under a timeout, so a stuck or hostile
-// client costs one idle socket, never a thread. The handler runs on the
+// client costs one idle socket, never a thread; connections are bounded
+// (ApiServerOptions::max_connections), and a failed accept (out of
+// descriptors) is tried again after a pause, not in a loop. The handler runs on the
 // server's thread, one request at a time; it must be quick (the status
 // routes read a SQLite snapshot).
 #pragma once
@@ -44,6 +46,11 @@ struct ApiServerOptions {
   std::string tcp_address;
   std::uint16_t tcp_port = 0;  // 0: any free port (see ApiServer::tcp_port)
   std::chrono::seconds timeout{10};  // per read and per write
+  // Connections open at once, both listeners together; one more is closed
+  // at once. Each costs a descriptor, which the pulls need too (found by
+  // review: 1,024 idle connections used up the process's descriptors and
+  // failed the running pull).
+  std::size_t max_connections = 256;
 };
 
 class ApiServer {

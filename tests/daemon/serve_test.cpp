@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -14,7 +16,9 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "daemon/api/api_server.h"
 #include "daemon/api/prometheus_text.h"
@@ -213,6 +217,84 @@ TEST(ApiServerTest, BoundsGarbageAndFailingHandlers) {
   EXPECT_EQ(ApiServer::Start({}, nullptr).status().code(), StatusCode::kInvalidArgument);
   (*server)->Stop();
   EXPECT_NE(Http(base + "/c").status, 200);
+}
+
+// A connection to 127.0.0.1:port; -1 when refused.
+int ConnectLoopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// Found by review: connections were unbounded, so a local client could use
+// up the process's descriptors (and fail the pulls).
+TEST(ApiServerTest, ConnectionsAreBounded) {
+  ApiServerOptions o{"", "127.0.0.1", 0, std::chrono::seconds(5)};
+  o.max_connections = 4;
+  auto server = ApiServer::Start(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::uint16_t port = (*server)->tcp_port();
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(ConnectLoopback(port));
+  ASSERT_TRUE(WaitFor([&] { return Http(base + "/x").status != 200; }, 5)) << "a fifth connection was served";
+  ::close(idle.back());
+  idle.pop_back();
+  EXPECT_TRUE(WaitFor([&] { return Http(base + "/x").status == 200; }, 5)) << "room again after one closed";
+  for (int fd : idle) ::close(fd);
+}
+
+// Found by review: out of descriptors, the accept failed again at once, in a
+// loop, at 100% CPU. Now it pauses, and serves again once there is room.
+TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
+  auto server = ApiServer::Start({"", "127.0.0.1", 0, std::chrono::seconds(5)},
+                                 [](const ApiRequest&) { return ApiResponse{200, "{\"ok\":1}"}; });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::uint16_t port = (*server)->tcp_port();
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int highest = 0;
+  for (int fd = 0; fd < 4096; ++fd)
+    if (::fcntl(fd, F_GETFD) != -1) highest = fd;
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(highest + 64);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  // A client with descriptors of its own: its connection waits in the
+  // backlog, and each accept of it fails.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (int fd : filler) ::close(fd);
+    const int fd = ConnectLoopback(port);
+    const char req[] = "GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    if (fd < 0 || ::write(fd, req, sizeof req - 1) != static_cast<ssize_t>(sizeof req - 1)) ::_exit(2);
+    char buf[256];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    ::_exit(n > 12 && std::string_view(buf, static_cast<std::size_t>(n)).find(" 200 ") != std::string_view::npos ? 0 : 1);
+  }
+  auto cpu = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const auto before = cpu();
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  const auto spent = cpu() - before;
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_LT(spent, std::chrono::milliseconds(200)) << "the accept loop spun";
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 10)) << "never served";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(PrometheusTextTest, WritesFamiliesOnceAndEscapesLabels) {

@@ -5,8 +5,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "format/json.h"
@@ -66,6 +68,15 @@ struct JobRunner::Rep {
   bool kicked = false;
   std::map<JobId, std::unique_ptr<RunningJob>> running;  // guarded by mu
   std::map<JobId, std::string> waiting;  // queued job -> why it has not started (guarded by mu)
+  // Jobs a client cancelled while they were not running here: one the
+  // scheduler starts meanwhile starts cancelled (guarded by mu). Found by
+  // review: a cancel racing the start was answered 202 and lost.
+  std::set<JobId> cancel_before_start;
+  // Ends of jobs the queue could not record (a full disk, descriptors used
+  // up): tried again on every pass of the scheduler until recorded, so a
+  // job never stays "running" after its work ended (found by review: it
+  // did until the next start, and blocked its repo). Guarded by mu.
+  std::map<JobId, std::function<Status()>> unrecorded_ends;
   RunnerTotals finished_totals;          // of the jobs that ended (guarded by mu)
   std::thread scheduler;
 
@@ -84,6 +95,11 @@ struct JobRunner::Rep {
   // How a job whose work returned `status` ends: Finish or, when the server
   // stopped it, Requeue.
   void RecordEnd(const RunningJob& rj, const Status& status, const std::string& result);
+  // Records a job's end by `write` (Finish or Requeue); one that fails is
+  // kept in unrecorded_ends and tried again by the scheduler.
+  void End(JobId job, std::function<Status()> write);
+  // Tries the unrecorded ends again; true while some are left.
+  bool RetryUnrecordedEnds();
   void Kick() {
     {
       std::lock_guard<std::mutex> l(mu);
@@ -229,6 +245,7 @@ void JobRunner::Rep::Loop() {
       kicked = false;
     }
     Reap();
+    const bool ends_left = RetryUnrecordedEnds();
     auto queued = store->Queued();
     std::unique_lock<std::mutex> l(mu);
     if (!queued.ok()) {
@@ -274,6 +291,7 @@ void JobRunner::Rep::Loop() {
     for (const JobInfo& job : start) {
       auto rj = std::make_unique<RunningJob>();
       rj->job = job;
+      rj->cancel_requested = cancel_before_start.erase(job.id) > 0;
       RunningJob* raw = rj.get();
       Cache* c = cache.get();
       raw->thread = std::thread([this, c, raw] { RunJob(*c, *raw); });
@@ -281,7 +299,8 @@ void JobRunner::Rep::Loop() {
     }
     // Woken by Submit, Cancel, Stop and every job that ends; the timeout
     // also retries a failing queue read.
-    wake.wait_for(l, std::chrono::milliseconds(60'000), [this] { return kicked || stopping; });
+    wake.wait_for(l, ends_left ? opt.lock_retry : std::chrono::milliseconds(60'000),
+                  [this] { return kicked || stopping; });
   }
   // Stopping: Stop() cancelled the running jobs; wait for them to record
   // how they ended before the cache closes.
@@ -292,6 +311,8 @@ void JobRunner::Rep::Loop() {
     running.clear();
   }
   for (auto& rj : left) rj->thread.join();
+  if (RetryUnrecordedEnds())  // the next start requeues them (RequeueInterrupted)
+    std::fprintf(stderr, "exlr8d serve: some jobs' ends could not be recorded; they run again at the next start\n");
   cache.reset();
 }
 
@@ -314,6 +335,36 @@ void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
   wake.notify_all();
 }
 
+void JobRunner::Rep::End(JobId job, std::function<Status()> write) {
+  Status s = write();
+  if (s.ok() || s.code() == StatusCode::kFailedPrecondition) return;  // recorded, or ended before
+  std::fprintf(stderr, "exlr8d serve: job %lld: could not record its end (retrying): %s\n",
+               static_cast<long long>(job), s.ToString().c_str());
+  std::lock_guard<std::mutex> l(mu);
+  unrecorded_ends[job] = std::move(write);
+}
+
+bool JobRunner::Rep::RetryUnrecordedEnds() {
+  std::map<JobId, std::function<Status()>> ends;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ends.swap(unrecorded_ends);
+  }
+  for (auto it = ends.begin(); it != ends.end();) {
+    const Status s = it->second();
+    if (s.ok() || s.code() == StatusCode::kFailedPrecondition) {
+      std::fprintf(stderr, "exlr8d serve: job %lld: its end is recorded now\n", static_cast<long long>(it->first));
+      it = ends.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ends.merge(unrecorded_ends);  // any added meanwhile
+  unrecorded_ends.swap(ends);
+  return !unrecorded_ends.empty();
+}
+
 void JobRunner::Rep::RecordEnd(const RunningJob& rj, const Status& status, const std::string& result) {
   const JobInfo& job = rj.job;
   bool by_client = false, by_stop = false;
@@ -322,14 +373,18 @@ void JobRunner::Rep::RecordEnd(const RunningJob& rj, const Status& status, const
     by_client = rj.cancel_requested;
     by_stop = stopping && !by_client;
   }
+  JobStore* st = store.get();
+  const JobId id = job.id;
   if (status.ok()) {
-    LogIfFailed(store->Finish(job.id, JobState::kDone, "", result), job.id, "its end");
+    End(id, [st, id, result] { return st->Finish(id, JobState::kDone, "", result); });
   } else if (status.code() == StatusCode::kCancelled && by_stop) {
-    LogIfFailed(store->Requeue(job.id), job.id, "its stop");  // resumes at the next start
+    // Resumes at the next start (which also requeues it if this fails).
+    LogIfFailed(store->Requeue(id), id, "its stop");
   } else if (status.code() == StatusCode::kCancelled) {
-    LogIfFailed(store->Finish(job.id, JobState::kCancelled, "cancelled by a client"), job.id, "its end");
+    End(id, [st, id] { return st->Finish(id, JobState::kCancelled, "cancelled by a client"); });
   } else {
-    LogIfFailed(store->Finish(job.id, JobState::kFailed, status.ToString()), job.id, "its end");
+    const std::string error = status.ToString();
+    End(id, [st, id, error] { return st->Finish(id, JobState::kFailed, error); });
   }
 }
 
@@ -380,17 +435,20 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
     std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job.id),
                  result.status().ToString().c_str());
   }
+  JobStore* st = store.get();
+  const JobId id = job.id;
   if (result.ok() && !result->complete) {
-    LogIfFailed(store->Finish(job.id, JobState::kFailed, "the pull ended without every byte of its plan verified"),
-                job.id, "its end");
+    End(id, [st, id] {
+      return st->Finish(id, JobState::kFailed, "the pull ended without every byte of its plan verified");
+    });
     return;
   }
   if (result.ok() && !job.request.pin.empty()) {
     auto set = cache.PutFileset(result->repo, result->revision, result->commit);
     Status pinned = set.ok() ? cache.Pin(*set, job.request.pin) : set.status();
     if (!pinned.ok()) {
-      LogIfFailed(store->Finish(job.id, JobState::kFailed, "pulled, but pinning failed: " + pinned.ToString()),
-                  job.id, "its end");
+      const std::string error = "pulled, but pinning failed: " + pinned.ToString();
+      End(id, [st, id, error] { return st->Finish(id, JobState::kFailed, error); });
       return;
     }
   }
@@ -485,26 +543,66 @@ Result<JobSnapshot> JobRunner::Submit(const JobRequest& request) {
 
 Result<JobSnapshot> JobRunner::Cancel(JobId id) {
   bool asked_here = false;  // this request is the one that cancels a running job
+  bool not_started = false;
+  bool ended_here = false;  // its work ended; its thread is not reaped yet
   {
     std::lock_guard<std::mutex> l(rep_->mu);
-    if (auto it = rep_->running.find(id); it != rep_->running.end() && !it->second->finished) {
+    auto it = rep_->running.find(id);
+    ended_here = it != rep_->running.end() && it->second->finished;
+    if (it != rep_->running.end() && !it->second->finished) {
       RunningJob& rj = *it->second;
       asked_here = !rj.cancel_requested;
       rj.cancel_requested = true;
       if (rj.pull) rj.pull->Cancel();
       rj.scrub_cancel.store(true);
+    } else if (it == rep_->running.end()) {
+      // Not started here yet: if the scheduler starts it before the queue
+      // below says cancelled, it starts cancelled.
+      rep_->cancel_before_start.insert(id);
+      not_started = true;
     }
   }
-  EXLR8_ASSIGN_OR_RETURN(JobInfo info, rep_->store->Get(id));
+  auto forget = [&] {
+    std::lock_guard<std::mutex> l(rep_->mu);
+    rep_->cancel_before_start.erase(id);
+  };
+  Result<JobInfo> read = rep_->store->Get(id);
+  if (!read.ok()) {
+    forget();
+    return read.status();
+  }
+  JobInfo info = *std::move(read);
   if (info.state == JobState::kQueued) {
-    Status s = rep_->store->Finish(id, JobState::kCancelled, "cancelled by a client before it started");
-    // Lost a race with the runner starting it: it is running now, and the
-    // flag set above cancels it.
+    // Only while still queued: a job that started meanwhile is cancelled
+    // by its flag (above), never marked cancelled while it runs on.
+    Status s = rep_->store->CancelQueued(id, "cancelled by a client before it started");
+    if (s.ok()) forget();
     if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) return s;
+    asked_here = asked_here || s.ok() || not_started;
     rep_->Kick();  // jobs of its repo waited for it
-  } else if (IsFinished(info.state) && !asked_here) {
-    return FailedPreconditionError("job " + std::to_string(id) + " has already finished (" +
-                                   std::string(JobStateName(info.state)) + ")");
+  } else if (IsFinished(info.state)) {
+    if (not_started) forget();
+    if (!asked_here) {
+      return FailedPreconditionError("job " + std::to_string(id) + " has already finished (" +
+                                     std::string(JobStateName(info.state)) + ")");
+    }
+  } else if (ended_here) {
+    // Its work ended, yet the queue says running: its end is not recorded.
+    return FailedPreconditionError("job " + std::to_string(id) +
+                                   " has already ended; recording its end failed and is being retried");
+  } else if (not_started) {
+    // Running by the queue, yet it was not in `running` when looked: the
+    // scheduler started it in between, taking the flag along; or its work
+    // ended and its end is not recorded yet.
+    std::lock_guard<std::mutex> l(rep_->mu);
+    if (rep_->running.count(id) == 0) {
+      rep_->cancel_before_start.erase(id);
+      if (rep_->unrecorded_ends.count(id) > 0)
+        return FailedPreconditionError("job " + std::to_string(id) +
+                                       " has already ended; recording its end failed and is being retried");
+      return InternalError("job " + std::to_string(id) + " is running in the queue but not in this server");
+    }
+    asked_here = true;
   }
   // A running job may have ended between the flag and the read above (its
   // pull stops within milliseconds, most often because of this very

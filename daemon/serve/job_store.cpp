@@ -255,6 +255,13 @@ Status JobStore::Finish(JobId id, JobState state, std::string_view error, std::s
       "it has already finished");
 }
 
+Status JobStore::CancelQueued(JobId id, std::string_view error) {
+  return rep_->UpdateOne(
+      id,
+      "UPDATE jobs SET state = 'cancelled', error = ?3, updated = ?1, finished = ?1 WHERE id = ?2 AND state = 'queued'",
+      [&](SqliteStmt& q) { q.Bind(3, error); }, "it is no longer queued");
+}
+
 Result<int> JobStore::RequeueInterrupted() {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,

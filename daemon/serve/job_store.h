@@ -102,6 +102,10 @@ class JobStore {
   // FailedPrecondition if the job has already finished (a finished job
   // never changes again).
   Status Finish(JobId id, JobState state, std::string_view error = {}, std::string_view result = {});
+  // queued -> cancelled with `error`. FailedPrecondition if the job is not
+  // queued (it started meanwhile, or ended): a running job is cancelled by
+  // its runner, never marked here while its work goes on.
+  Status CancelQueued(JobId id, std::string_view error);
   // Jobs left 'running' by a server that died: queued again. Returns their
   // number. Call once at start, before running anything.
   Result<int> RequeueInterrupted();

@@ -104,6 +104,27 @@ TEST(JobStoreTest, StatesMoveOnlyForward) {
   EXPECT_TRUE(queued->empty());
 }
 
+// A client's cancel marks only a queued job: one that started meanwhile
+// is cancelled by its runner (found by review: a cancel racing the start
+// marked a running pull "cancelled before it started" while it ran on).
+TEST(JobStoreTest, CancelQueuedNeverMarksARunningJob) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "q.db");
+  ASSERT_TRUE(store.ok());
+  JobStore& s = **store;
+  const JobId queued = *s.Add(Request());
+  ASSERT_TRUE(s.CancelQueued(queued, "by a client").ok());
+  EXPECT_EQ(s.Get(queued)->state, JobState::kCancelled);
+  EXPECT_EQ(s.Get(queued)->error, "by a client");
+  EXPECT_TRUE(s.Get(queued)->finished_ms.has_value());
+  const JobId started = *s.Add(Request());
+  ASSERT_TRUE(s.MarkRunning(started).ok());
+  EXPECT_EQ(s.CancelQueued(started, "late").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Get(started)->state, JobState::kRunning);
+  EXPECT_EQ(s.CancelQueued(queued, "again").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.CancelQueued(999, "none").code(), StatusCode::kNotFound);
+}
+
 TEST(JobStoreTest, RunningJobsOfADeadServerAreQueuedAgain) {
   TempDir dir;
   const auto path = dir.path() / "q.db";

@@ -3,6 +3,7 @@
 // cache, cancelled, stopped, killed and restarted.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <atomic>
@@ -273,6 +274,44 @@ TEST(ServeJobsTest, CancelsQueuedAndRunningJobs) {
   }));
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "DELETE").status, 409);
   ASSERT_TRUE(CacheReleased(cache.path()));
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// Found by review: a job whose end the queue could not record (its
+// database busy or unwritable) stayed "running" until the server restarted,
+// and its repo's later jobs waited behind it. Here another process holds the
+// queue's write lock past SQLite's 5 s busy wait as the pull ends; once it
+// lets go, the end is recorded.
+TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 400'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache, logs;
+  const std::string log = (logs.path() / "serve.log").string();
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0"}, log);
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t a = Submit(serve, Body(4, 1));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] {
+    last = Job(serve, a);
+    return State(last) == "running" && last.Find("pull")->as_uint64().has_value();
+  })) << State(last);
+  auto logged = [&](const std::string& what) {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {}).find(what) != std::string::npos;
+  };
+  const std::string pull = std::to_string(*last.Find("pull")->as_uint64());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((cache.path() / "exlr8d.jobs.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_TRUE(WaitFor([&] {
+    return Parse(Http(serve.base() + "/v1/pulls/" + pull)).Find("pull")->Find("state")->as_string() == "done";
+  }, 60));
+  ASSERT_TRUE(WaitFor([&] { return logged("job 1: could not record its end (retrying)"); }, 30));
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_TRUE(WaitFor([&] { return State(last = Job(serve, a)) == "done"; }, 10)) << State(last);
+  EXPECT_TRUE(logged("job 1: its end is recorded now"));
   EXPECT_EQ(serve.Stop(), 0);
 }
 

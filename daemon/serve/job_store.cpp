@@ -8,6 +8,7 @@
 #include "daemon/cache/migrations.h"
 #include "daemon/cache/mutex.h"
 #include "daemon/cache/sqlite_db.h"
+#include "daemon/hub/hub_protocol.h"
 #include "serve_schema_sql.h"
 
 namespace exlr8 {
@@ -45,6 +46,16 @@ Status CheckRequest(const JobRequest& r) {
   // never run is refused when it is asked for.
   if (Status s = ValidateRepoId(r.repo); !s.ok()) return InvalidArgumentError("repo: " + s.message());
   if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
+  // What the job would fail on only after it ran (found by review: a pin
+  // holder the cache refuses was found after the whole pull, and the
+  // fileset was left unpinned).
+  if (Status s = ValidateRevision(r.revision); !s.ok()) return InvalidArgumentError("revision: " + s.message());
+  if (!r.pin.empty())
+    if (Status s = ValidateHolder(r.pin); !s.ok()) return InvalidArgumentError("pin: " + s.message());
+  if (!r.endpoint.empty() &&
+      (!UrlOrigin(r.endpoint) || r.endpoint.find_first_of("?#") != std::string::npos))
+    return InvalidArgumentError("endpoint: '" + EscapeForMessage(r.endpoint) +
+                                "' is not an http(s) URL without query");
   if (r.kind != JobKind::kPull) {
     // A scrub or an eviction of a fileset: nothing else applies.
     if (!r.manifest.empty() || r.tp != 1 || r.rank != 0 || !r.endpoint.empty() || !r.pin.empty() || r.make_room)

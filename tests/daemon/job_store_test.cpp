@@ -177,7 +177,25 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   r = Request();
   r.pin = std::string(1001, 'p');
   refused(r, "pin");
+  // Found by review: these were accepted, and failed only once the job ran
+  // (the pin after the whole pull).
+  r = Request();
+  r.pin = "a\nb";
+  refused(r, "pin: invalid pin holder");
+  r.pin = std::string(300, 'p');
+  refused(r, "pin: invalid pin holder");
+  r = Request();
+  r.revision = "a\nb";
+  refused(r, "revision: invalid revision");
+  r = Request();
+  r.endpoint = "file:///etc/passwd";
+  refused(r, "endpoint: 'file:///etc/passwd' is not an http(s) URL");
+  r.endpoint = "https://hub.example/?x=1";
+  refused(r, "endpoint");
   EXPECT_TRUE((*store)->List()->empty());
+  r.endpoint = "https://hub.example/";
+  r.pin = "node-7";
+  EXPECT_TRUE((*store)->Add(r).ok());
 }
 
 TEST(JobStoreTest, StaysBoundedHoweverManyJobsAreAskedFor) {

@@ -58,7 +58,8 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   if (path != "/v1/health" && path != "/v1/filesets" && path != "/v1/ranks" && !is_pulls)
     return ErrorResponse(NotFoundError("no route " + EscapeForMessage(path) +
                                        "; routes: /v1/health, /v1/filesets, /v1/ranks, /v1/pulls, /v1/pulls/{id}, "
-                                       "/v1/jobs, /v1/jobs/{id}, /v1/stages, /v1/stages/{id}, /metrics"));
+                                       "/v1/verify, /v1/evict, /v1/jobs, /v1/jobs/{id}, /v1/stages, "
+                                       "/v1/stages/{id}, /metrics"));
   if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
   if (path == "/v1/health") {
     std::string body = "{\"status\":\"ok\",\"cache\":";

@@ -233,6 +233,14 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     if (!job.ok()) return ErrorResponse(job.status());
     return JobResponse(202, *job);
   }
+  // The methods each job route takes (found by review: GET /v1/verify said
+  // "no route", PUT /v1/pulls said "GET only").
+  if ((path == "/v1/verify" || path == "/v1/evict") && req.method != "POST")
+    return MethodNotAllowed(req.method, path, "POST only");
+  if (path == "/v1/pulls" && req.method != "GET" && req.method != "POST")
+    return MethodNotAllowed(req.method, path, "GET, POST");
+  if (path.rfind(kPullsPrefix, 0) == 0 && req.method != "GET" && req.method != "DELETE")
+    return MethodNotAllowed(req.method, path, "GET, DELETE");
   if (stages_ != nullptr)
     if (auto answer = HandleStages(*stages_, req)) return std::move(*answer);
   if (path.rfind(kPullsPrefix, 0) == 0 && req.method == "DELETE") {
@@ -240,6 +248,11 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     const auto pull = ParsePositiveId(tail);
     if (!pull) return ErrorResponse(NotFoundError("no pull '" + EscapeForMessage(tail) + "'"));
     const auto job = runner_.RunningJobOfPull(*pull);
+    if (!job) {
+      // 404 for a pull the cache never had (found by review: 409).
+      ApiResponse known = status_.Handle({"GET", std::string(kPullsPrefix) + std::to_string(*pull), ""});
+      if (known.status == 404) return known;
+    }
     if (!job)
       return ErrorResponse(FailedPreconditionError(
           "pull " + std::to_string(*pull) + " is not running in this server (finished, or run by another process: "

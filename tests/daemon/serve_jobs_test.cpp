@@ -315,6 +315,32 @@ TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
+// Found by review: an unknown pull's DELETE said 409, GET /v1/verify "no
+// route", and PUT /v1/pulls "GET only".
+TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t a = Submit(serve, Body(4, 1));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, a)) == "done"; })) << State(last);
+  const std::string pull = std::to_string(*last.Find("pull")->as_uint64());
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls/999", "DELETE").status, 404);
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "DELETE").status, 409);  // there, but finished
+  for (const char* route : {"/v1/verify", "/v1/evict"}) {
+    const HttpAnswer get = Http(serve.base() + route);
+    EXPECT_EQ(get.status, 405) << route << ": " << get.body;
+    EXPECT_THAT(get.body, HasSubstr("POST only")) << route;
+  }
+  const HttpAnswer put = Http(serve.base() + "/v1/pulls", "PUT", "", "{}");
+  EXPECT_EQ(put.status, 405) << put.body;
+  EXPECT_THAT(put.body, HasSubstr("GET, POST"));
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "PUT", "", "{}").status, 405);
+  EXPECT_THAT(Http(serve.base() + "/v1/nothing").body, HasSubstr("/v1/verify, /v1/evict"));
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
 // A job survives a stop (SIGTERM) and a crash (kill -9) of the server: each
 // restart resumes it, and the cache ends holding exactly its plan.
 TEST(ServeJobsTest, ResumesAfterAStopAndAKill) {

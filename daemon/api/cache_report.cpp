@@ -108,6 +108,7 @@ std::string RankStatusJson(const RankQuery& q, const RankStatus& st) {
   AppendJsonString(o, q.manifest);
   o += ",\"tp\":" + std::to_string(q.tp) + ",\"rank\":" + std::to_string(q.rank);
   o += std::string(",\"complete\":") + (st.complete() ? "true" : "false");
+  o += std::string(",\"planned\":") + (st.planned ? "true" : "false");
   auto count = [&o](const char* name, std::uint64_t value) { o += std::string(",\"") + name + "\":" + std::to_string(value); };
   count("files", st.files);
   count("files_verified", st.files_verified);

@@ -121,9 +121,23 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
 Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
                                    const std::string& manifest, int tp, int rank) {
   EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(cache, repo, revision));
-  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(cache, set, manifest, tp, rank));
   RankStatus st;
   st.commit = set.commit;
+  // What the plan is made from, not verified yet (found by review: a pull
+  // just begun gave GET /v1/ranks a 404, "never pulled" to a client).
+  {
+    EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache.ListFiles(set.id));
+    const std::string manifest_path = IsManifestName(manifest) ? ManifestPath(manifest) : manifest;
+    for (const FileInfo& f : files) {
+      const bool needed = f.path == manifest_path || ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertIndex;
+      if (needed && !f.whole_verified) {
+        st.planned = false;
+        st.first_missing = f.path + " (which the plan is made from) is not verified in the cache yet";
+        return st;
+      }
+    }
+  }
+  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(cache, set, manifest, tp, rank));
   auto missing = [&st](const std::string& what) {
     if (st.first_missing.empty()) st.first_missing = what;
   };

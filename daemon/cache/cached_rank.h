@@ -56,14 +56,19 @@ struct RankStatus {
   std::uint64_t bytes_planned = 0, bytes_verified = 0;
   // The first thing missing, named with its file and offset ("" when none).
   std::string first_missing;
+  // False while the manifest or an index file is not verified in the cache
+  // yet (a pull that has just begun): the plan cannot be made, so the counts
+  // above are all 0 and first_missing names that file.
+  bool planned = true;
   bool complete() const {
-    return files_verified == files && headers_verified == headers && halves_verified == halves;
+    return planned && files_verified == files && headers_verified == headers && halves_verified == halves;
   }
 };
 
 // Errors as FindPulledFileset and PlanRankFromCache: a rank whose plan
-// cannot even be made from the cache (never pulled, no manifest) is an
-// error, not an incomplete status.
+// can never be made from the cache (never pulled, no such manifest in the
+// release) is an error, not an incomplete status; one whose manifest or
+// index files are not verified yet is incomplete (`planned` false).
 Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
                                    const std::string& manifest, int tp, int rank);
 

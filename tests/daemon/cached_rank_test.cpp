@@ -84,6 +84,36 @@ TEST(CachedRankTest, ForgottenBytesMakeTheRankIncomplete) {
   EXPECT_TRUE(StatusOf(cache.path(), "home", 2, 1)->complete());
 }
 
+// A pull just begun has no verified index files yet: the rank is not
+// complete (found by review: an error, GET /v1/ranks 404 "never pulled").
+TEST(CachedRankTest, ARankWhoseIndexIsNotThereYetIsIncomplete) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  std::string index;
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    const FilesetId set = *(*c)->PutFileset("exlr8/test", "main", pulled->commit);
+    const std::vector<FileInfo> files = *(*c)->ListFiles(set);
+    for (const FileInfo& f : files)
+      if (index.empty() && ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertIndex) {
+        index = f.path;
+        ASSERT_TRUE((*c)->ForgetExtents(std::vector<VerifiedExtent>{{f.id, 0, f.size}}).ok());
+      }
+  }
+  auto st = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_FALSE(st->planned);
+  EXPECT_FALSE(st->complete());
+  EXPECT_THAT(st->first_missing, HasSubstr(index + " (which the plan is made from) is not verified"));
+  const ShellRun r = Shell(Exlr8d() + " status --repo exlr8/test --manifest home --tp 2 --rank 1 --cache " +
+                           Quote(cache.path().string()));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("NOT complete"));
+}
+
 // `exlr8d status`: 0 complete, 1 not, 3 never pulled; --json as the API's.
 TEST(CachedRankTest, TheStatusCommandSaysWhetherARankIsThere) {
   auto sim = StartSim(TinyRelease());

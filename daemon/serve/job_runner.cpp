@@ -626,8 +626,8 @@ Result<JobSnapshot> JobRunner::Snapshot(JobId id) const {
   return rep_->SnapshotOf(std::move(info));
 }
 
-Result<std::vector<JobSnapshot>> JobRunner::List(std::size_t limit) const {
-  EXLR8_ASSIGN_OR_RETURN(std::vector<JobInfo> jobs, rep_->store->List(limit));
+Result<std::vector<JobSnapshot>> JobRunner::List(std::size_t limit, std::optional<JobState> state) const {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<JobInfo> jobs, rep_->store->List(limit, state));
   std::lock_guard<std::mutex> l(rep_->mu);
   std::vector<JobSnapshot> out;
   for (auto& j : jobs) out.push_back(rep_->SnapshotOf(std::move(j)));

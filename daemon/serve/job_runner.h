@@ -114,7 +114,7 @@ class JobRunner {
   // it now (for DELETE /v1/pulls/{id}); nullopt otherwise.
   std::optional<JobId> RunningJobOfPull(std::int64_t pull) const;
   Result<JobSnapshot> Snapshot(JobId id) const;
-  Result<std::vector<JobSnapshot>> List(std::size_t limit = 100) const;
+  Result<std::vector<JobSnapshot>> List(std::size_t limit = 100, std::optional<JobState> state = std::nullopt) const;
   Result<RunnerMetrics> Metrics() const;
 
   // Idempotent: cancels the running jobs (each is queued again, to resume

@@ -213,9 +213,11 @@ Result<std::vector<JobInfo>> SelectJobs(SqliteDb& db, std::string_view where_ord
 
 }  // namespace
 
-Result<std::vector<JobInfo>> JobStore::List(std::size_t limit) {
+Result<std::vector<JobInfo>> JobStore::List(std::size_t limit, std::optional<JobState> state) {
   MutexLock l(&rep_->mu);
-  return SelectJobs(*rep_->db, "ORDER BY id DESC", limit);
+  if (!state) return SelectJobs(*rep_->db, "ORDER BY id DESC", limit);
+  // The name is one of JobStateName's constants, never a client's text.
+  return SelectJobs(*rep_->db, "WHERE state = '" + std::string(JobStateName(*state)) + "' ORDER BY id DESC", limit);
 }
 
 Result<std::vector<JobInfo>> JobStore::Queued(std::size_t limit) {

@@ -85,7 +85,9 @@ class JobStore {
   Result<JobId> Add(const JobRequest& request);
   Result<JobInfo> Get(JobId id);
   // Newest first, at most `limit`.
-  Result<std::vector<JobInfo>> List(std::size_t limit = 100);
+  // `state`: only the jobs in that state (a client looking for the running
+  // ones behind hundreds of newer queued ones).
+  Result<std::vector<JobInfo>> List(std::size_t limit = 100, std::optional<JobState> state = std::nullopt);
   // Queued jobs, oldest first, at most `limit`.
   Result<std::vector<JobInfo>> Queued(std::size_t limit = 1000);
   // How many jobs the queue holds in each state ("queued", ...; every state

@@ -5,6 +5,7 @@
 
 #include "daemon/api/api_util.h"
 #include "daemon/api/cache_report.h"
+#include "daemon/api/query_string.h"
 #include "daemon/serve/stages_api.h"
 #include "format/json.h"
 
@@ -264,7 +265,22 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   if (path == "/v1/jobs") {
     if (req.method != "GET")
       return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls, /v1/verify or /v1/evict starts a job");
-    auto jobs = runner_.List();
+    // ?state=running: the jobs in one state (the list is the newest 100).
+    auto params = ParseQuery(req.target);
+    if (!params.ok()) return ErrorResponse(params.status());
+    std::optional<JobState> state;
+    for (const auto& [name, value] : *params) {
+      if (name != "state")
+        return ErrorResponse(InvalidArgumentError("unknown query parameter '" + EscapeForMessage(name) +
+                                                  "' (parameters: state)"));
+      for (JobState st : {JobState::kQueued, JobState::kRunning, JobState::kDone, JobState::kFailed,
+                          JobState::kCancelled})
+        if (value == JobStateName(st)) state = st;
+      if (!state)
+        return ErrorResponse(InvalidArgumentError("state must be queued, running, done, failed or cancelled, got '" +
+                                                  EscapeForMessage(value) + "'"));
+    }
+    auto jobs = runner_.List(100, state);
     if (!jobs.ok()) return ErrorResponse(jobs.status());
     std::string body = "{\"jobs\":[";
     for (std::size_t i = 0; i < jobs->size(); ++i) body += (i ? "," : "") + JobJson((*jobs)[i]);

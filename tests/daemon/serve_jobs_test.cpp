@@ -338,6 +338,20 @@ TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
   EXPECT_THAT(put.body, HasSubstr("GET, POST"));
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "PUT", "", "{}").status, 405);
   EXPECT_THAT(Http(serve.base() + "/v1/nothing").body, HasSubstr("/v1/verify, /v1/evict"));
+  // The jobs of one state (found by review: a running job behind 100 newer
+  // queued ones could not be listed at all).
+  auto ids = [&](const std::string& query) {
+    std::vector<std::uint64_t> out;
+    const JsonValue v = Parse(Http(serve.base() + "/v1/jobs" + query));
+    if (v.is_object() && v.Find("jobs") != nullptr)
+      for (const JsonValue& j : v.Find("jobs")->as_array()) out.push_back(*j.Find("id")->as_uint64());
+    return out;
+  };
+  EXPECT_EQ(ids("?state=done"), std::vector<std::uint64_t>{a});
+  EXPECT_TRUE(ids("?state=running").empty());
+  EXPECT_EQ(ids(""), std::vector<std::uint64_t>{a});
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs?state=bogus").status, 400);
+  EXPECT_THAT(Http(serve.base() + "/v1/jobs?limit=5").body, HasSubstr("unknown query parameter 'limit'"));
   EXPECT_EQ(serve.Stop(), 0);
 }
 

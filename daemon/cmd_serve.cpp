@@ -123,13 +123,14 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   return Status::Ok();
 }
 
-// The soft descriptor limit raised to the hard one (systemd's default soft
+// The soft descriptor limit raised towards the hard one (systemd's default soft
 // limit is 1024): connections, up to --max-jobs pulls' transfers and data
 // files, and the queue's database all draw on it.
 void RaiseDescriptorLimit() {
   rlimit l{};
-  if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= l.rlim_max) return;
-  l.rlim_cur = l.rlim_max;
+  constexpr rlim_t kEnough = 65536;  // a hard limit of 2^30 would reach the holders it starts too
+  if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= std::min(l.rlim_max, kEnough)) return;
+  l.rlim_cur = std::min(l.rlim_max, kEnough);
   (void)::setrlimit(RLIMIT_NOFILE, &l);
 }
 

@@ -40,8 +40,12 @@ struct CachedRankPlan {
 // verified in the cache; Corruption when one no longer matches its hash,
 // or from the format's parsers; InvalidArgument from the format's parsers and
 // the planner (a rank outside [0, tp), say).
+// `check_index_hashes` false: only the manifest is hashed (a status
+// answered on the REST server's thread must stay quick; the index files are
+// some 70 MB at GLM-5.3 scale). The stage, which hands the bytes out,
+// checks both.
 Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset, const std::string& manifest,
-                                         int tp, int rank);
+                                         int tp, int rank, bool check_index_hashes = true);
 
 // How much of a rank's plan the cache holds as verified: the whole files
 // (dense, vocab, config, index files, manifests), the width files' headers

@@ -311,13 +311,32 @@ void JobRunner::Rep::Loop() {
     running.clear();
   }
   for (auto& rj : left) rj->thread.join();
-  if (RetryUnrecordedEnds())  // the next start requeues them (RequeueInterrupted)
-    std::fprintf(stderr, "exlr8d serve: some jobs' ends could not be recorded; they run again at the next start\n");
+  // Not tried again here (a stop must not wait out busy timeouts): the
+  // next start queues them again (RequeueInterrupted) and runs them again.
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (!unrecorded_ends.empty())
+      std::fprintf(stderr, "exlr8d serve: %zu job end(s) could not be recorded; they run again at the next start\n",
+                   unrecorded_ends.size());
+  }
   cache.reset();
 }
 
 void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
-  if (Status s = store->MarkRunning(rj.job.id); s.ok()) {  // not cancelled meanwhile
+  bool cancelled = false;  // asked for as it started (cancel_before_start)
+  {
+    std::lock_guard<std::mutex> l(mu);
+    cancelled = rj.cancel_requested;
+  }
+  if (Status s = store->MarkRunning(rj.job.id); !s.ok()) {
+    // Cancelled (or gone) while queued: nothing to do.
+  } else if (cancelled) {
+    // Never started: an evict would not look at the flag, and must not run
+    // after a client was told it is cancelled (found by review).
+    JobStore* st = store.get();
+    const JobId id = rj.job.id;
+    End(id, [st, id] { return st->Finish(id, JobState::kCancelled, "cancelled by a client before it started"); });
+  } else {
     switch (rj.job.request.kind) {
       case JobKind::kPull: RunPull(cache, rj); break;
       case JobKind::kVerify: RunVerify(cache, rj); break;
@@ -345,23 +364,28 @@ void JobRunner::Rep::End(JobId job, std::function<Status()> write) {
 }
 
 bool JobRunner::Rep::RetryUnrecordedEnds() {
-  std::map<JobId, std::function<Status()>> ends;
+  // Copies: the ends stay listed while they are tried (Cancel looks), and a
+  // few per pass (each may wait out SQLite's 5 s busy timeout), so the
+  // scheduler still starts and reaps jobs meanwhile.
+  constexpr std::size_t kPerPass = 4;
+  std::vector<std::pair<JobId, std::function<Status()>>> ends;
   {
     std::lock_guard<std::mutex> l(mu);
-    ends.swap(unrecorded_ends);
+    for (const auto& [id, write] : unrecorded_ends) {
+      if (ends.size() == kPerPass) break;
+      ends.emplace_back(id, write);
+    }
   }
-  for (auto it = ends.begin(); it != ends.end();) {
-    const Status s = it->second();
+  std::vector<JobId> recorded;
+  for (const auto& [id, write] : ends) {
+    const Status s = write();
     if (s.ok() || s.code() == StatusCode::kFailedPrecondition) {
-      std::fprintf(stderr, "exlr8d serve: job %lld: its end is recorded now\n", static_cast<long long>(it->first));
-      it = ends.erase(it);
-    } else {
-      ++it;
+      std::fprintf(stderr, "exlr8d serve: job %lld: its end is recorded now\n", static_cast<long long>(id));
+      recorded.push_back(id);
     }
   }
   std::lock_guard<std::mutex> l(mu);
-  ends.merge(unrecorded_ends);  // any added meanwhile
-  unrecorded_ends.swap(ends);
+  for (JobId id : recorded) unrecorded_ends.erase(id);
   return !unrecorded_ends.empty();
 }
 
@@ -562,26 +586,31 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
       not_started = true;
     }
   }
-  auto forget = [&] {
-    std::lock_guard<std::mutex> l(rep_->mu);
-    rep_->cancel_before_start.erase(id);
-  };
-  Result<JobInfo> read = rep_->store->Get(id);
-  if (!read.ok()) {
-    forget();
-    return read.status();
-  }
-  JobInfo info = *std::move(read);
+  // The flag for a job not started stays only where the queue says the job
+  // started meanwhile (the scheduler took it along); every other way out
+  // takes it back.
+  bool keep_flag = false;
+  struct Forget {
+    JobRunner::Rep* rep;
+    JobId id;
+    const bool* keep;
+    bool armed;
+    ~Forget() {
+      if (!armed || *keep) return;
+      std::lock_guard<std::mutex> l(rep->mu);
+      rep->cancel_before_start.erase(id);
+    }
+  } forget{rep_.get(), id, &keep_flag, not_started};
+  EXLR8_ASSIGN_OR_RETURN(JobInfo info, rep_->store->Get(id));
   if (info.state == JobState::kQueued) {
     // Only while still queued: a job that started meanwhile is cancelled
     // by its flag (above), never marked cancelled while it runs on.
     Status s = rep_->store->CancelQueued(id, "cancelled by a client before it started");
-    if (s.ok()) forget();
     if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) return s;
+    keep_flag = !s.ok();  // it started: the flag went, or goes, with it
     asked_here = asked_here || s.ok() || not_started;
     rep_->Kick();  // jobs of its repo waited for it
   } else if (IsFinished(info.state)) {
-    if (not_started) forget();
     if (!asked_here) {
       return FailedPreconditionError("job " + std::to_string(id) + " has already finished (" +
                                      std::string(JobStateName(info.state)) + ")");
@@ -592,15 +621,22 @@ Result<JobSnapshot> JobRunner::Cancel(JobId id) {
                                    " has already ended; recording its end failed and is being retried");
   } else if (not_started) {
     // Running by the queue, yet it was not in `running` when looked: the
-    // scheduler started it in between, taking the flag along; or its work
-    // ended and its end is not recorded yet.
-    std::lock_guard<std::mutex> l(rep_->mu);
-    if (rep_->running.count(id) == 0) {
-      rep_->cancel_before_start.erase(id);
-      if (rep_->unrecorded_ends.count(id) > 0)
-        return FailedPreconditionError("job " + std::to_string(id) +
-                                       " has already ended; recording its end failed and is being retried");
-      return InternalError("job " + std::to_string(id) + " is running in the queue but not in this server");
+    // scheduler started it in between, taking the flag along (and it may
+    // have ended since, quickly, because of it); or its work ended and its
+    // end is not recorded yet.
+    bool here = false, unrecorded = false;
+    {
+      std::lock_guard<std::mutex> l(rep_->mu);
+      here = rep_->running.count(id) > 0;
+      unrecorded = rep_->unrecorded_ends.count(id) > 0;
+    }
+    if (unrecorded)
+      return FailedPreconditionError("job " + std::to_string(id) +
+                                     " has already ended; recording its end failed and is being retried");
+    if (!here) {
+      EXLR8_ASSIGN_OR_RETURN(JobInfo now, rep_->store->Get(id));
+      if (!IsFinished(now.state))
+        return InternalError("job " + std::to_string(id) + " is running in the queue but not in this server");
     }
     asked_here = true;
   }

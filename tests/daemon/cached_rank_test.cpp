@@ -112,6 +112,20 @@ TEST(CachedRankTest, ARankWhoseIndexIsNotThereYetIsIncomplete) {
                            Quote(cache.path().string()));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("NOT complete"));
+  // A manifest the release does not have is still an error.
+  EXPECT_EQ(StatusOf(cache.path(), "nosuch", 2, 1).status().code(), StatusCode::kNotFound);
+
+  // Pulled again, then its manifest changed in the cache: not there (its
+  // hash is checked), rather than an error.
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  ASSERT_TRUE(StatusOf(cache.path(), "home", 2, 1)->complete());
+  const fs::path manifests = cache.path() / "exlr8/test" / pulled->commit / "manifests";
+  fs::copy_file(manifests / "exlr8-manifest-up1.json", manifests / "exlr8-manifest-home.json",
+                fs::copy_options::overwrite_existing);
+  auto swapped = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(swapped.ok()) << swapped.status().ToString();
+  EXPECT_FALSE(swapped->complete());
+  EXPECT_THAT(swapped->first_missing, HasSubstr("exlr8-manifest-home.json in the cache: git SHA-1"));
 }
 
 // `exlr8d status`: 0 complete, 1 not, 3 never pulled; --json as the API's.

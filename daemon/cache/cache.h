@@ -301,6 +301,10 @@ class Cache {
   // place are for `exlr8d verify`, which reads them). Returns the bytes
   // forgotten.
   Result<std::uint64_t> ForgetLostBytes(FilesetId fileset);
+  // Cuts a data file grown past its listed size back to it (the bytes past
+  // the end are not the release's; the stage refuses such a file). Its
+  // recorded bytes stay. A scrub that repairs calls it.
+  Status CutToListedSize(FileId file);
   // Records that a scrub just checked every recorded byte of `fileset`, and
   // that `checks_failed` checks failed (their bytes already forgotten).
   Status RecordVerified(FilesetId fileset, std::uint64_t checks_failed);

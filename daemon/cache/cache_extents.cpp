@@ -266,6 +266,18 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
   return ForgetExtents(lost);
 }
 
+Status Cache::CutToListedSize(FileId file) {
+  EXLR8_RETURN_IF_ERROR(rep_->Writable());
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(std::shared_ptr<DataFile> f, r.OpenWritten(file));
+  struct stat st;
+  if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + f->shown);
+  if (static_cast<std::uint64_t>(st.st_size) > f->size && ::ftruncate(f->fd.get(), static_cast<off_t>(f->size)) != 0)
+    return ErrnoStatus(errno, "cut " + f->shown + " back to " + std::to_string(f->size) + " bytes");
+  return Status::Ok();
+}
+
 Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> ranges) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;

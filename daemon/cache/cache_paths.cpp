@@ -201,7 +201,8 @@ Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, 
   if (!S_ISREG(st.st_mode)) return FailedPreconditionError("open " + shown + ": not a regular file");
   // O_NONBLOCK was for the open only; a regular file's I/O ignores it, but
   // it is not left set on a descriptor that lives on.
-  (void)::fcntl(out.fd.get(), F_SETFL, ::fcntl(out.fd.get(), F_GETFL) & ~O_NONBLOCK);
+  if (const int flags = ::fcntl(out.fd.get(), F_GETFL); flags >= 0)
+    (void)::fcntl(out.fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   return out;
 }
 

@@ -201,6 +201,16 @@ struct Cache::Rep {
     EXLR8_ASSIGN_OR_RETURN(FileRow row, LoadFile(file));
     EXLR8_ASSIGN_OR_RETURN(BeneathFile opened, OpenBeneath(root_fd.get(), row.rel, create && !read_only, shown,
                                                            read_only));
+    if (opened.created) {
+      // Created, so it was not there (deleted, or something else in its
+      // place), yet the index records bytes of it: never let new writes
+      // stand in for them (found by review). A pull forgets them first
+      // (ForgetLostBytes); met later, it fails.
+      EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> recorded, AllExtents(file));
+      if (!recorded.empty())
+        return CorruptionError(shown + "/" + row.rel + " was not on disk while the index records bytes of it; they "
+                               "are lost (the next pull forgets and fetches them again)");
+    }
     auto df = std::make_shared<DataFile>();
     df->fd = std::move(opened.fd);
     df->fileset = row.fileset;

@@ -323,7 +323,11 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
     if (f.source) {
       std::error_code ec;
       const auto path = cache.DataPath(info.id);
-      const std::uintmax_t on_disk = path.ok() ? std::filesystem::file_size(*path, ec) : 0;
+      std::uintmax_t on_disk = path.ok() ? std::filesystem::file_size(*path, ec) : 0;
+      // Repairing: cut back here (a file this process had open already was
+      // not cut back by opening it).
+      if (path.ok() && !ec && on_disk > info.size && options.repair && cache.CutToListedSize(info.id).ok())
+        on_disk = std::filesystem::file_size(*path, ec);
       if (path.ok() && !ec && on_disk > info.size) {
         ++report.checks_failed;
         if (report.failures.size() < ScrubReport::kMaxFailureDetails)

@@ -936,6 +936,25 @@ TEST(CacheTest, ADataFileReplacedByALinkOrAFifoIsReplacedAgain) {
   EXPECT_TRUE(std::filesystem::exists(dir / "kept"));
 }
 
+// A data file gone from disk while the index records bytes of it is never
+// quietly made again underneath them (found by review): a write to it fails
+// until those bytes are forgotten.
+TEST(CacheTest, AFileGoneWithRecordedBytesIsNotMadeAgainUnderThem) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 1000);
+  const std::filesystem::path data = *fx.cache->DataPath(fx.file);
+  fx.cache.reset();
+  std::filesystem::remove(data);
+  fx.cache = MustOpen(fx.tmp.path());
+  Status s = fx.cache->WriteAt(fx.file, 1000, Pattern(fx.file, 1000, 100));
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("was not on disk while the index records bytes of it"));
+  EXPECT_EQ(*fx.cache->VerifiedExtents(fx.file), (std::vector<Extent>{{0, 1000}}));
+  EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 1000u);
+  fx.WriteVerified(0, 3000);
+  EXPECT_EQ(ReadFileBytes(data, 0, 3000), Pattern(fx.file, 0, 3000));
+}
+
 TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
   TempDir tmp;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path());

@@ -343,6 +343,26 @@ TEST(ScrubTest, ADataFileLongerThanListedIsReportedAndCutBack) {
   EXPECT_EQ(repair->bytes_forgotten, 0u);
   EXPECT_EQ(fs::file_size(path), size);
   EXPECT_TRUE(Scrub(p.dir.path(), false)->clean());
+
+  // Grown while a long-lived owner (exlr8d serve) has it open: opening does
+  // not cut it back then, the repairing scrub does.
+  auto owner = Cache::Open(p.dir.path());
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  auto sets = (*owner)->ListFilesets();
+  ASSERT_TRUE(sets.ok() && sets->size() == 1u);
+  const std::vector<FileInfo> files = *(*owner)->ListFiles((*sets)[0].id);
+  for (const FileInfo& f : files) {
+    if (f.path == grown.path) {
+      ASSERT_TRUE((*owner)->OpenVerified(f.id).ok());
+    }
+  }
+  fs::resize_file(path, size + 4096);
+  ScrubOptions o;
+  o.repair = true;
+  auto again = ScrubFileset(**owner, (*sets)[0].id, o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->clean());
+  EXPECT_EQ(fs::file_size(path), size);
 }
 
 // A lost width file of 1,176 halves: every check of it fails, the report

@@ -233,6 +233,7 @@ TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {
 // holder had read and uploaded the rank. Now the POST says so at once.
 TEST(ServeStagesTest, ACacheTooDeepForTheLeaseSocketIsRefusedAtOnce) {
   TempDir base;
+  if (base.path().native().size() > 80) GTEST_SKIP() << "TMPDIR is too deep to make a cache path of 90 bytes";
   const std::filesystem::path cache = base.path() / std::string(90 - base.path().native().size() - 1, 'd');
   ASSERT_EQ(cache.native().size(), 90u);
   std::filesystem::create_directories(cache);

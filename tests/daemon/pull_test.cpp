@@ -124,11 +124,8 @@ TEST(PullTest, ManyEmptyFilesAreAllMarkedVerified) {
   EXPECT_TRUE(s->complete);
   auto c = Cache::OpenReadOnly(cache.path());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto filesets = (*c)->ListFilesets();
-  ASSERT_TRUE(filesets.ok());
-  ASSERT_EQ(filesets->size(), 1u);
-  auto files = (*c)->ListFiles((*filesets)[0].id);
-  ASSERT_TRUE(files.ok());
+  auto files = FilesOfOnlyFileset(**c);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
   int empty_verified = 0;
   for (const FileInfo& f : *files) {
     if (!f.path.starts_with("extra/")) continue;
@@ -146,11 +143,8 @@ TEST(PullTest, ManyEmptyFilesAreAllMarkedVerified) {
 void ExpectRecordedBytesMatchSource(const fs::path& cache_dir, const fs::path& source) {
   auto cache = Cache::OpenReadOnly(cache_dir);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
-  auto filesets = (*cache)->ListFilesets();
-  ASSERT_TRUE(filesets.ok());
-  ASSERT_EQ(filesets->size(), 1u);
-  auto files = (*cache)->ListFiles((*filesets)[0].id);
-  ASSERT_TRUE(files.ok());
+  auto files = FilesOfOnlyFileset(**cache);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
   for (const FileInfo& f : *files) {
     auto extents = (*cache)->VerifiedExtents(f.id);
     ASSERT_TRUE(extents.ok());

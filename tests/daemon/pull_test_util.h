@@ -125,6 +125,14 @@ inline bool WhilePullRuns(const fs::path& cache_dir, const PullOptions& o, const
 // A completed pull wrote every byte of its plan that was not already in
 // the cache, once, and claimed space for exactly those bytes: what other
 // pulls running at once and the budget counted as taken.
+// The files of the cache's only fileset (an error when it holds another
+// number of filesets).
+inline Result<std::vector<FileInfo>> FilesOfOnlyFileset(Cache& cache) {
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+  if (sets.size() != 1) return InternalError("expected one fileset, found " + std::to_string(sets.size()));
+  return cache.ListFiles(sets[0].id);
+}
+
 inline void ExpectSpaceAccountingExact(const PullSummary& s) {
   EXPECT_TRUE(s.complete);
   EXPECT_EQ(s.bytes_claimed, s.bytes_written) << "claimed space differs from the bytes written";

@@ -955,6 +955,28 @@ TEST(CacheTest, AFileGoneWithRecordedBytesIsNotMadeAgainUnderThem) {
   EXPECT_EQ(ReadFileBytes(data, 0, 3000), Pattern(fx.file, 0, 3000));
 }
 
+// Found by review: an index whose listed size was cut by hand below its
+// recorded bytes made the next writable open truncate the file, losing
+// them. The open now refuses, and leaves the file as it is.
+TEST(CacheTest, AListedSizeBelowTheRecordedBytesNeverCutsThem) {
+  Fixture fx(3000);
+  fx.WriteVerified(0, 3000);
+  const std::filesystem::path data = *fx.cache->DataPath(fx.file);
+  fx.cache.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((fx.tmp.path() / "exlr8d.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, ("UPDATE files SET size = 1000 WHERE id = " + std::to_string(fx.file)).c_str(), nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  fx.cache = MustOpen(fx.tmp.path());
+  Status s = fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 10));
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("past the file's listed size of 1000 bytes"));
+  EXPECT_EQ(std::filesystem::file_size(data), 3000u);
+  EXPECT_EQ(ReadFileBytes(data, 0, 3000), Pattern(fx.file, 0, 3000));
+}
+
 TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
   TempDir tmp;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path());

@@ -15,6 +15,7 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/serve/job_store.h"
+#include "format/layout.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
@@ -497,8 +498,10 @@ struct RoomForOnePlan {
 };
 
 // Two pulls at once under one --budget: the second counts what the first
-// has claimed and still writes, and stops before it writes a byte, instead
-// of both fitting alone and overrunning the budget together.
+// has claimed and still writes, and stops before it writes a half, instead
+// of both fitting alone and overrunning the budget together. (Its small
+// whole files stream from the listing on, before the plan's size is known,
+// so one may be recorded already: seen in CI, a 1,180-byte manifest.)
 TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
   RoomForOnePlan room;
   auto& sim = room.sim;
@@ -522,8 +525,20 @@ TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
   EXPECT_EQ(serve.Stop(), 0);
   auto c = Cache::Open(cache.path());
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(*(*c)->RecordedBytes(), plan.bytes_planned);
   EXPECT_LE(*(*c)->RecordedBytes(), budget);
+  const std::vector<FilesetInfo> sets = *(*c)->ListFilesets();
+  for (const FilesetInfo& set : sets) {
+    if (set.repo == "exlr8/test") {
+      EXPECT_EQ(set.bytes_cached, plan.bytes_planned);
+      continue;
+    }
+    const std::vector<FileInfo> files = *(*c)->ListFiles(set.id);
+    for (const FileInfo& f : files) {
+      if (ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertWidth) {
+        EXPECT_EQ(f.bytes_cached, 0u) << f.path << ": the second pull wrote halves";
+      }
+    }
+  }
 }
 
 // "make_room": true: a pull that does not fit evicts what gc would, but

@@ -153,7 +153,9 @@ struct HeaderTarget {
   std::uint64_t wanted = 0;       // bytes to request in this round
   std::uint64_t first_round = 0;  // bytes of the first request, and of a restart from byte 0
   std::optional<std::uint64_t> header_bytes;  // 8 + N once known
-  std::optional<std::uint64_t> earlier_digest;  // XXH64 of the last complete, valid fetch
+  // XXH64 of each earlier complete, valid fetch that no other agreed with
+  // (at most max_refetches + 1 of them).
+  std::vector<std::uint64_t> earlier_digests;
   bool done = false;              // handled (and `bytes` freed): not requested again
 };
 

@@ -2,7 +2,9 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <iterator>
 
 namespace exlr8::hubsim {
 namespace {
@@ -98,6 +100,10 @@ Result<FaultConfig> ParseFaultConfigJson(std::string_view text) {
     } else if (key == "max_faults") {
       if (!v.is_int64() && !v.is_uint64()) return InvalidArgumentError("faults: key 'max_faults' must be an integer");
       c.max_faults = v.is_int64() ? v.get_int64() : static_cast<std::int64_t>(v.get_uint64() >> 1);
+    } else if (key == "every") {
+      EXLR8_ASSIGN_OR_RETURN(std::uint64_t n, GetU64(v, key));
+      if (n < 1 || n > UINT32_MAX) return InvalidArgumentError("faults: key 'every' must be in [1, 2^32)");
+      c.every = static_cast<std::uint32_t>(n);
     } else if (key == "url_ttl_s" || key == "expire_urls_now") {
       // Server actions carried in the same request; handled by the server.
     } else {
@@ -125,6 +131,7 @@ std::string FaultConfigToJson(const FaultConfig& c) {
   o["hosts"] = c.on_hub && c.on_cdn ? "both" : (c.on_hub ? "hub" : "cdn");
   o["match"] = c.match;
   o["max_faults"] = c.max_faults;
+  o["every"] = c.every;
   return json::serialize(o);
 }
 
@@ -132,6 +139,7 @@ void FaultPlan::Set(FaultConfig config) {
   std::lock_guard lock(mu_);
   config_ = std::move(config);
   sequence_ = 0;
+  std::fill(std::begin(applied_), std::end(applied_), 0);
 }
 
 FaultConfig FaultPlan::Get() const {
@@ -167,6 +175,7 @@ bool FaultPlan::Decide(FaultKind kind, Host host, std::string_view target) {
     default: p = 0; break;
   }
   if (!applies || p <= 0) return false;
+  if (++applied_[static_cast<std::size_t>(kind)] % std::max<std::uint32_t>(config_.every, 1) != 0) return false;
   std::uint64_t total = 0;
   for (auto n : counts_) total += n;
   if (config_.max_faults >= 0 && total >= static_cast<std::uint64_t>(config_.max_faults)) return false;

@@ -19,14 +19,18 @@
 //                                 X-Linked-Size / HEAD Content-Length for
 //                                 absurd_sizes)
 // max_faults (>= 0) caps the total number injected; -1 is unlimited. Useful
-// for "fail once, then succeed" tests.
+// for "fail once, then succeed" tests. every (>= 1) lets a kind hit only
+// each every-th request it applies to (the every-th, 2 every-th, ...): with
+// p = 1, every = 2 gives "good, bad, good, bad" for tests of what a client
+// makes of alternating answers.
 //
 // JSON form (POST /_sim/faults, and FaultConfigToJson): every key optional,
 // absent keys take the defaults below (the POST replaces the whole config):
 //   {"seed":1,"drop":0,"corrupt":0,"http500":0,"http503":0,"http429":0,
 //    "retry_after_s":1,"ignore_range":0,"throttle_bps":0,
 //    "wrong_content_range":0,"body_longer":0,"hostile_listing":false,
-//    "absurd_sizes":false,"hosts":"both","match":"","max_faults":-1}
+//    "absurd_sizes":false,"hosts":"both","match":"","max_faults":-1,
+//    "every":1}
 //
 // Thread rules: FaultConfig is a value. FaultPlan is internally locked; all
 // methods may be called from any thread.
@@ -77,6 +81,7 @@ struct FaultConfig {
   bool on_cdn = true;
   std::string match;
   std::int64_t max_faults = -1;
+  std::uint32_t every = 1;
 };
 
 // Errors: InvalidArgument naming the key (bad JSON, wrong type, probability
@@ -118,6 +123,7 @@ class FaultPlan {
   FaultConfig config_;           // guarded by mu_
   std::uint64_t sequence_ = 0;   // guarded by mu_
   std::uint64_t counts_[kFaultKindCount] = {};  // guarded by mu_
+  std::uint64_t applied_[kFaultKindCount] = {};  // decisions that applied, per kind; guarded by mu_
 };
 
 }  // namespace exlr8::hubsim

@@ -118,6 +118,24 @@ TEST(FaultPlan, HostsMatchAndCap) {
   EXPECT_EQ(plan.injected(FaultKind::kHttp500), 2u);
 }
 
+TEST(FaultPlan, EveryNthApplicableRequest) {
+  FaultConfig c;
+  c.corrupt = 1.0;
+  c.match = "k3";
+  c.every = 2;
+  FaultPlan plan(c);
+  std::string bits;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_FALSE(plan.Decide(FaultKind::kCorrupt, Host::kCdn, "/a/k2"));  // not counted: does not apply
+    bits += plan.Decide(FaultKind::kCorrupt, Host::kCdn, "/a/k3") ? '1' : '0';
+  }
+  EXPECT_EQ(bits, "010101");
+  auto parsed = ParseFaultConfigJson(FaultConfigToJson(c));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->every, 2u);
+  EXPECT_FALSE(ParseFaultConfigJson(R"({"every":0})").ok());
+}
+
 TEST(UrlSigner, VerifiesExpiresAndRevokes) {
   UrlSigner s;
   const std::string sig = s.Sign("org/x/abc/f.safetensors", 1000);

@@ -46,6 +46,7 @@ faults (probabilities in [0,1], decisions seeded by --seed):
   --fault-429 P  --retry-after S  --fault-ignore-range P  --throttle BYTES_PER_S
   --fault-wrong-content-range P  --fault-body-longer P  --hostile-listing
   --absurd-sizes  --fault-hosts hub|cdn|both  --fault-match SUBSTR  --max-faults N
+  --fault-every N (a kind hits only each Nth request it applies to)
 )";
 
 bool SplitHostPort(std::string_view s, std::string* host, std::uint16_t* port) {
@@ -163,6 +164,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--max-faults") {
       ok = u64(INT64_MAX, &n);
       faults.max_faults = static_cast<std::int64_t>(n);
+    } else if (arg == "--fault-every") {
+      ok = u64(UINT32_MAX, &n) && n >= 1;
+      faults.every = static_cast<std::uint32_t>(n);
     } else {
       return Usage("unknown option " + arg);
     }

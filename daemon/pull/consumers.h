@@ -154,7 +154,7 @@ struct HeaderTarget {
   std::uint64_t first_round = 0;  // bytes of the first request, and of a restart from byte 0
   std::optional<std::uint64_t> header_bytes;  // 8 + N once known
   // XXH64 of each earlier complete, valid fetch that no other agreed with
-  // (at most max_refetches + 1 of them).
+  // (at most max_refetches + 2 of them).
   std::vector<std::uint64_t> earlier_digests;
   bool done = false;              // handled (and `bytes` freed): not requested again
 };

@@ -8,6 +8,7 @@
 #
 #   scripts/demo.sh              setup + build + demo (work files in ./out/demo)
 #   EXLR8_SKIP_SETUP=1 ...       skip apt-get
+#   EXLR8_CMAKE_ARGS="..."       more cmake arguments (scripts/test.sh: -DEXLR8_WERROR=ON)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${EXLR8_DEMO_DIR:-$PWD/out/demo}
@@ -20,7 +21,8 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   scripts/setup.sh
 fi
 say "build (Release) in build-release/"
-cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON >/dev/null
+# shellcheck disable=SC2086  # EXLR8_CMAKE_ARGS is a list of arguments
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON ${EXLR8_CMAKE_ARGS:-} >/dev/null
 mkdir -p "$work"
 if ! cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim > "$work/build.log" 2>&1; then
   cat "$work/build.log"

@@ -33,7 +33,7 @@ command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/set
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS=-Wno-unknown-warning-option \
-  -DEXLR8_FUZZ=ON -DEXLR8_FUZZ_SECONDS="$seconds" \
+  -DEXLR8_WERROR=ON -DEXLR8_FUZZ=ON -DEXLR8_FUZZ_SECONDS="$seconds" \
   -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF >/dev/null
 
 if (($#)); then

@@ -19,14 +19,14 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
 fi
 
 step "build (RelWithDebInfo) in build/"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 
 step "tests"
 ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 
 step "format/ unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF >/dev/null
 make -C build-asan/tests/format -j"$jobs" --no-print-directory >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan/tests/format --output-on-failure -j"$jobs"
@@ -40,7 +40,7 @@ step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
 # pulls multiplex on HTTP/2, where backpressure blocks the fetch thread.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
             pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test pull_tls_test)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test serve_stages_test exlr8d \
   >/dev/null
@@ -55,6 +55,15 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_jobs_test --gtest_brief=1
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_stages_test --gtest_brief=1
 
+
+# The README's first quick-start command, as a user runs it: its Release
+# build (-O3 warns where RelWithDebInfo does not: a Release-only warning once
+# broke it unseen) and the main job against the hub stand-in.
+mkdir -p "$root/out"
+step "the quick start's main job (scripts/demo.sh: Release build in build-release/, pull, verify, serve)"
+EXLR8_SKIP_SETUP=1 EXLR8_CMAKE_ARGS=-DEXLR8_WERROR=ON EXLR8_DEMO_DIR="$root/out/demo" scripts/demo.sh >"$root/out/demo.log" 2>&1 ||
+  { cat "$root/out/demo.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
+tail -6 "$root/out/demo.log"
 
 if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then
   step "bounded libFuzzer runs (build-fuzz/)"

@@ -145,8 +145,11 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   Result<CachedRankPlan> made = PlanRankFromCache(cache, set, manifest, tp, rank, /*check_index_hashes=*/false);
   // One that no longer matches its hash: forgotten by exlr8d verify, then
   // fetched again; until then the rank is not there.
-  if (!made.ok() && made.status().code() == StatusCode::kCorruption) return not_planned(made.status().message());
-  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, std::move(made));
+  if (!made.ok()) {
+    if (made.status().code() == StatusCode::kCorruption) return not_planned(made.status().message());
+    return made.status();
+  }
+  CachedRankPlan planned = std::move(made).value();
   auto missing = [&st](const std::string& what) {
     if (st.first_missing.empty()) st.first_missing = what;
   };

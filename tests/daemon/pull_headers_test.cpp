@@ -22,12 +22,13 @@ namespace {
 using testing::TempDir;
 using ::testing::HasSubstr;
 
-// A release whose width-file headers (~100 KB) do not fit the 64 KiB probe.
-void SynthesizeLongHeaders(const fs::path& dir, std::uint64_t seed) {
+// A release of one MoE layer with `experts` experts: at 48 its width-file
+// headers (~100 KB) do not fit the 64 KiB probe, at 4 they do.
+void SynthesizeOneMoeLayer(const fs::path& dir, std::uint64_t seed, int experts) {
   SynthOptions so;
   so.hidden = 128;
   so.halves = 8;
-  so.experts = 48;  // 48 x 3 x 8 tensors per width file
+  so.experts = experts;  // experts x 3 x 8 tensors per width file
   so.moe_layers = {1};
   so.dense_layers = {0};
   so.num_hidden_layers = 2;
@@ -39,7 +40,7 @@ void SynthesizeLongHeaders(const fs::path& dir, std::uint64_t seed) {
 
 TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerified) {
   TempDir release, cache;
-  SynthesizeLongHeaders(release.path(), 3);
+  SynthesizeOneMoeLayer(release.path(), 3, 48);
   // The premise: the header does not fit the 64 KiB probe.
   const auto k2 = ReadAll(release.path() / "experts" / "exlr8-layer-001.k2.safetensors");
   auto n = SafetensorsHeaderSize(std::as_bytes(std::span(k2.data(), 8)), k2.size(), "k2");
@@ -64,7 +65,7 @@ TEST(PullHeadersTest, HeadersLongerThanTheProbeAreFetchedInASecondRoundAndVerifi
 // on header requests.
 TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
   TempDir release;
-  SynthesizeLongHeaders(release.path(), 4);
+  SynthesizeOneMoeLayer(release.path(), 4, 48);
   // The damaged byte lands somewhere else with each seed: in the length,
   // the JSON's syntax (the header does not parse), or a tensor name (it
   // parses and validates: only the second fetch, disagreeing, catches it).
@@ -116,19 +117,7 @@ TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
 // of these headers fit the 64 KiB probe, so each fetch is one answer.
 TEST(PullHeadersTest, AnyTwoAgreeingFetchesOfAHeaderAreEnough) {
   TempDir release;
-  SynthOptions so;
-  so.hidden = 128;
-  so.halves = 8;
-  so.experts = 4;
-  so.moe_layers = {1};
-  so.dense_layers = {0};
-  so.num_hidden_layers = 2;
-  so.width_alignment = 1;
-  so.seed = 6;
-  {
-    DirectoryReleaseSink sink(release.path().string());
-    ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
-  }
+  SynthesizeOneMoeLayer(release.path(), 6, 4);
   int damaged = 0;  // seeds whose damage landed in the header (not in the pad after it)
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
     hubsim::FaultConfig f;
@@ -163,7 +152,7 @@ TEST(PullHeadersTest, AnyTwoAgreeingFetchesOfAHeaderAreEnough) {
 // rerun fails the same way instead of reporting the plan complete.
 TEST(PullHeadersTest, BadHeaderFoundWhileHalvesStreamFailsThePullAndRecordsNothingUnverified) {
   TempDir release;
-  SynthesizeLongHeaders(release.path(), 5);
+  SynthesizeOneMoeLayer(release.path(), 5, 48);
   const std::string bad_path = "experts/exlr8-layer-001.k3.safetensors";
   {
     std::fstream f(release.path() / bad_path, std::ios::in | std::ios::out | std::ios::binary);

@@ -2,7 +2,8 @@
 # Sets up, builds from scratch and runs every test. This is the README's test
 # command and what CI runs (.ci/run).
 #
-#   scripts/test.sh            full run: setup, build, ctest, sanitizer tests (ASan+UBSan, TSan), bounded fuzzing
+#   scripts/test.sh            full run: setup, build, ctest, sanitizer tests (ASan+UBSan, TSan), the demo
+#                              on its Release build, bounded fuzzing; every build with -DEXLR8_WERROR=ON
 #   EXLR8_SKIP_SETUP=1 ...     skip apt-get (dependencies already installed)
 #   EXLR8_JOBS=N ...           parallel build/test jobs (default: nproc)
 set -euo pipefail

@@ -163,13 +163,17 @@ def one_round(args, rng, round_no, work):
             pull = [exlr8d, "pull", "--repo", repo, "--manifest", manifest, "--tp", str(tp), "--rank", str(rank),
                     "--endpoint", hub.url, "--cache", cache, "--no-progress", "--json"]
             r = run(pull, timeout=600)
-            if args.faults and r.returncode == 3 and "failed verification" in r.stderr:
+            again = 0
+            while args.faults and again < 2 and r.returncode == 3 and "failed verification" in r.stderr:
                 # At 5% corrupted bodies a request fails all its verifications
                 # (3) about once in 8,000, and a header (no checksum: two of
                 # its at most 4 fetches must agree) about once in 2,000: the
-                # bounded failure issue 3 asks for. What must hold then is
-                # that the cache stayed consistent and a second pull completes
-                # from where the first stopped.
+                # bounded failure issue 3 asks for, about one pull in 80 here
+                # (150 rounds of the fixture). What must hold then is that
+                # the cache stayed consistent and a later pull completes from
+                # where the first stopped (two more: one alone would itself
+                # fail once in 80 times, once in about 300 CI runs).
+                again += 1
                 print(f"  pull of rank {rank} failed as bounded ({r.stderr.strip().splitlines()[-1][:160]}); "
                       "pulling again", flush=True)
                 r = run(pull, timeout=600)

@@ -116,6 +116,25 @@ disk_delta() {
   read -r -a b <<< "$2"
   echo "disk read $(((b[0] - a[0]) * 512 / 1000000)) MB, wrote $(((b[1] - a[1]) * 512 / 1000000)) MB"
 }
+# TRACE=1 (parts A and C): for every exlr8d and curl run, a timeline in
+# 100 ms steps of what nginx served (from its access log, one line per
+# answer with $request_time) and what the disk read and wrote (sampled every
+# 10 ms), printed to $w/trace and to stderr: where the two clients' runs part.
+trace_pid=
+trace_start() {
+  [[ ${TRACE:-0} == 1 ]] || return 0
+  [[ -f $w/ngx/access.log ]] && : > "$w/ngx/access.log"
+  python3 "$tool" disk-sample "/sys/class/block/$disk_dev/stat" > "$w/disk.trace" &
+  trace_pid=$!
+  until [[ -s $w/disk.trace ]]; do sleep 0.01; done  # its first sample before the run starts
+}
+trace_stop() {  # trace_stop T0 T1 LABEL
+  [[ ${TRACE:-0} == 1 && -n $trace_pid ]] || return 0
+  kill "$trace_pid" 2> /dev/null || true
+  wait "$trace_pid" 2> /dev/null || true
+  trace_pid=
+  python3 "$tool" timeline "$w/ngx/access.log" "$w/disk.trace" "$1" "$2" "$3" | tee -a "$w/trace" >&2
+}
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.2", 0)); print(s.getsockname()[1])'
 }
@@ -130,7 +149,10 @@ start_nginx() {
   mkdir -p "$w/ngx"
   nginx_port=$(free_port)
   local access="access_log off;"
-  if [[ $log == on ]]; then
+  if [[ $log == trace ]]; then  # unbuffered: read right after each run
+    access="log_format t '\$msec \$request_time \$body_bytes_sent \"\$uri\"';
+  access_log $w/ngx/access.log t;"
+  elif [[ $log == on ]]; then
     access="log_format t '\$msec \"\$uri\" \"\$http_range\" \$status \$body_bytes_sent';
   access_log $w/ngx/access.log t buffer=256k flush=1s;"
   fi
@@ -210,6 +232,10 @@ read -r -a pull_extra <<< "${PULL_EXTRA:-}"
 read -r -a b_wrap <<< "${B_WRAP:-}"
 pull_args+=("${pull_extra[@]}")
 echo "pull_bench: $(nproc) cores, load $(load), work dir $w ($((free_kb / 1024 / 1024)) GB free)"
+q=/sys/class/block/$disk_dev/queue
+[[ -d $q ]] || q=/sys/class/block/$(basename "$(readlink -f "/sys/class/block/$disk_dev/..")")/queue
+echo "  disk $disk_dev: scheduler $(cat "$q/scheduler" 2> /dev/null), read_ahead_kb $(cat "$q/read_ahead_kb" 2> /dev/null)," \
+  "wbt_lat_usec $(cat "$q/wbt_lat_usec" 2> /dev/null), nr_requests $(cat "$q/nr_requests" 2> /dev/null)"
 echo "  $("$nginx_bin" -v 2>&1), $(curl --version | head -1 | cut -d' ' -f1-2), $( ((have_aria2)) && aria2c --version | head -1)"
 
 # ---------------------------------------------------------------- part A --
@@ -224,7 +250,7 @@ if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
   n_files=$(find "$rel" -type f | wc -l)
   echo "  release $release_bytes bytes in $n_files files; TP 4 rank 1 needs $plan_bytes bytes"
 
-  start_nginx "$rel" off
+  start_nginx "$rel" "$( [[ ${TRACE:-0} == 1 ]] && echo trace || echo off)"
   start_hubsim "$rel"
   echo "  nginx http://127.0.0.2:$nginx_port (root $rel), hub $hub"
   python3 "$tool" curl-config "$w/plan.json" "http://127.0.0.2:$nginx_port" "$w/curl.out" > "$w/curl.cfg" \
@@ -256,10 +282,12 @@ if [[ " $parts " == *" A "* || " $parts " == *" C "* ]]; then
     l=$(load)
     local io0
     io0=$(disk_sectors)
+    trace_start
     t0=$(now)
     /usr/bin/time -f '%M %U %S' -o "$w/time.txt" "${exe:-$bin/exlr8d}" pull "${pull_args[@]}" --endpoint "$hub" --cache "$dir" \
       --no-progress --json > "$w/pull.json"
     t1=$(now)
+    trace_stop "$t0" "$t1" "exlr8d $mode"
     disk_delta "$io0" "$(disk_sectors)" > "$w/io"
     local rss user sys
     read -r rss user sys < "$w/time.txt"
@@ -291,10 +319,12 @@ PY
     l=$(load)
     local io0
     io0=$(disk_sectors)
+    trace_start
     t0=$(now)
     /usr/bin/time -f '%U %S' -o "$w/time.txt" \
       curl --parallel --parallel-max 16 -sS --no-progress-meter --fail -K "$w/curl.run.cfg"
     t1=$(now)
+    trace_stop "$t0" "$t1" "curl $mode"
     disk_delta "$io0" "$(disk_sectors)" > "$w/io"
     awk '{printf "cpu %.2f s (user %.2f, sys %.2f)", $1 + $2, $1, $2}' "$w/time.txt" > "$w/cpu"
     # exlr8d's bytes are on stable storage when it exits; curl's are not:

@@ -124,9 +124,9 @@ trace_pid=
 trace_start() {
   [[ ${TRACE:-0} == 1 ]] || return 0
   [[ -f $w/ngx/access.log ]] && : > "$w/ngx/access.log"
-  python3 "$tool" disk-sample "/sys/class/block/$disk_dev/stat" > "$w/disk.trace" &
+  python3 "$tool" disk-sample "/sys/class/block/$disk_dev/stat" > "$w/disk.trace" 2> "$w/disk.trace.started" &
   trace_pid=$!
-  until [[ -s $w/disk.trace ]]; do sleep 0.01; done  # its first sample before the run starts
+  until [[ -s $w/disk.trace.started ]]; do sleep 0.01; done  # its first sample before the run starts
 }
 trace_stop() {  # trace_stop T0 T1 LABEL
   [[ ${TRACE:-0} == 1 && -n $trace_pid ]] || return 0

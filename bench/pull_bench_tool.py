@@ -81,15 +81,27 @@ def half_log(plan_path, log_path, start):
 
 
 def disk_sample(stat_path):
+    # Kept in memory and written at the end: a write to a file on the disk
+    # being measured can wait behind the journal commits the run causes.
     import signal
     import time
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    out = sys.stdout
+    samples = []
+
+    def dump(*_):
+        sys.stdout.write("".join("%.4f %s %s %s\n" % s for s in samples))
+        sys.stdout.flush()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, dump)
+    first = True
     while True:
         with open(stat_path) as f:
             v = f.read().split()
-        out.write("%.4f %s %s %s\n" % (time.time(), v[2], v[6], v[8]))
-        out.flush()
+        samples.append((time.time(), v[2], v[6], v[8]))
+        if first:  # tells the caller that sampling has begun
+            sys.stderr.write("sampling\n")
+            sys.stderr.flush()
+            first = False
         time.sleep(0.01)
 
 

@@ -1,5 +1,6 @@
 #include "daemon/serve/job_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -77,6 +78,13 @@ struct JobRunner::Rep {
   // job never stays "running" after its work ended (found by review: it
   // did until the next start, and blocked its repo). Guarded by mu.
   std::map<JobId, std::function<Status()>> unrecorded_ends;
+  // Queued jobs whose start (or failure) the queue could not record (a full
+  // disk): what went wrong, said once in the log and shown as the job's
+  // `waiting`. While any is here the scheduler waits `lock_retry` between
+  // passes (found by review: the failed start woke it at once, and it spun
+  // at full CPU starting the same job, or flooded the log). Guarded by mu.
+  std::map<JobId, std::string> queue_trouble;
+  bool back_off = false;  // the next pass waits lock_retry first (guarded by mu)
   RunnerTotals finished_totals;          // of the jobs that ended (guarded by mu)
   std::thread scheduler;
 
@@ -98,6 +106,10 @@ struct JobRunner::Rep {
   // Records a job's end by `write` (Finish or Requeue); one that fails is
   // kept in unrecorded_ends and tried again by the scheduler.
   void End(JobId job, std::function<Status()> write);
+  // The queue could not record `what` of a queued job: note it in
+  // queue_trouble (logged when it changes) and make the scheduler back off.
+  // REQUIRES: mu held.
+  void NoteQueueTrouble(JobId job, const std::string& what, const Status& why);
   // Tries the unrecorded ends again; true while some are left.
   bool RetryUnrecordedEnds();
   void Kick() {
@@ -240,7 +252,11 @@ void JobRunner::Rep::Loop() {
   std::unique_ptr<Cache> cache;  // open only while there is work
   for (;;) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      std::unique_lock<std::mutex> l(mu);
+      if (back_off) {
+        back_off = false;
+        wake.wait_for(l, opt.lock_retry, [this] { return stopping; });
+      }
       if (stopping) break;
       kicked = false;
     }
@@ -269,10 +285,13 @@ void JobRunner::Rep::Loop() {
         // jobs that would start, which a client can see, rather than
         // spinning.
         if (opened.status().code() != StatusCode::kFailedPrecondition) {
-          for (const JobInfo& job : start)
-            LogIfFailed(
-                store->Finish(job.id, JobState::kFailed, "cannot open the cache: " + opened.status().ToString()),
-                job.id, "its failure");
+          for (const JobInfo& job : start) {
+            const std::string error = "cannot open the cache: " + opened.status().ToString();
+            const Status s = store->Finish(job.id, JobState::kFailed, error);
+            if (s.ok() || s.code() == StatusCode::kFailedPrecondition) continue;  // recorded, or ended meanwhile
+            std::lock_guard<std::mutex> g(mu);
+            NoteQueueTrouble(job.id, "its failure (" + error + ")", s);
+          }
           continue;
         }
         l.lock();
@@ -287,6 +306,11 @@ void JobRunner::Rep::Loop() {
       l.lock();
     }
     waiting = std::move(why);
+    // Troubles of jobs no longer queued (recorded in the end) are over.
+    std::erase_if(queue_trouble, [&](const auto& t) {
+      return std::none_of(queued->begin(), queued->end(), [&](const JobInfo& j) { return j.id == t.first; });
+    });
+    for (const auto& [id, trouble] : queue_trouble) waiting[id] = trouble;
     if (stopping) break;
     for (const JobInfo& job : start) {
       auto rj = std::make_unique<RunningJob>();
@@ -329,7 +353,13 @@ void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
     cancelled = rj.cancel_requested;
   }
   if (Status s = store->MarkRunning(rj.job.id); !s.ok()) {
-    // Cancelled (or gone) while queued: nothing to do.
+    // FailedPrecondition: cancelled (or gone) while queued, nothing to do.
+    // Anything else: the queue could not record the start; the job stays
+    // queued and starts once it can.
+    if (s.code() != StatusCode::kFailedPrecondition) {
+      std::lock_guard<std::mutex> l(mu);
+      NoteQueueTrouble(rj.job.id, "its start", s);
+    }
   } else if (cancelled) {
     // Never started: an evict would not look at the flag, and must not run
     // after a client was told it is cancelled (found by review).
@@ -337,6 +367,11 @@ void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
     const JobId id = rj.job.id;
     End(id, [st, id] { return st->Finish(id, JobState::kCancelled, "cancelled by a client before it started"); });
   } else {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (queue_trouble.erase(rj.job.id) > 0)
+        std::fprintf(stderr, "exlr8d serve: job %lld: its start is recorded now\n", static_cast<long long>(rj.job.id));
+    }
     switch (rj.job.request.kind) {
       case JobKind::kPull: RunPull(cache, rj); break;
       case JobKind::kVerify: RunVerify(cache, rj); break;
@@ -352,6 +387,17 @@ void JobRunner::Rep::RunJob(Cache& cache, RunningJob& rj) {
     kicked = true;
   }
   wake.notify_all();
+}
+
+void JobRunner::Rep::NoteQueueTrouble(JobId job, const std::string& what, const Status& why) {
+  const std::string message = "the job queue could not record " + what + ": " + why.ToString() + "; retrying every " +
+                              std::to_string(opt.lock_retry.count()) + " ms";
+  std::string& noted = queue_trouble[job];
+  if (noted != message)
+    std::fprintf(stderr, "exlr8d serve: job %lld: %s\n", static_cast<long long>(job), message.c_str());
+  noted = message;
+  waiting[job] = message;
+  back_off = true;
 }
 
 void JobRunner::Rep::End(JobId job, std::function<Status()> write) {

@@ -59,6 +59,11 @@ std::string Waiting(const JsonValue& job) {
   return w != nullptr && w->is_string() ? w->as_string() : "";
 }
 
+std::string ReadLog(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::uint64_t Submit(const ServeProcess& serve, const std::string& body) {
   const HttpAnswer a = Http(serve.base() + "/v1/pulls", "POST", "", body);
   EXPECT_EQ(a.status, 202) << a.body;
@@ -316,6 +321,48 @@ TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
   // loaded run: read between the two).
   EXPECT_TRUE(WaitFor([&] { return logged("job 1: its end is recorded now"); }, 10));
   EXPECT_EQ(serve.Stop(), 0);
+}
+
+// Found by review: when the queue could not record a job's start (a full
+// disk), the job stayed queued with no word of why, and the scheduler,
+// woken by the failed start, started it again at once: on a full disk, at
+// full CPU. Now the job says why it waits, the log says it once, and the
+// job starts once the queue can record it. (A writer holding the queue's
+// database stands in for the full disk, readers still reading: each start
+// then fails after the busy timeout.)
+TEST(ServeJobsTest, AJobWhoseStartTheQueueCannotRecordSaysSoAndStartsLater) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, logs;
+  const std::string log = (logs.path() / "serve.log").string();
+  auto owner = Cache::Open(cache.path());
+  ASSERT_TRUE(owner.ok());
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"}, log);
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = Submit(serve, Body(4, 3));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return Waiting(last = Job(serve, id)).find("locked by pid") != std::string::npos; }))
+      << State(last);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((cache.path() / "exlr8d.jobs.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  owner->reset();  // the job would start now
+  ASSERT_TRUE(WaitFor([&] {
+    return Waiting(last = Job(serve, id)).find("the job queue could not record its start") != std::string::npos;
+  }, 30)) << Waiting(last) << "\n" << ReadLog(log);
+  EXPECT_EQ(State(last), "queued");
+  EXPECT_THAT(Waiting(last), HasSubstr("retrying every"));
+  // At least one more try (5 s busy timeout, then the 2 s back-off), which
+  // fails the same way: logged once, not once a try.
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  ASSERT_TRUE(WaitFor([&] { return State(last = Job(serve, id)) == "done"; }, 60)) << State(last);
+  EXPECT_EQ(serve.Stop(), 0);
+  const std::string text = ReadLog(log);
+  std::size_t said = 0;
+  for (std::size_t at = 0; (at = text.find("could not record its start", at)) != std::string::npos; ++at) ++said;
+  EXPECT_EQ(said, 1u) << text;
+  EXPECT_THAT(text, HasSubstr("job 1: its start is recorded now"));
 }
 
 // Found by review: an unknown pull's DELETE said 409, GET /v1/verify "no

@@ -282,12 +282,25 @@ namespace {
 void DumpString(std::string_view s, std::string& out) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
+  const auto* bytes = reinterpret_cast<const unsigned char*>(s.data());
   std::size_t run = 0;  // start of the pending unescaped run
   for (std::size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') continue;
+    std::size_t utf8 = 0;
+    if (c >= 0x80 && (utf8 = Utf8SequenceLength(bytes + i, bytes + s.size())) > 0) {
+      i += utf8 - 1;  // a whole character, as it is
+      continue;
+    }
     out.append(s.data() + run, i - run);
     run = i + 1;
+    if (c >= 0x80) {  // a byte of no UTF-8 character: no JSON string holds it, so its text \xNN
+      static constexpr char kUpperHex[] = "0123456789ABCDEF";  // as EscapeForMessage writes it
+      out += "\\\\x";
+      out.push_back(kUpperHex[c >> 4]);
+      out.push_back(kUpperHex[c & 15]);
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

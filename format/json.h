@@ -81,9 +81,11 @@ class JsonValue {
   // Serializes compactly (used by tests and the writer): no whitespace,
   // members in stored order, integers exactly, doubles in the shortest form
   // that reads back to the same value, non-finite doubles as null.
-  // Strings are written as they are apart from escapes, so REQUIRES: every
-  // string and key is valid UTF-8 (always true for parsed values) for the
-  // result to be valid JSON. Parse(Dump(v)) reproduces v.
+  // Strings are written as they are apart from escapes; a byte that is not
+  // part of valid UTF-8 (never in parsed values, but possible in strings
+  // built from a client's bytes) is written as the text \xNN, so the
+  // result is always valid JSON. Parse(Dump(v)) reproduces v when every
+  // string and key is valid UTF-8.
   std::string Dump() const;
 
   // Builders (used by the writer and tests).
@@ -160,8 +162,9 @@ inline constexpr std::size_t kJsonMaxDepthLimit = 1000;
 // the limits. Errors are Corruption with "at byte N: ..." in the message.
 Result<JsonValue> ParseJson(std::string_view text, const JsonLimits& limits = {});
 
-// Appends `s` as a JSON string literal (quotes, escapes) to `out`, for code
-// that writes JSON without building a JsonValue (the plan, summaries).
+// Appends `s` as a JSON string literal (quotes, escapes; bytes of no UTF-8
+// character as the text \xNN, as Dump does) to `out`, for code that writes
+// JSON without building a JsonValue (the plan, summaries).
 void AppendJsonString(std::string& out, std::string_view s);
 
 // Same, for text that sits at `base_offset` inside a larger buffer (a

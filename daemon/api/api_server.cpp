@@ -89,7 +89,16 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     } catch (const std::exception& e) {  // a bug; the server keeps serving
       answer = {500, "{\"error\":{\"code\":\"Internal\",\"message\":\"handler failed\"}}"};
     }
-    Send(MakeResponse(req.version(), req.keep_alive(), answer));
+    http::response<http::string_body> res = MakeResponse(req.version(), req.keep_alive(), answer);
+    if (req.method() == http::verb::head) {
+      // RFC 9110 9.3.2: the header a GET gets, no body. On a kept-alive
+      // connection the body would be read as the next answer (found by
+      // review: every HEAD got a 405 with its JSON body).
+      const std::size_t length = res.body().size();
+      res.body().clear();
+      res.content_length(length);
+    }
+    Send(std::move(res));
   }
 
   void Send(http::response<http::string_body> res) {

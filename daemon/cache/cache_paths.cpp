@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "format/layout.h"
+
 namespace exlr8 {
 namespace {
 
@@ -137,6 +139,11 @@ Status ValidateRepoPath(std::string_view path) {
       return bad("has a component longer than " + std::to_string(kMaxPathComponent) + " bytes");
   }
   return Status::Ok();
+}
+
+Status ValidateManifestRef(std::string_view manifest) {
+  if (manifest.empty()) return InvalidArgumentError("empty");
+  return ValidateRepoPath(IsManifestName(manifest) ? ManifestPath(manifest) : std::string(manifest));
 }
 
 std::string FilesetDir(std::string_view repo, std::string_view commit) {

@@ -47,6 +47,12 @@ Status ValidateHolder(std::string_view holder);
 // InvalidArgument naming the (escaped) path and the reason otherwise.
 Status ValidateRepoPath(std::string_view path);
 
+// A manifest as a client names it: a name (home, down1: the release's
+// manifests/exlr8-manifest-NAME.json) or a path in the repo. Either way the
+// repo path it stands for must pass ValidateRepoPath (so no control
+// characters, which a name could otherwise carry into the logs).
+Status ValidateManifestRef(std::string_view manifest);
+
 // "<org>/<name>/<commit>", relative to the cache root.
 // REQUIRES: ValidateRepoId(repo) and ValidateCommit(commit) are OK.
 std::string FilesetDir(std::string_view repo, std::string_view commit);

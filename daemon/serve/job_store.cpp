@@ -66,9 +66,9 @@ Status CheckRequest(const JobRequest& r) {
   if (r.manifest.empty()) return InvalidArgumentError("manifest must not be empty");
   // Names and repo paths only: the server never reads a local file for a
   // client (PullOptions::allow_local_manifest).
-  if (r.manifest.front() == '/' || r.manifest.find("..") != std::string::npos)
-    return InvalidArgumentError("manifest must be a name (home, down1, ...) or a path inside the repository, got '" +
-                                r.manifest + "'");
+  if (Status s = ValidateManifestRef(r.manifest); !s.ok())
+    return InvalidArgumentError("manifest must be a name (home, down1, ...) or a path inside the repository: " +
+                                s.message());
   if (r.tp < 1) return InvalidArgumentError("tp must be >= 1, got " + std::to_string(r.tp));
   if (r.rank < 0 || r.rank >= r.tp)
     return InvalidArgumentError("rank must be in [0, " + std::to_string(r.tp - 1) + "], got " +

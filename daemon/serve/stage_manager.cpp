@@ -95,8 +95,7 @@ Status ValidateStageRequest(const StageRequest& r) {
   EXLR8_RETURN_IF_ERROR(ValidateRepoId(r.repo));
   EXLR8_RETURN_IF_ERROR(ValidateRevision(r.revision));
   if (r.manifest.empty()) return InvalidArgumentError("missing manifest (a name such as \"home\", or a repo path)");
-  if (!IsManifestName(r.manifest))
-    if (Status s = ValidateRepoPath(r.manifest); !s.ok())
+  if (Status s = ValidateManifestRef(r.manifest); !s.ok())
       return InvalidArgumentError("manifest: a name such as \"home\" or a path in the repo: " + s.message());
   if (r.tp < 1 || r.tp > (1 << 20)) return InvalidArgumentError("tp must be an integer in [1, 1048576]");
   if (r.rank < 0 || r.rank >= r.tp)

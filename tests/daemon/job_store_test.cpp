@@ -171,6 +171,12 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   refused(r, "manifest");
   r.manifest = "manifests/../../x.json";
   refused(r, "manifest");
+  // Found by review: a name could carry a newline into the server's log,
+  // forging a line there.
+  r.manifest = "home\nexlr8d serve: job 1: done";
+  refused(r, "contains a control character");
+  r.manifest = "manifests/exlr8-manifest-x\x1b.json";
+  refused(r, "contains a control character");
   r = Request();
   r.revision = "";
   refused(r, "revision");

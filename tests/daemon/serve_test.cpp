@@ -33,6 +33,7 @@ namespace {
 
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   auto sim = StartSim(TinyRelease());
@@ -229,6 +230,30 @@ int ConnectLoopback(std::uint16_t port) {
   if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
   if (fd >= 0) ::close(fd);
   return -1;
+}
+
+// Found by review: a HEAD got its answer's body too, which a client on the
+// same kept-alive connection then read as the next answer.
+TEST(ApiServerTest, AHeadAnswerHasNoBody) {
+  auto server = ApiServer::Start({"", "127.0.0.1", 0},
+                                 [](const ApiRequest& r) { return ApiResponse{405, "{\"method\":\"" + r.method + "\"}"}; });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int fd = ConnectLoopback((*server)->tcp_port());
+  ASSERT_GE(fd, 0);
+  const std::string reqs = "HEAD /x HTTP/1.1\r\nHost: a\r\n\r\nGET /y HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::write(fd, reqs.data(), reqs.size()), static_cast<ssize_t>(reqs.size()));
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  // The HEAD's header says the length a GET's body has, and the next thing
+  // on the connection is the GET's status line.
+  const std::size_t head_end = got.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << got;
+  EXPECT_THAT(got.substr(0, head_end), HasSubstr("Content-Length: 17"));
+  EXPECT_EQ(got.compare(head_end + 4, 9, "HTTP/1.1 "), 0) << got;
+  EXPECT_THAT(got.substr(head_end + 4), HasSubstr("{\"method\":\"GET\"}"));
+  EXPECT_THAT(got.substr(head_end + 4), Not(HasSubstr("HEAD")));
 }
 
 // Found by review: connections were unbounded, so a local client could use

@@ -319,6 +319,21 @@ TEST(JsonTest, DumpIsCompactAndExact) {
   EXPECT_EQ(MustParse(R"("\u00e9\/")").Dump(), "\"\xC3\xA9/\"");
 }
 
+// Found by review: strings built from a client's bytes (a query's name, a
+// job id in a path) reached error bodies with bytes no JSON string may
+// hold. Every Dump is valid JSON now; valid characters stay as they are.
+TEST(JsonTest, DumpWritesBytesOfNoUtf8CharacterAsText) {
+  const std::string raw = "a\xFF\xC3(\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xED\xA0\x80z";
+  const std::string dumped = JsonValue::String(raw).Dump();
+  EXPECT_EQ(dumped, R"("a\\xFF\\xC3()" "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80" R"(\\xED\\xA0\\x80z")");
+  EXPECT_TRUE(IsValidUtf8(dumped));
+  const JsonValue back = MustParse(dumped);
+  EXPECT_EQ(back.as_string(), EscapeForMessage(raw)) << "the same text an error message shows";
+  std::string appended;
+  AppendJsonString(appended, raw);
+  EXPECT_EQ(appended, dumped);
+}
+
 TEST(JsonTest, BuildersAndDump) {
   JsonValue o = JsonValue::Object();
   o.Add("i", JsonValue::Int(std::numeric_limits<std::int64_t>::min()));

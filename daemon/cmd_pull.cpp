@@ -10,6 +10,7 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "daemon/commands.h"
+#include "daemon/hub/hub_client.h"
 #include "daemon/progress.h"
 #include "daemon/pull/pull_job.h"
 #include "daemon/signal_watcher.h"
@@ -38,7 +39,8 @@ resumes where it stopped.
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
                          ceil(J/S) connections per host (default 4; S >= J:
                          all on one multiplexed connection)
-  --token-file FILE      token file (default: $HF_TOKEN, else $HF_HOME/token)
+  --token-file FILE      token file (default: $HF_TOKEN, else $HF_TOKEN_PATH,
+                         else $HF_HOME/token); wins over $HF_TOKEN
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
   --ca-bundle FILE       CA certificates (PEM) to verify HTTPS servers with,
                          e.g. a mirror's private CA (default: $CURL_CA_BUNDLE,
@@ -194,8 +196,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.write_threads = static_cast<int>(writers);
     EXLR8_ASSIGN_OR_RETURN(std::int64_t commit_ms, args->GetInt("commit-interval-ms", 1000, 1, 3'600'000));
     opt.commit_interval = std::chrono::milliseconds(commit_ms);
-    const char* off = std::getenv("HF_HUB_OFFLINE");
-    opt.offline = args->Flag("offline") || (off && (std::string(off) == "1" || std::string(off) == "true"));
+    opt.offline = args->Flag("offline") || HubOfflineFromEnvironment();
     opt.dry_run = args->Flag("dry-run");
     opt.make_room = args->Flag("make-room");
     return CheckPullOptions(opt);

@@ -21,6 +21,7 @@
 #include "daemon/api/status_api.h"
 #include "daemon/cache/file_lock.h"
 #include "daemon/commands.h"
+#include "daemon/hub/hub_client.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
@@ -64,7 +65,8 @@ outlives a restart of this server, which finds it again in DIR/exlr8d.stages/.
 Pull options (for every job; as for 'exlr8d pull'):
   --endpoint URL      hub or mirror (default $HF_ENDPOINT, else https://huggingface.co).
                       A job may name another endpoint; it then runs without a token
-  --token-file FILE   token file (default: $HF_TOKEN, else $HF_HOME/token)
+  --token-file FILE   token file (default: $HF_TOKEN, else $HF_TOKEN_PATH, else
+                      $HF_HOME/token); wins over $HF_TOKEN; checked at start
   --proxy URL         proxy for every request (default: HTTPS_PROXY etc.)
   --ca-bundle FILE    CA certificates (PEM) to verify HTTPS servers with
                       (default: $CURL_CA_BUNDLE, $REQUESTS_CA_BUNDLE,
@@ -118,8 +120,10 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
     EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
     jobs->cache.byte_budget = budget;
   }
-  const char* off = std::getenv("HF_HUB_OFFLINE");
-  p.offline = off && (std::string(off) == "1" || std::string(off) == "true");
+  p.offline = HubOfflineFromEnvironment();
+  // A token file that cannot be read fails every job: say so now, not
+  // after the unit reported ready (found by review).
+  if (Result<std::string> token = LoadHubToken(p.hub); !token.ok()) return token.status();
   return Status::Ok();
 }
 

@@ -1,10 +1,15 @@
 #include "daemon/hub/hub_client.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -129,14 +134,38 @@ SlistPtr MakeHeaders(const HttpSettings& s, const std::string& url, const std::s
   return SlistPtr(list);
 }
 
+// A token file: a regular file of at most 4096 bytes. One named explicitly
+// (`must_exist`) must be readable; at a default location a missing or
+// unreadable file means no token. (Found by review: a directory named as
+// the token file threw out of an ifstream read and aborted the process,
+// and serve with it at every restart; a FIFO would have hung the pull.)
 Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (must_exist) return InvalidArgumentError("token file '" + path + "' cannot be read");
-    return std::string();
+  auto unreadable = [&](const std::string& why) -> Result<std::string> {
+    if (!must_exist) return std::string();
+    return InvalidArgumentError("token file '" + EscapeForMessage(path, 200) + "' cannot be read: " + why);
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return unreadable(std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return unreadable(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return unreadable("not a regular file");
+  constexpr std::size_t kMaxTokenFile = 4096;
+  std::string text(kMaxTokenFile + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return unreadable(std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
   }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > 4096) return InvalidArgumentError("token file '" + path + "' is larger than 4096 bytes");
+  if (got > kMaxTokenFile)
+    return InvalidArgumentError("token file '" + EscapeForMessage(path, 200) + "' is larger than 4096 bytes");
+  text.resize(got);
   return text;
 }
 
@@ -145,18 +174,20 @@ Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
 Result<std::string> LoadHubToken(const HubOptions& options) {
   std::string token;
   std::string source;
+  // What the operator named on the command line wins over the environment
+  // (found by review: HF_TOKEN silently overrode --token-file).
   if (options.token) {
     token = *options.token;
     source = "the token option";
+  } else if (!options.token_file.empty()) {
+    EXLR8_ASSIGN_OR_RETURN(token, ReadTokenFile(options.token_file, true));
+    source = "token file '" + options.token_file + "'";
   } else if (const char* t = options.token_from_environment ? Env("HF_TOKEN") : nullptr) {
     token = t;
     source = "HF_TOKEN";
   } else if (const char* t2 = options.token_from_environment ? Env("HUGGING_FACE_HUB_TOKEN") : nullptr) {
     token = t2;
     source = "HUGGING_FACE_HUB_TOKEN";
-  } else if (!options.token_file.empty()) {
-    EXLR8_ASSIGN_OR_RETURN(token, ReadTokenFile(options.token_file, true));
-    source = "token file '" + options.token_file + "'";
   } else if (options.token_from_environment) {
     std::string path;
     if (const char* p = Env("HF_TOKEN_PATH")) {
@@ -185,6 +216,14 @@ Result<std::string> LoadHubToken(const HubOptions& options) {
     }
   }
   return token;
+}
+
+bool HubOfflineFromEnvironment() {
+  const char* v = std::getenv("HF_HUB_OFFLINE");
+  if (v == nullptr) return false;
+  std::string upper(v);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return upper == "1" || upper == "ON" || upper == "YES" || upper == "TRUE";
 }
 
 Result<std::string> ChooseCaBundle(const HubOptions& options) {

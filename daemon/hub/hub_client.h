@@ -14,7 +14,7 @@
 //        /api/resolve-cache) are followed on the hub; absolute ones are read
 //        and returned, never followed.
 //
-// The token (explicit, HF_TOKEN, a token file, or $HF_HOME/token) is sent as
+// The token (explicit, a token file, HF_TOKEN, or $HF_HOME/token) is sent as
 // `Authorization: Bearer` only to the endpoint's origin (scheme+host+port):
 // never to a CDN or a Link/Location on another host, never into a message.
 //
@@ -52,10 +52,11 @@ namespace exlr8 {
 struct HubOptions {
   // Base URL. Empty: $HF_ENDPOINT, else "https://huggingface.co".
   std::string endpoint;
-  // Token, in order: `token` if set; else $HF_TOKEN (then the legacy
-  // $HUGGING_FACE_HUB_TOKEN); else `token_file` if set; else $HF_TOKEN_PATH;
-  // else $HF_HOME/token ($HF_HOME defaults to $XDG_CACHE_HOME/huggingface or
-  // ~/.cache/huggingface). A missing file means anonymous. Set
+  // Token, in order: `token` if set; else `token_file` if set (it must be
+  // a readable regular file); else $HF_TOKEN (then the legacy
+  // $HUGGING_FACE_HUB_TOKEN); else $HF_TOKEN_PATH; else $HF_HOME/token
+  // ($HF_HOME defaults to $XDG_CACHE_HOME/huggingface or
+  // ~/.cache/huggingface). A missing default file means anonymous. Set
   // `token_from_environment` false to use only `token`/`token_file`.
   std::optional<std::string> token;
   std::string token_file;
@@ -230,6 +231,10 @@ class HubClient {
 // InvalidArgument when an explicitly named file is unreadable or the token
 // has whitespace/control characters inside (messages never show it).
 Result<std::string> LoadHubToken(const HubOptions& options);
+
+// Whether HF_HUB_OFFLINE asks for offline mode, read as huggingface_hub
+// reads it: 1, ON, YES or TRUE, in any case.
+bool HubOfflineFromEnvironment();
 
 // The CA bundle HubOptions selects (see HubOptions::ca_bundle), or "" for
 // libcurl's default store. InvalidArgument when the chosen file cannot be

@@ -258,7 +258,7 @@ Status PullJob::Rep::ResolveAndList() {
   if (opt.offline) {
     auto c = cache.LookupCommit(opt.repo, opt.revision);
     if (!c.ok())
-      return FailedPreconditionError("offline mode (HF_HUB_OFFLINE=1): " + opt.repo + "@" + opt.revision +
+      return FailedPreconditionError("offline mode (--offline or HF_HUB_OFFLINE): " + opt.repo + "@" + opt.revision +
                                      " was never pulled into this cache (" + c.status().message() + ")");
     commit = *c;
     EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));

@@ -6,6 +6,7 @@
 
 #include <thread>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -553,6 +554,19 @@ TEST(HubClientTest, ProxyChoiceHonoursBothCasesAndNoProxy) {
   EXPECT_EQ(ProxyForUrl("https://huggingface.co/x", "", true, get), "");
 }
 
+TEST(HubClientTest, OfflineFromTheEnvironmentAsHuggingFaceHubReadsIt) {
+  for (const char* yes : {"1", "ON", "on", "Yes", "TRUE", "true"}) {
+    ::setenv("HF_HUB_OFFLINE", yes, 1);
+    EXPECT_TRUE(HubOfflineFromEnvironment()) << yes;
+  }
+  for (const char* no : {"0", "", "off", "false", "2"}) {
+    ::setenv("HF_HUB_OFFLINE", no, 1);
+    EXPECT_FALSE(HubOfflineFromEnvironment()) << no;
+  }
+  ::unsetenv("HF_HUB_OFFLINE");
+  EXPECT_FALSE(HubOfflineFromEnvironment());
+}
+
 TEST(HubClientTest, TokenSources) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("exlr8-h6-token-" + std::to_string(::getpid()));
@@ -568,13 +582,35 @@ TEST(HubClientTest, TokenSources) {
   ::setenv("HF_HOME", dir.c_str(), 1);
   HubOptions o;
   EXPECT_EQ(*LoadHubToken(o), "hf_from_home");
-  o.token_file = (dir / "explicit").string();
-  EXPECT_EQ(*LoadHubToken(o), "hf_from_file");
   ::setenv("HF_TOKEN", "hf_from_env", 1);
   EXPECT_EQ(*LoadHubToken(o), "hf_from_env");
+  // Found by review: HF_TOKEN overrode the file named on the command line.
+  o.token_file = (dir / "explicit").string();
+  EXPECT_EQ(*LoadHubToken(o), "hf_from_file");
   o.token = "hf_explicit";
   EXPECT_EQ(*LoadHubToken(o), "hf_explicit");
   ::unsetenv("HF_TOKEN");
+  // Found by review: a directory as the token file aborted the process (an
+  // ifstream read threw). A FIFO must not hang it either.
+  HubOptions a_dir;
+  a_dir.token_file = dir.string();
+  auto d = LoadHubToken(a_dir);
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("not a regular file"));
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  HubOptions a_fifo;
+  a_fifo.token_file = (dir / "fifo").string();
+  EXPECT_THAT(LoadHubToken(a_fifo).status().message(), HasSubstr("not a regular file"));
+  {
+    std::ofstream(dir / "large") << std::string(5000, 'h');
+  }
+  HubOptions large;
+  large.token_file = (dir / "large").string();
+  EXPECT_THAT(LoadHubToken(large).status().message(), HasSubstr("larger than 4096 bytes"));
+  ::setenv("HF_HOME", dir.c_str(), 1);
+  ::setenv("HF_TOKEN_PATH", dir.c_str(), 1);  // a default location that is a directory: no token there
+  EXPECT_EQ(*LoadHubToken(HubOptions()), "");
+  ::unsetenv("HF_TOKEN_PATH");
   HubOptions bad;
   bad.token_file = (dir / "bad").string();
   auto b = LoadHubToken(bad);

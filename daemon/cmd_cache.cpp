@@ -93,7 +93,9 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
     return *exit;
   const std::string holder = args.GetOr("holder", "user");
   if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
-  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
+  if (!cache_dir.ok()) return ReportError(prog, cache_dir.status());
+  const std::string& dir = *cache_dir;
   if (!HasCacheIndex(dir)) return ReportError(prog, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
   auto cache = Cache::Open(dir);
   if (!cache.ok()) return ReportError(prog, cache.status());
@@ -111,7 +113,9 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
 int RunListCommand(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine("exlr8d list", kListUsage, argv, {"cache"}, {"json"}, 0, &args)) return *exit;
-  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
+  if (!cache_dir.ok()) return ReportError("exlr8d list", cache_dir.status());
+  const std::string& dir = *cache_dir;
   if (!HasCacheIndex(dir)) {  // nothing pulled there yet: an empty list, and no cache made
     CacheReport empty;
     empty.owned_by_another_process = false;

@@ -49,7 +49,9 @@ int RunGcCommand(const std::vector<std::string>& argv) {
     if (!v.ok()) return ReportError(kProg, v.status().WithContext("--budget"));
     budget = *v;
   }
-  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
+  if (!cache_dir.ok()) return ReportError(kProg, cache_dir.status());
+  const std::string& dir = *cache_dir;
   if (!HasCacheIndex(dir)) {  // nothing to evict, and no cache made
     if (args.Has("repo")) return ReportError(kProg, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
     std::printf("%s: no exlr8d cache there, nothing to evict\n", dir.c_str());

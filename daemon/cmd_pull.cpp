@@ -203,8 +203,9 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   };
   if (Status s = parse(); !s.ok()) return ReportError("exlr8d pull", s);
 
-  const std::string cache_dir = args->GetOr("cache", DefaultCacheDir());
-  auto cache = Cache::Open(cache_dir, cache_opt);
+  const Result<std::string> cache_dir = CacheDirOr(args->Get("cache"));
+  if (!cache_dir.ok()) return ReportError("exlr8d pull", cache_dir.status());
+  auto cache = Cache::Open(*cache_dir, cache_opt);
   if (!cache.ok()) return ReportError("exlr8d pull", cache.status());
 
   PullJob job(**cache, opt);

@@ -152,7 +152,9 @@ int RunServeCommand(const std::vector<std::string>& argv) {
                                     "jobs", "h2-streams", "limit-rate", "budget", "stage-binary"},
                                    {"no-socket"}, 0, &args))
     return *exit;
-  const std::filesystem::path cache_dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_arg = CacheDirOr(args.Get("cache"));
+  if (!cache_arg.ok()) return ReportError(kProg, cache_arg.status());
+  const std::filesystem::path cache_dir = *cache_arg;
   ApiServerOptions o;
   if (args.Flag("no-socket") && args.Has("socket"))
     return ReportError(kProg, InvalidArgumentError("--socket and --no-socket contradict each other"));

@@ -58,7 +58,9 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
     return Status::Ok();
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
-  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
+  if (!cache_dir.ok()) return ReportError(kProg, cache_dir.status());
+  const std::string& dir = *cache_dir;
   auto cache = Cache::OpenReadOnly(dir);
   if (!cache.ok() && cache.status().code() == StatusCode::kNotFound)
     return ReportError(kProg, NotFoundError(q.repo + "@" + q.revision + " was never pulled into " + dir +

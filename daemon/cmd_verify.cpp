@@ -158,7 +158,9 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   auto threads = args.GetInt("threads", 0, 0, 256);
   if (!threads.ok()) return ReportError(kProg, threads.status());
   const bool check_only = args.Flag("check-only");
-  const std::string dir = args.GetOr("cache", DefaultCacheDir());
+  const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
+  if (!cache_dir.ok()) return ReportError(kProg, cache_dir.status());
+  const std::string& dir = *cache_dir;
   // Nothing to check where no cache is (and none is made there).
   if (!HasCacheIndex(dir))
     return ReportError(kProg, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));

@@ -7,7 +7,7 @@
 #include <system_error>
 #include <vector>
 
-#include "daemon/cache/cache_paths.h"  // DefaultCacheDir
+#include "daemon/cache/cache_paths.h"  // CacheDirOr
 
 namespace exlr8 {
 

@@ -235,11 +235,15 @@ Result<UniqueFd> OpenDirBeneath(int root_fd, std::string_view rel, std::string_v
   return dir;
 }
 
-std::string DefaultCacheDir() {
-  if (const char* c = std::getenv("EXLR8_CACHE"); c && *c) return c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/exlr8";
+Result<std::string> CacheDirOr(const std::optional<std::string>& given) {
+  if (given) return *given;
+  if (const char* c = std::getenv("EXLR8_CACHE"); c && *c) return std::string(c);
+  // The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/exlr8";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exlr8";
-  return ".exlr8-cache";
+  // Found by review: this used to be ./.exlr8-cache, a different cache in
+  // every directory a command ran from.
+  return InvalidArgumentError("no cache directory: give --cache, or set EXLR8_CACHE, XDG_CACHE_HOME or HOME");
 }
 
 }  // namespace exlr8

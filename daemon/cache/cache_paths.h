@@ -10,6 +10,7 @@
 // that a symlink planted inside the cache cannot lead outside it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,8 +84,10 @@ std::vector<std::string> ParentDirs(std::string_view rel);
 // component) for fsync. `rel` = "" opens the root itself.
 Result<UniqueFd> OpenDirBeneath(int root_fd, std::string_view rel, std::string_view display);
 
-// The default cache directory: $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
-// else ~/.cache/exlr8 (else ./.exlr8-cache without a home).
-std::string DefaultCacheDir();
+// The cache directory: `given` (--cache) if set, else $EXLR8_CACHE, else
+// $XDG_CACHE_HOME/exlr8 (an absolute XDG_CACHE_HOME only, as the XDG spec
+// says), else ~/.cache/exlr8. InvalidArgument, saying what to set, when
+// none of these is there.
+Result<std::string> CacheDirOr(const std::optional<std::string>& given);
 
 }  // namespace exlr8

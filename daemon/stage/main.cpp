@@ -157,7 +157,8 @@ int Run(const std::vector<std::string>& argv) {
     EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
     EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     request.revision = args.GetOr("revision", "main");
-    request.cache_dir = args.GetOr("cache", DefaultCacheDir());
+    EXLR8_ASSIGN_OR_RETURN(std::string cache_dir, CacheDirOr(args.Get("cache")));
+    request.cache_dir = std::move(cache_dir);
     EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args.GetInt("tp", -1, 1, 1 << 20));
     if (tp < 0) return InvalidArgumentError("missing --tp");
     EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args.GetInt("rank", -1, 0, tp - 1));

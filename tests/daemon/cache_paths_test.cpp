@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "daemon/cache/extent_set.h"
@@ -154,6 +156,41 @@ TEST(ExtentSetTest, SubtractAgreesWithAByteMap) {
     for (std::uint64_t b = 0; b < bytes.size(); ++b)
       if (bytes[b]) want.push_back({b, 1});
     ASSERT_EQ(SubtractExtents(have, remove), NormalizeExtents(want)) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace exlr8
+
+namespace exlr8 {
+namespace {
+
+// Found by review: without HOME the cache went to ./.exlr8-cache, another
+// one in every directory; a relative XDG_CACHE_HOME was taken as it is.
+TEST(CachePathsTest, CacheDirOrTheEnvironmentOrAClearError) {
+  const auto saved = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const auto cache = saved("EXLR8_CACHE"), xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
+  ::unsetenv("EXLR8_CACHE");
+  ::unsetenv("XDG_CACHE_HOME");
+  ::unsetenv("HOME");
+  EXPECT_EQ(*CacheDirOr(std::string("given")), "given");
+  const Result<std::string> none = CacheDirOr(std::nullopt);
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("--cache"), std::string::npos) << none.status().message();
+  ::setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(*CacheDirOr(std::nullopt), "/home/u/.cache/exlr8");
+  ::setenv("XDG_CACHE_HOME", "relative", 1);
+  EXPECT_EQ(*CacheDirOr(std::nullopt), "/home/u/.cache/exlr8");
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(*CacheDirOr(std::nullopt), "/xdg/exlr8");
+  ::setenv("EXLR8_CACHE", "/srv/exlr8", 1);
+  EXPECT_EQ(*CacheDirOr(std::nullopt), "/srv/exlr8");
+  for (const auto& [name, value] : {std::pair{"EXLR8_CACHE", cache}, {"XDG_CACHE_HOME", xdg}, {"HOME", home}}) {
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
   }
 }
 

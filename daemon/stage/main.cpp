@@ -235,6 +235,7 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
+  request.before_reading = [&gpu] { return DescribeCudaDevice(gpu.device).status(); };
   auto rank = ReadRankHalves(request);
   if (!rank.ok() && rank.status().code() == StatusCode::kCancelled) return stopped("reading", rank.status());
   if (!rank.ok()) return fail(rank.status());

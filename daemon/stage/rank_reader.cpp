@@ -138,6 +138,7 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
     if (map) out.maps.push_back(std::move(map));
   }
   if (r.progress != nullptr) r.progress->bytes_total.store(out.total_bytes);
+  if (r.before_reading) EXLR8_RETURN_IF_ERROR(r.before_reading());
   EXLR8_RETURN_IF_ERROR(CheckHalves(out, checks, r.threads, r.cancel, r.progress));
   out.read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,6 +57,11 @@ struct RankRequest {
   const std::atomic<bool>* cancel = nullptr;
   // Counted up as the read goes (null: not counted).
   RankReadProgress* progress = nullptr;
+  // Called once the halves are located in the cache, before any is read and
+  // hashed; an error it returns ends the read. exlr8d-stage checks its GPU
+  // here, so a rank of 75 GB is not read for a device that is not there
+  // (found by review), while a rank that was never pulled still says so.
+  std::function<Status()> before_reading;
 };
 
 struct RankHalf {

@@ -238,5 +238,30 @@ TEST(RankReaderTest, AStopAskedForEndsTheReadAndDropsThePin) {
   EXPECT_FALSE(again->halves.empty());
 }
 
+// The stage's hook before the halves are read: an error there ends the read
+// before a byte of a half is hashed (exlr8d-stage: no GPU, so no 75 GB read).
+TEST(RankReaderTest, AnErrorBeforeReadingEndsItBeforeAnyHalfIsHashed) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  RankRequest request = TestRankRequest(cache.path(), 2, 1);
+  RankReadProgress progress;
+  request.progress = &progress;
+  int called = 0;
+  request.before_reading = [&] {
+    ++called;
+    return UnavailableError("no CUDA device");
+  };
+  auto read = ReadRankHalves(request);
+  EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status().ToString();
+  EXPECT_EQ(called, 1);
+  EXPECT_GT(progress.bytes_total.load(), 0u);  // located
+  EXPECT_EQ(progress.bytes_checked.load(), 0u);  // not read
+  request.before_reading = [] { return Status::Ok(); };
+  auto again = ReadRankHalves(request);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(progress.bytes_checked.load(), again->total_bytes);
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -5,6 +5,7 @@
 // they fail at once with exit status 7. list then reads a read-only view of
 // the index instead (Cache::OpenReadOnly), so it shows a running pull's
 // progress as of its last commit.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -101,6 +102,17 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
   if (!cache.ok()) return ReportError(prog, cache.status());
   auto set = FindFilesetArg(**cache, args);
   if (!set.ok()) return ReportError(prog, set.status());
+  // Unpinning what is not pinned changes nothing and is no error (a stop
+  // script may run twice), but say so: a mistyped holder looked like
+  // success while the real pin stayed (found by review).
+  if (!pin && std::find(set->pins.begin(), set->pins.end(), holder) == set->pins.end()) {
+    std::string others;
+    for (const std::string& p : set->pins) others += (others.empty() ? "" : ", ") + std::string("'") + p + "'";
+    std::printf("%s@%s (commit %s) has no pin of '%s': nothing to unpin (%s)\n", set->repo.c_str(),
+                set->revision.c_str(), set->commit.c_str(), holder.c_str(),
+                others.empty() ? "it has no pins" : ("its pins: " + others).c_str());
+    return 0;
+  }
   Status s = pin ? (*cache)->Pin(set->id, holder) : (*cache)->Unpin(set->id, holder);
   if (!s.ok()) return ReportError(prog, s);
   std::printf("%s %s@%s (commit %s) for '%s'\n", pin ? "pinned" : "unpinned", set->repo.c_str(),

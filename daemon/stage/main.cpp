@@ -235,7 +235,13 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
-  request.before_reading = [&gpu] { return DescribeCudaDevice(gpu.device).status(); };
+  request.before_reading = [&] {
+    std::printf("located %s of halves of %s TP %d rank %d in the cache; reading them once GPU %d is there\n",
+                HumanBytes(read_progress.bytes_total.load()).c_str(), request.repo.c_str(), request.tp, request.rank,
+                gpu.device);
+    std::fflush(stdout);
+    return DescribeCudaDevice(gpu.device).status();
+  };
   auto rank = ReadRankHalves(request);
   if (!rank.ok() && rank.status().code() == StatusCode::kCancelled) return stopped("reading", rank.status());
   if (!rank.ok()) return fail(rank.status());

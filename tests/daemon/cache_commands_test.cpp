@@ -100,8 +100,15 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test --holder node-a" + c).status, 0);
   ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
   EXPECT_TRUE(fs::exists(s->root));  // still pinned by "user"
+  // Found by review: a holder that holds no pin was "unpinned", and the
+  // real pin stayed without a word.
+  const ShellRun mistyped = Shell(Exlr8d() + " unpin --repo exlr8/test --holder usr" + c);
+  EXPECT_EQ(mistyped.status, 0) << mistyped.out;
+  EXPECT_THAT(mistyped.out, HasSubstr("has no pin of 'usr': nothing to unpin (its pins: 'user')"));
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);
-  ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test" + c).status, 0);  // idempotent
+  const ShellRun again = Shell(Exlr8d() + " unpin --repo exlr8/test" + c);
+  ASSERT_EQ(again.status, 0) << again.out;  // idempotent
+  EXPECT_THAT(again.out, HasSubstr("nothing to unpin (it has no pins)"));
   const ShellRun all = Shell(Exlr8d() + " gc --budget 0" + c);
   ASSERT_EQ(all.status, 0) << all.out;
   EXPECT_THAT(all.out, Not(HasSubstr("warning")));
@@ -566,8 +573,9 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   ::unsetenv("EXLR8_CACHE");
   if (!holder.ReadUntil("holding")) {
     const int status = holder.Signal(SIGTERM);
-    ASSERT_THAT(holder.printed(), HasSubstr("XXH64 checked")) << "the unit did not read the pulled rank";
-    ASSERT_EQ(status, 4) << holder.printed();  // no device: the rank was read, the GPU part could not run
+    ASSERT_THAT(holder.printed(), HasSubstr("of halves of exlr8/test TP 4 rank 1 in the cache"))
+        << "the unit did not find the pulled rank";
+    ASSERT_EQ(status, 4) << holder.printed();  // no device: the rank was found, the GPU part could not run
     GTEST_SKIP() << "no CUDA device: the holding part runs on the device machine";
   }
   pollfd p{ready.get(), POLLIN, 0};

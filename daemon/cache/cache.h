@@ -204,6 +204,8 @@ class Cache {
   bool read_only() const;
 
   const std::filesystem::path& dir() const;
+  // CacheOptions::byte_budget as opened.
+  const std::optional<std::uint64_t>& byte_budget() const;
 
   // ---- filesets ----
 

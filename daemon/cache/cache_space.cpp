@@ -23,6 +23,8 @@ Result<std::uint64_t> Cache::FreeBytes() {
   return static_cast<std::uint64_t>(vfs.f_bavail) * static_cast<std::uint64_t>(vfs.f_frsize);
 }
 
+const std::optional<std::uint64_t>& Cache::byte_budget() const { return rep_->options.byte_budget; }
+
 Result<std::uint64_t> Cache::RecordedBytes() {
   MutexLock l(&rep_->mu);
   return rep_->RecordedBytes();

@@ -131,11 +131,22 @@ struct PullJob::Rep {
     const std::uint64_t c = claimed.load(std::memory_order_relaxed);
     return c - std::min(c, counters.bytes_written_verified.load(std::memory_order_relaxed));
   }
-  // Checks that `needed` bytes fit besides what other pulls claimed, then
-  // claims `adds` more (`needed` may count bytes claimed before).
-  // With make_room, a shortfall first evicts what gc would (never this
-  // fileset: the claim names it), then is checked again.
-  Status CheckAndClaimSpace(std::uint64_t needed, std::uint64_t adds) {
+  // Checks that `adds` more bytes fit besides what other pulls claimed and
+  // what this one claimed before and has not made recorded yet, then
+  // claims them. With make_room, a shortfall first evicts what gc would
+  // (never this fileset: the claim names it), then is checked again.
+  Status CheckAndClaimSpace(std::uint64_t adds) {
+    // Claimed and not written yet: needs free space (and counts against the
+    // budget). Written: on disk already, so out of the free space, but it
+    // counts against the budget only once recorded, and it may not be yet
+    // (found by review: a pull's whole files, index files and headers,
+    // written but not yet recorded, were counted nowhere, and a pull grew
+    // the cache past --budget). So, under a budget, this pull's batches are
+    // made recorded first; what was written before is then in the cache's
+    // sum, what was not is in `outstanding`.
+    const std::uint64_t outstanding = StillToWrite();
+    if (cache.byte_budget() && streams != nullptr) EXLR8_RETURN_IF_ERROR(FlushBatches(*streams));
+    const std::uint64_t needed = adds + outstanding;
     Status fits = cache.CheckSpace(needed, space_claim.get());
     if (!fits.ok() && fits.code() == StatusCode::kResourceExhausted && opt.make_room) {
       EXLR8_ASSIGN_OR_RETURN(GcResult gone, cache.MakeRoom(needed, space_claim.get()));
@@ -192,6 +203,8 @@ struct PullJob::Rep {
   Status FinishStreams(Streams& streams);
   Status RunStep(RangeConsumer& consumer, const ConsumerBase& base);
   CommitBatcher& StepBatch();
+  // Makes what every batch of `st` holds durable and recorded.
+  Status FlushBatches(Streams& st);
   Result<std::unique_ptr<ByteSource>> OpenForPlanning(const FileInfo& f);
   Result<std::string> ReadCachedText(const std::string& path);
   PullCounters CacheCounters() const;
@@ -373,7 +386,7 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
     return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
                                    std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
                                    ") are not in the cache");
-  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(missing_bytes, missing_bytes));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(missing_bytes));
   WholeFileConsumer consumer(*fetcher, cache, StepBatch(), counters, std::move(targets));
   Status s = RunStep(consumer, consumer);
   // Readable by the planner now; recorded (and flagged verified) once durable.
@@ -446,7 +459,7 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   // then set to what was written once every header is.
   std::uint64_t header_claim = 0;
   for (const HeaderTarget& t : targets) header_claim += t.first_round;
-  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(header_claim, header_claim));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(header_claim));
   std::atomic<std::uint64_t> header_written{0};
 
   CommitBatcher& batch = StepBatch();
@@ -600,7 +613,7 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
     st.file_bytes += t.size - t.resume_from;
     (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
   }
-  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(st.file_bytes, st.file_bytes));
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(st.file_bytes));
   st.files_batch =
       std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   const int cap = BackgroundCap();
@@ -641,13 +654,9 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
   if (opt.offline)
     return FailedPreconditionError("offline mode: " + std::to_string(halves) + " halves (" +
                                    std::to_string(half_bytes) + " bytes) of this plan are not in the cache");
-  // The files streaming meanwhile already took their share of the free
-  // space; what they still need is counted again.
-  std::uint64_t written = 0;
-  for (const auto* c : {st.files.get(), st.resumed.get()})
-    if (c) written += c->bytes_written();
-  const std::uint64_t files_pending = st.file_bytes - std::min(st.file_bytes, written);
-  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(half_bytes + files_pending, half_bytes));
+  // (What the files streaming meanwhile still write is this pull's own
+  // outstanding claim, counted with the halves.)
+  EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(half_bytes));
   st.halves_batch =
       std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
   st.halves = std::make_unique<HalfConsumer>(*fetcher, cache, *st.halves_batch, counters, st.work);
@@ -657,14 +666,10 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
 
 // Waits for the files and halves, makes the last of them durable and
 // records them.
-Status PullJob::Rep::FinishStreams(Streams& st) {
-  StartResumes(st);  // a dry run never started them; nor will it have any
-  if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
-  Status s = session->Finish();
-  SetPhase(PullPhase::kCommit);
-  // Every batch flushes at once: each waits for its own background commit,
-  // then syncs its files, and their fdatasyncs overlap (one after another,
-  // the last commit was ~15% of a pull on a 16-core machine).
+// Every batch flushes at once: each waits for its own background commit,
+// then syncs its files, and their fdatasyncs overlap (one after another,
+// the last commit was ~15% of a pull on a 16-core machine).
+Status PullJob::Rep::FlushBatches(Streams& st) {
   std::vector<CommitBatcher*> batches;
   if (st.halves_batch) batches.push_back(st.halves_batch.get());
   if (st.files_batch) batches.push_back(st.files_batch.get());
@@ -676,6 +681,15 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
     Status r = f.get();
     if (flushed.ok()) flushed = std::move(r);
   }
+  return flushed;
+}
+
+Status PullJob::Rep::FinishStreams(Streams& st) {
+  StartResumes(st);  // a dry run never started them; nor will it have any
+  if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
+  Status s = session->Finish();
+  SetPhase(PullPhase::kCommit);
+  const Status flushed = FlushBatches(st);
   // (Whole files were flagged verified by the commits that recorded them.)
   if (cancel.load()) return CancelledError("pull cancelled");
   if (st.files && !st.files->first_error().ok()) return st.files->first_error();

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "daemon/progress.h"
 #include "daemon/pull/pull_job.h"
 #include "daemon/signal_watcher.h"
+#include "format/json.h"
 
 namespace exlr8 {
 
@@ -78,42 +80,59 @@ offline with missing bytes; 130 interrupted.
 
 // "resolve 0.01 s, list 0.00 s, ..." or, for JSON, "\"resolve\":0.010,...":
 // the phases the pull went through, with the wall time spent in each.
-std::string PhaseTimes(const PullSummary& s, bool json) {
+std::string PhaseTimes(const PullSummary& s) {
   std::string out;
   char buf[64];
   for (int i = 0; i < kPullPhaseCount; ++i) {
     const auto phase = static_cast<PullPhase>(i);
     if (phase == PullPhase::kStarting || phase == PullPhase::kDone || phase == PullPhase::kFailed) continue;
-    if (!out.empty()) out += json ? "," : ", ";
-    const std::string name(PullPhaseName(phase));
-    std::snprintf(buf, sizeof buf, json ? "\"%s\":%.3f" : "%s %.2f s", name.c_str(), s.phase_s[i]);
+    if (!out.empty()) out += ", ";
+    std::snprintf(buf, sizeof buf, "%s %.2f s", std::string(PullPhaseName(phase)).c_str(), s.phase_s[i]);
     out += buf;
   }
   return out;
 }
 
-void PrintSummary(const PullSummary& s, bool json) {
+void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
   const double mbps = s.elapsed_s > 0 ? static_cast<double>(s.bytes_fetched) / s.elapsed_s : 0;
   if (json) {
-    std::printf(
-        "{\"repo\":\"%s\",\"revision\":\"%s\",\"commit\":\"%s\",\"root\":\"%s\",\"complete\":%s,"
-        "\"bytes_planned\":%llu,\"bytes_fetched\":%llu,\"bytes_reused\":%llu,\"bytes_resumed\":%llu,"
-        "\"bytes_written\":%llu,\"requests\":%llu,\"retries\":%llu,"
-        "\"refetches\":%llu,\"checksum_failures\":%llu,\"resolves\":%llu,\"routed_halves\":%llu,"
-        "\"shared_halves\":%llu,\"evicted_filesets\":%zu,\"bytes_evicted\":%llu,\"bytes_lost\":%llu,"
-        "\"elapsed_s\":%.3f,"
-        "\"bytes_per_second\":%.0f,\"phase_s\":{%s}}\n",
-        s.repo.c_str(), s.revision.c_str(), s.commit.c_str(), s.root.c_str(), s.complete ? "true" : "false",
-        static_cast<unsigned long long>(s.bytes_planned), static_cast<unsigned long long>(s.bytes_fetched),
-        static_cast<unsigned long long>(s.bytes_reused), static_cast<unsigned long long>(s.bytes_resumed),
-        static_cast<unsigned long long>(s.bytes_written), static_cast<unsigned long long>(s.requests),
-        static_cast<unsigned long long>(s.retries), static_cast<unsigned long long>(s.refetches),
-        static_cast<unsigned long long>(s.checksum_failures), static_cast<unsigned long long>(s.resolves),
-        static_cast<unsigned long long>(s.plan.totals.routed_halves),
-        static_cast<unsigned long long>(s.plan.totals.shared_halves), s.evicted.size(),
-        static_cast<unsigned long long>(s.bytes_evicted), static_cast<unsigned long long>(s.bytes_lost), s.elapsed_s,
-        mbps,
-        PhaseTimes(s, true).c_str());
+    // Built, not printed: a path or a name with a quote stays valid JSON.
+    std::vector<JsonValue::Member> phases;
+    for (int i = 0; i < kPullPhaseCount; ++i) {
+      const auto phase = static_cast<PullPhase>(i);
+      if (phase == PullPhase::kStarting || phase == PullPhase::kDone || phase == PullPhase::kFailed) continue;
+      phases.emplace_back(std::string(PullPhaseName(phase)), JsonValue::Double(std::round(s.phase_s[i] * 1000) / 1000));
+    }
+    const auto u = [](std::uint64_t v) { return JsonValue::UInt(v); };
+    const JsonValue out = JsonValue::Object({
+        {"repo", JsonValue::String(s.repo)},
+        {"revision", JsonValue::String(s.revision)},
+        {"commit", JsonValue::String(s.commit)},
+        {"root", JsonValue::String(s.root.string())},
+        {"dry_run", JsonValue::Bool(dry_run)},
+        {"complete", JsonValue::Bool(s.complete)},
+        {"bytes_planned", u(s.bytes_planned)},
+        {"bytes_missing", u(s.bytes_missing)},
+        {"ranges_missing", u(s.ranges_missing)},
+        {"bytes_fetched", u(s.bytes_fetched)},
+        {"bytes_reused", u(s.bytes_reused)},
+        {"bytes_resumed", u(s.bytes_resumed)},
+        {"bytes_written", u(s.bytes_written)},
+        {"requests", u(s.requests)},
+        {"retries", u(s.retries)},
+        {"refetches", u(s.refetches)},
+        {"checksum_failures", u(s.checksum_failures)},
+        {"resolves", u(s.resolves)},
+        {"routed_halves", u(s.plan.totals.routed_halves)},
+        {"shared_halves", u(s.plan.totals.shared_halves)},
+        {"evicted_filesets", u(s.evicted.size())},
+        {"bytes_evicted", u(s.bytes_evicted)},
+        {"bytes_lost", u(s.bytes_lost)},
+        {"elapsed_s", JsonValue::Double(std::round(s.elapsed_s * 1000) / 1000)},
+        {"bytes_per_second", u(static_cast<std::uint64_t>(std::llround(mbps)))},
+        {"phase_s", JsonValue::Object(std::move(phases))},
+    });
+    std::printf("%s\n", out.Dump().c_str());
     return;
   }
   std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
@@ -140,7 +159,7 @@ void PrintSummary(const PullSummary& s, bool json) {
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
   std::printf("  checksum errors  %llu (discarded and refetched)\n", static_cast<unsigned long long>(s.checksum_failures));
   std::printf("  time             %.2f s, %s/s\n", s.elapsed_s, HumanBytes(static_cast<std::uint64_t>(mbps)).c_str());
-  std::printf("  phases           %s\n", PhaseTimes(s, false).c_str());
+  std::printf("  phases           %s\n", PhaseTimes(s).c_str());
   std::printf("  verified         %s\n", s.complete ? "yes: every byte of the plan is in the cache" : "NO");
 }
 
@@ -217,18 +236,23 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     progress.Stop();
   }
   if (!result.ok()) return ReportError("exlr8d pull", result.status());
-  if (opt.dry_run) {
+  if (opt.dry_run && !args->Flag("json")) {
     const PlanTotals& t = result->plan.totals;
     std::printf("dry run: %s@%s (commit %s), manifest %s, TP %d rank %d\n", result->repo.c_str(),
                 result->revision.c_str(), result->commit.c_str(), result->plan.manifest.c_str(), opt.tp, opt.rank);
-    std::printf("  would fetch %s in %llu requests (%llu routed + %llu shared halves) of a %s release; %.4f b/w on "
-                "this rank\n",
+    std::printf("  plan             %s in %llu requests (%llu routed + %llu shared halves) of a %s release; %.4f b/w "
+                "on this rank\n",
                 HumanBytes(t.bytes).c_str(), static_cast<unsigned long long>(t.requests),
                 static_cast<unsigned long long>(t.routed_halves), static_cast<unsigned long long>(t.shared_halves),
                 HumanBytes(t.release_bytes).c_str(), t.rank_bits_per_weight);
+    std::printf("  would fetch      %s in %llu requests (the rest is verified in the cache)\n",
+                HumanBytes(result->bytes_missing).c_str(), static_cast<unsigned long long>(result->ranges_missing));
+    std::printf("  planning fetched %s (index files, manifest, headers), now in the cache\n",
+                HumanBytes(result->bytes_fetched).c_str());
     return 0;
   }
-  PrintSummary(*result, args->Flag("json"));
+  PrintSummary(*result, args->Flag("json"), opt.dry_run);
+  if (opt.dry_run) return 0;
   return result->complete ? 0 : kExitVerifyFailed;
 }
 

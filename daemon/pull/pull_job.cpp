@@ -208,7 +208,9 @@ struct PullJob::Rep {
   Result<std::unique_ptr<ByteSource>> OpenForPlanning(const FileInfo& f);
   Result<std::string> ReadCachedText(const std::string& path);
   PullCounters CacheCounters() const;
-  Result<bool> PlanComplete(const Plan& plan);
+  // What of the plan the cache does not hold verified: bytes, and the
+  // plan's requests (ranges, whole files) that still have some missing.
+  Status CountMissing(const Plan& plan, PullSummary* sum);
 };
 
 PullJob::PullJob(Cache& cache, PullOptions options) : rep_(std::make_unique<Rep>(cache, std::move(options))) {}
@@ -714,21 +716,29 @@ PullCounters PullJob::Rep::CacheCounters() const {
   return c;
 }
 
-Result<bool> PullJob::Rep::PlanComplete(const Plan& plan) {
+Status PullJob::Rep::CountMissing(const Plan& plan, PullSummary* sum) {
   EXLR8_RETURN_IF_ERROR(RefreshFiles());
+  sum->bytes_missing = 0;
+  sum->ranges_missing = 0;
   for (const PlanFile& pf : plan.files) {
     EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(pf.path));
     if (pf.whole) {
-      if (!f->whole_verified) return false;
+      if (!f->whole_verified) {
+        sum->bytes_missing += f->size;
+        ++sum->ranges_missing;
+      }
       continue;
     }
     // One query per file, not two per range (230,000 ranges at full scale).
     EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, cache.VerifiedExtents(f->id));
     for (const PlanRange& r : pf.ranges) {
-      if (!MissingExtents(have, {r.offset, r.length}).empty()) return false;
+      const std::vector<Extent> gaps = MissingExtents(have, {r.offset, r.length});
+      for (const Extent& g : gaps) sum->bytes_missing += g.length;
+      if (!gaps.empty()) ++sum->ranges_missing;
     }
   }
-  return true;
+  sum->complete = sum->bytes_missing == 0 && sum->ranges_missing == 0;
+  return Status::Ok();
 }
 
 Result<PullSummary> PullJob::Run() {
@@ -854,6 +864,7 @@ Result<PullSummary> PullJob::Run() {
     if (r.opt.dry_run) {
       EXLR8_RETURN_IF_ERROR(add_headers());
       if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));  // records what planning fetched
+      EXLR8_RETURN_IF_ERROR(r.CountMissing(plan, &sum));  // what a pull would fetch now
       sum.plan = std::move(plan);
       return sum;
     }
@@ -889,7 +900,7 @@ Result<PullSummary> PullJob::Run() {
     r.SetPhase(PullPhase::kHalves);
     if (fetch) EXLR8_RETURN_IF_ERROR(r.FinishStreams(streams));
 
-    EXLR8_ASSIGN_OR_RETURN(sum.complete, r.PlanComplete(plan));
+    EXLR8_RETURN_IF_ERROR(r.CountMissing(plan, &sum));
     sum.plan = std::move(plan);
     return sum;
   };

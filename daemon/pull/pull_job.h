@@ -120,6 +120,10 @@ struct PullSummary {
   std::filesystem::path root;  // <cache>/<org>/<name>/<commit>: the partial mirror
   Plan plan;                   // files and totals (dry run: the full plan)
   bool complete = false;       // every byte of the plan verified in the cache
+  // What of the plan is not verified in the cache as the run ends: bytes,
+  // and the plan's requests (ranges, whole files) with any of them. After
+  // a dry run, what a pull would fetch now.
+  std::uint64_t bytes_missing = 0, ranges_missing = 0;
   std::uint64_t bytes_planned = 0, bytes_fetched = 0, bytes_reused = 0;
   // Durable prefixes of interrupted whole-file downloads, read back from the
   // cache (and hashed with the rest) instead of fetched again.

@@ -20,6 +20,7 @@
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/hub_test_server.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/shell_util.h"
 #include "tests/hubsim/hubsim.h"
 
 namespace exlr8 {
@@ -713,6 +714,30 @@ TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   EXPECT_GT(s->plan.totals.routed_halves, 0u);
   // index files + manifest + width headers, far less than the plan
   EXPECT_LT(s->bytes_fetched, s->plan.totals.bytes / 2);
+  // What a pull would fetch: the plan less what is verified now (found by
+  // review: a dry run said the whole plan even with all of it cached).
+  EXPECT_FALSE(s->complete);
+  EXPECT_GT(s->bytes_missing, 0u);
+  EXPECT_LT(s->bytes_missing, s->plan.totals.bytes);  // what planning fetched is in the cache now
+  auto real = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(real.ok()) << real.status().ToString();
+  EXPECT_EQ(real->bytes_fetched, s->bytes_missing);  // a clean link: exactly what it said
+  auto again = Pull(cache.path(), o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->complete);
+  EXPECT_EQ(again->bytes_missing, 0u);
+  EXPECT_EQ(again->ranges_missing, 0u);
+  // The command line: its --json, and a cache path JSON must escape.
+  const fs::path odd = cache.path() / "a \"quoted\" dir";
+  const ShellRun dry = Shell(std::string(EXLR8_BIN_DIR) + "/exlr8d pull --repo exlr8/test --manifest home --tp 4 " +
+                             "--rank 2 --endpoint " + sim->hub_url() + " --cache " + Quote(odd.string()) +
+                             " --no-progress --dry-run --json");
+  ASSERT_EQ(dry.status, 0) << dry.out;
+  auto j = ParseJson(dry.out);
+  ASSERT_TRUE(j.ok()) << j.status().ToString() << ": " << dry.out;
+  EXPECT_TRUE(j->Find("dry_run")->as_bool());
+  EXPECT_GT(*j->Find("bytes_missing")->as_uint64(), 0u);
+  EXPECT_NE(j->Find("root")->as_string().find("\"quoted\""), std::string::npos);
 }
 
 }  // namespace

@@ -92,11 +92,26 @@ std::optional<int> ParseCommandLine(std::string_view prog, std::string_view usag
     return 0;
   }
   if (args->positional().size() != positionals) {
+    // Found by review: a stray word (a value whose --name was forgotten)
+    // printed only the usage, with no word of what was wrong.
+    if (args->positional().size() > positionals)
+      std::cerr << prog << ": error: unexpected argument '" << args->positional()[positionals]
+                << "' (an option's value needs its --name)\n";
+    else
+      std::cerr << prog << ": error: missing argument\n";
     std::cerr << usage;
     return 2;
   }
   *out = std::move(*args);
   return std::nullopt;
+}
+
+Result<std::optional<std::uint64_t>> Args::GetBytes(std::string_view name) const {
+  const std::optional<std::string> v = Get(name);
+  if (!v) return std::optional<std::uint64_t>();
+  Result<std::uint64_t> n = ParseByteCount(*v);
+  if (!n.ok()) return InvalidArgumentError("--" + std::string(name) + ": " + n.status().message());
+  return std::optional<std::uint64_t>(*n);
 }
 
 Result<std::uint64_t> ParseByteCount(std::string_view text) {

@@ -32,6 +32,9 @@ class Args {
   // outside [min, max]; `fallback` if absent.
   Result<std::int64_t> GetInt(std::string_view name, std::int64_t fallback, std::int64_t min,
                               std::int64_t max) const;
+  // Byte-count option ("10G", "512MiB": ParseByteCount): InvalidArgument
+  // naming the option if malformed; nullopt if absent.
+  Result<std::optional<std::uint64_t>> GetBytes(std::string_view name) const;
   // Required option: InvalidArgument "missing --name" if absent.
   Result<std::string> Require(std::string_view name) const;
 

@@ -64,13 +64,14 @@ int RunPlan(const std::vector<std::string>& argv) {
     if (tp < 0) return InvalidArgumentError("missing --tp");
     EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
     if (rank < 0) return InvalidArgumentError("missing --rank");
-    EXLR8_ASSIGN_OR_RETURN(std::int64_t gap, args->GetInt("coalesce-gap", 0, 0, std::int64_t{1} << 40));
+    // A byte count, as exlr8d pull takes it ("1M").
+    EXLR8_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> gap, args->GetBytes("coalesce-gap"));
     EXLR8_ASSIGN_OR_RETURN(LocalRelease rel, OpenLocalRelease(args->positional()[0]));
     EXLR8_ASSIGN_OR_RETURN(Manifest manifest, LoadManifest(rel, manifest_arg));
     PlanOptions opt;
     opt.tp = static_cast<int>(tp);
     opt.rank = static_cast<int>(rank);
-    opt.coalesce_gap = static_cast<std::uint64_t>(gap);
+    opt.coalesce_gap = gap.value_or(0);
     EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(rel.inputs, manifest, opt));
     if (args->Flag("json")) {
       std::string json = PlanToJson(plan);

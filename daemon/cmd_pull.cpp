@@ -196,19 +196,13 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.hub.token_file = args->GetOr("token-file", "");
     opt.hub.proxy = args->GetOr("proxy", "");
     opt.hub.ca_bundle = args->GetOr("ca-bundle", "");
-    if (auto r = args->Get("limit-rate")) {
-      EXLR8_ASSIGN_OR_RETURN(opt.fetch.max_bytes_per_second, ParseByteCount(*r));
-    }
-    if (auto b = args->Get("budget")) {
-      EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
-      cache_opt.byte_budget = budget;
-    }
-    if (auto w = args->Get("write-behind")) {
-      EXLR8_ASSIGN_OR_RETURN(cache_opt.write_behind_bytes, ParseByteCount(*w));
-    }
-    if (auto g = args->Get("coalesce-gap")) {
-      EXLR8_ASSIGN_OR_RETURN(opt.coalesce_gap, ParseByteCount(*g));
-    }
+    EXLR8_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> rate, args->GetBytes("limit-rate"));
+    if (rate) opt.fetch.max_bytes_per_second = *rate;
+    EXLR8_ASSIGN_OR_RETURN(cache_opt.byte_budget, args->GetBytes("budget"));
+    EXLR8_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> behind, args->GetBytes("write-behind"));
+    if (behind) cache_opt.write_behind_bytes = *behind;
+    EXLR8_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> gap, args->GetBytes("coalesce-gap"));
+    if (gap) opt.coalesce_gap = *gap;
     EXLR8_ASSIGN_OR_RETURN(std::int64_t bg, args->GetInt("background-jobs", -1, -1, jobs));
     opt.background_jobs = static_cast<int>(bg);
     EXLR8_ASSIGN_OR_RETURN(std::int64_t writers, args->GetInt("write-threads", 0, 1, 4));

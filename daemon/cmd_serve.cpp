@@ -111,15 +111,11 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   p.fetch.max_queued = std::max(64, 4 * static_cast<int>(parallel));
   EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args.GetInt("h2-streams", kDefaultH2StreamsPerConnection, 1, 1024));
   p.fetch.h2_streams_per_connection = static_cast<int>(streams);
-  if (auto r = args.Get("limit-rate")) {
-    EXLR8_ASSIGN_OR_RETURN(p.fetch.max_bytes_per_second, ParseByteCount(*r));
-  }
+  EXLR8_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> rate, args.GetBytes("limit-rate"));
+  if (rate) p.fetch.max_bytes_per_second = *rate;
   EXLR8_ASSIGN_OR_RETURN(std::int64_t max_jobs, args.GetInt("max-jobs", 4, 1, 64));
   jobs->max_running = static_cast<int>(max_jobs);
-  if (auto b = args.Get("budget")) {
-    EXLR8_ASSIGN_OR_RETURN(std::uint64_t budget, ParseByteCount(*b));
-    jobs->cache.byte_budget = budget;
-  }
+  EXLR8_ASSIGN_OR_RETURN(jobs->cache.byte_budget, args.GetBytes("budget"));
   p.offline = HubOfflineFromEnvironment();
   // A token file that cannot be read fails every job: say so now, not
   // after the unit reported ready (found by review).

@@ -253,6 +253,16 @@ TEST(CliTest, ExitStatuses) {
   EXPECT_EQ(manifest.status, 3);
   EXPECT_THAT(manifest.out, HasSubstr("manifest 'nope' not found"));
   for (const char* c : {"plan", "verify", "decode", "synth"}) EXPECT_EQ(Exlr8(std::string(c) + " --help").status, 0) << c;
+  // Found by review: a stray word printed only the usage; a byte count the
+  // pull takes ("1M") was "not an integer" here; a bad one did not name its
+  // option.
+  ProcessResult stray = Exlr8("plan " + fixture + " home --tp 4 --rank 0");
+  EXPECT_EQ(stray.status, 2);
+  EXPECT_THAT(stray.out, HasSubstr("unexpected argument 'home'"));
+  EXPECT_EQ(Exlr8("plan " + fixture + " --manifest home --tp 4 --rank 0 --coalesce-gap 1M").status, 0);
+  ProcessResult gap = Exlr8("plan " + fixture + " --manifest home --tp 4 --rank 0 --coalesce-gap 5Q");
+  EXPECT_EQ(gap.status, 2);
+  EXPECT_THAT(gap.out, HasSubstr("--coalesce-gap: '5Q': unknown unit"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "client/file_source.h"
 #include "format/json.h"
 #include "format/layout.h"
+#include "format/manifest.h"
 #include "format/safetensors.h"
 
 namespace exlr8 {
@@ -12,7 +13,6 @@ namespace exlr8 {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 }
 
 Result<LocalRelease> OpenLocalRelease(const fs::path& root) {

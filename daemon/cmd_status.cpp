@@ -3,11 +3,16 @@
 // while a pull or `exlr8d serve` owns the cache; GET /v1/ranks is the same
 // over the REST API.
 #include <cstdio>
+#include <filesystem>
 
 #include "client/args.h"
 #include "client/cli.h"
 #include "daemon/api/cache_report.h"
+#include "daemon/cache/cached_rank.h"
+#include "daemon/cache/posix.h"
 #include "daemon/commands.h"
+#include "format/layout.h"
+#include "format/manifest.h"
 #include "format/units.h"
 
 namespace exlr8 {
@@ -21,8 +26,9 @@ Whether TP rank R of N under the manifest is complete in the cache: every
 whole file (dense, vocab, config, index files, manifests), width-file header
 and expert half of its plan verified there. The plan is made again from the
 cached index files and manifest, so some rank of the fileset must have been
-pulled. Reads the cache only (a read-only view: it answers while a pull or
-'exlr8d serve' owns it) and fetches nothing.
+pulled. --manifest takes what pull takes: a name, a repo path, or a local
+JSON file (a custom width mix). Reads the cache only (a read-only view: it
+answers while a pull or 'exlr8d serve' owns it) and fetches nothing.
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main), or a commit
@@ -67,6 +73,16 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
                                             " (nothing was)"));
   if (!cache.ok()) return ReportError(kProg, cache.status());
   auto st = CheckRankStatus(**cache, q.repo, q.revision, q.manifest, q.tp, q.rank);
+  // As for pull: a manifest the release does not have may be a local file
+  // (a custom width mix; found by review: such a rank could be pulled but
+  // not checked).
+  std::error_code ec;
+  if (!st.ok() && st.status().code() == StatusCode::kNotFound && !IsManifestName(q.manifest) &&
+      std::filesystem::is_regular_file(q.manifest, ec)) {
+    Result<std::string> text = ReadSmallFile(q.manifest, kMaxManifestBytes);
+    if (!text.ok()) return ReportError(kProg, text.status());
+    st = CheckRankStatus(**cache, q.repo, q.revision, q.manifest, q.tp, q.rank, &*text);
+  }
   if (!st.ok()) return ReportError(kProg, st.status());
   if (args.Flag("json")) {
     std::printf("%s\n", RankStatusJson(q, *st).c_str());

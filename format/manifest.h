@@ -32,6 +32,10 @@
 
 namespace exlr8 {
 
+// The largest manifest file a reader takes (a GLM-5.3 manifest is about
+// 0.3 MB; twice the values any geometry can use are refused while parsing).
+inline constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
+
 // What a manifest is checked against, per MoE layer.
 struct LayerGeometry {
   std::uint32_t experts = 0;

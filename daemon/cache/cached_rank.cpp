@@ -16,7 +16,6 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 
 Result<std::string> ReadWhole(const ByteSource& src, std::uint64_t max_bytes) {
   if (src.size() > max_bytes)
@@ -79,7 +78,8 @@ Result<FilesetInfo> FindPulledFileset(Cache& cache, const std::string& repo, con
 }
 
 Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, const std::string& manifest_name,
-                                         int tp, int rank, bool check_index_hashes) {
+                                         int tp, int rank, bool check_index_hashes,
+                                         const std::string* local_manifest) {
   if (tp < 1 || rank < 0 || rank >= tp)
     return InvalidArgumentError("rank " + std::to_string(rank) + " of TP " + std::to_string(tp) +
                                 " is not a rank (0 <= rank < tp)");
@@ -101,14 +101,19 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
     inputs.indexes.emplace(rp.layer, std::move(ix));
     out.index_sources[f.path] = std::move(*src);
   }
-  const std::string manifest_path = IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
-  auto manifest_file = out.by_path.find(manifest_path);
-  if (manifest_file == out.by_path.end())
-    return NotFoundError("manifest '" + manifest_name + "' is not in " + set.repo + "@" + set.commit + " (no " +
-                         manifest_path + ")");
-  EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache.OpenVerified(manifest_file->second->id));
-  EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(*manifest_src, *manifest_file->second));
-  EXLR8_ASSIGN_OR_RETURN(std::string manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
+  std::string manifest_text;
+  if (local_manifest != nullptr) {
+    manifest_text = *local_manifest;
+  } else {
+    const std::string manifest_path = IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
+    auto manifest_file = out.by_path.find(manifest_path);
+    if (manifest_file == out.by_path.end())
+      return NotFoundError("manifest '" + manifest_name + "' is not in " + set.repo + "@" + set.commit + " (no " +
+                           manifest_path + ")");
+    EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache.OpenVerified(manifest_file->second->id));
+    EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(*manifest_src, *manifest_file->second));
+    EXLR8_ASSIGN_OR_RETURN(manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
+  }
   EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, manifest_name, geometry));
   PlanOptions po;
   po.tp = tp;
@@ -119,7 +124,8 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
 }
 
 Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
-                                   const std::string& manifest, int tp, int rank) {
+                                   const std::string& manifest, int tp, int rank,
+                                   const std::string* local_manifest) {
   EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(cache, repo, revision));
   RankStatus st;
   st.commit = set.commit;
@@ -135,14 +141,16 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   {
     EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache.ListFiles(set.id));
     const std::string manifest_path = IsManifestName(manifest) ? ManifestPath(manifest) : manifest;
-    const bool listed = std::any_of(files.begin(), files.end(), [&](const FileInfo& f) { return f.path == manifest_path; });
+    const bool listed = local_manifest != nullptr ||
+                        std::any_of(files.begin(), files.end(), [&](const FileInfo& f) { return f.path == manifest_path; });
     for (const FileInfo& f : files) {
       const bool needed = f.path == manifest_path || ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertIndex;
       if (listed && needed && f.bytes_cached < f.size)
         return not_planned(f.path + " (which the plan is made from) is not verified in the cache yet");
     }
   }
-  Result<CachedRankPlan> made = PlanRankFromCache(cache, set, manifest, tp, rank, /*check_index_hashes=*/false);
+  Result<CachedRankPlan> made =
+      PlanRankFromCache(cache, set, manifest, tp, rank, /*check_index_hashes=*/false, local_manifest);
   // One that no longer matches its hash: forgotten by exlr8d verify, then
   // fetched again; until then the rank is not there.
   if (!made.ok()) {

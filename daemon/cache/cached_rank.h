@@ -44,8 +44,12 @@ struct CachedRankPlan {
 // answered on the REST server's thread must stay quick; the index files are
 // some 70 MB at GLM-5.3 scale). The stage, which hands the bytes out,
 // checks both.
+// `local_manifest`: the text of a manifest that is not part of the release
+// (a custom width mix a pull took from a local file), used instead of
+// looking `manifest` up in the release; null: the release's.
 Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset, const std::string& manifest,
-                                         int tp, int rank, bool check_index_hashes = true);
+                                         int tp, int rank, bool check_index_hashes = true,
+                                         const std::string* local_manifest = nullptr);
 
 // How much of a rank's plan the cache holds as verified: the whole files
 // (dense, vocab, config, index files, manifests), the width files' headers
@@ -74,6 +78,7 @@ struct RankStatus {
 // release) is an error, not an incomplete status; one whose manifest or
 // index files are not verified yet is incomplete (`planned` false).
 Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const std::string& revision,
-                                   const std::string& manifest, int tp, int rank);
+                                   const std::string& manifest, int tp, int rank,
+                                   const std::string* local_manifest = nullptr);
 
 }  // namespace exlr8

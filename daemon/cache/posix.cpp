@@ -3,7 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace exlr8 {
 
@@ -68,10 +71,17 @@ Status PreadAll(int fd, std::uint64_t offset, std::span<std::byte> dst, std::str
 }
 
 Result<std::string> ReadSmallFile(const std::filesystem::path& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // Non-blocking: a FIFO put where the file should be must not hang us.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
-  // One byte more than allowed tells a file at the limit from a longer one.
-  std::string text(max_bytes + 1, '\0');
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path.string());
+  if (!S_ISREG(st.st_mode)) return FailedPreconditionError(path.string() + ": not a regular file");
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes)
+    return CorruptionError(path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
+  // One byte more than the file tells one that grew meanwhile; never more
+  // than the limit allows.
+  std::string text(std::min<std::size_t>(static_cast<std::size_t>(st.st_size), max_bytes) + 1, '\0');
   std::size_t got = 0;
   while (got < text.size()) {
     const ssize_t n = ::pread(fd.get(), text.data() + got, text.size() - got, static_cast<off_t>(got));
@@ -79,6 +89,7 @@ Result<std::string> ReadSmallFile(const std::filesystem::path& path, std::size_t
     if (n < 0) return ErrnoStatus(errno, "read " + path.string());
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
+    if (got == text.size() && got <= max_bytes) text.resize(std::min(max_bytes + 1, 2 * text.size()), '\0');
   }
   if (got > max_bytes) return CorruptionError(path.string() + ": larger than " + std::to_string(max_bytes) + " bytes");
   text.resize(got);

@@ -13,6 +13,7 @@
 
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/extent_set.h"
+#include "daemon/cache/posix.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
 #include "daemon/pull/fetch_session.h"
@@ -31,19 +32,7 @@ constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
 // it; with halves, up to the lowest one (the header ends there), at most:
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
 constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
-constexpr std::uint64_t kMaxManifestBytes = 256ull << 20;
 constexpr std::size_t kEmptyFilesPerCommit = 64;  // empty files marked verified per commit
-
-// Reads a small local file (a manifest given by path).
-Result<std::string> ReadLocalFile(const std::string& path, std::uint64_t max_bytes) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return NotFoundError(path + ": " + ec.message());
-  if (size > max_bytes) return ResourceExhaustedError(path + ": more than " + std::to_string(max_bytes) + " bytes");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 
@@ -791,7 +780,7 @@ Result<PullSummary> PullJob::Run() {
       if (IsManifestName(r.opt.manifest) || !std::filesystem::is_regular_file(r.opt.manifest, ec))
         return NotFoundError("manifest '" + r.opt.manifest + "' is neither in " + r.opt.repo + "@" + r.commit +
                              " (no " + manifest_path + ") nor a local file");
-      EXLR8_ASSIGN_OR_RETURN(local_manifest, ReadLocalFile(r.opt.manifest, kMaxManifestBytes));
+      EXLR8_ASSIGN_OR_RETURN(local_manifest, ReadSmallFile(r.opt.manifest, kMaxManifestBytes));
     }
     ReleaseInputs inputs;
     std::vector<std::string> metadata;

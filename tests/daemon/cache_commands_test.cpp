@@ -241,6 +241,30 @@ TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
 
 // A pull no one could serve is refused before anything starts: no cache
 // directory made, no progress line, one error naming the option.
+// Found by review: a rank pulled with a local manifest (a custom width mix)
+// could not be checked: status looked the path up in the release only.
+TEST(CacheCommandsTest, StatusChecksARankPulledWithALocalManifest) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, local;
+  const fs::path mix = local.path() / "mix.json";
+  fs::copy_file(TinyRelease() / "manifests" / "exlr8-manifest-down1.json", mix);
+  const std::string rank = " --repo exlr8/test --manifest " + Quote(mix.string()) + " --tp 4 --rank 1 --cache " +
+                           Quote(cache.path().string());
+  const ShellRun before = Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank + " --no-progress --dry-run");
+  ASSERT_EQ(before.status, 0) << before.out;
+  EXPECT_EQ(Shell(Exlr8d() + " status" + rank).status, 1);  // planned, not fetched yet
+  const ShellRun pull = Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank + " --no-progress");
+  ASSERT_EQ(pull.status, 0) << pull.out;
+  const ShellRun status = Shell(Exlr8d() + " status" + rank);
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_THAT(status.out, HasSubstr(": complete"));
+  // Still the release's manifest first; a path that is neither is NotFound.
+  EXPECT_EQ(Shell(Exlr8d() + " status --repo exlr8/test --manifest down1 --tp 4 --rank 1 --cache " +
+                  Quote(cache.path().string())).status, 0);
+  EXPECT_EQ(Shell(Exlr8d() + " status --repo exlr8/test --manifest " + Quote((local.path() / "nope.json").string()) +
+                  " --tp 4 --rank 1 --cache " + Quote(cache.path().string())).status, 3);
+}
+
 TEST(CacheCommandsTest, PullWithImpossibleOptionsFailsBeforeTouchingTheCache) {
   TempDir dir;
   const fs::path cache = dir.path() / "cache";

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -170,6 +172,25 @@ TEST(ProgressTerminalTest, PullOnANarrowTerminalRedrawsInPlaceAndEndsOnAFreshLin
   // printed next does not overwrite the last bar.
   ASSERT_GE(seen.size(), 2u);
   EXPECT_EQ(seen.substr(seen.size() - 2), "\r\n") << seen;
+}
+
+// Found by review: a quick pull's last log line (not a terminal) said
+// "0 B/s": the moving average had not been updated yet. The last line says
+// the run's rate, as the summary does.
+TEST(ProgressLogTest, TheLastLineSaysTheRunsRate) {
+  auto sim = StartSim(TinyRelease());
+  ASSERT_NE(sim, nullptr);
+  TempDir cache;
+  const std::string err = (cache.path() / "err.log").string();
+  const ShellRun pull = Shell("(" + Exlr8d() + " pull --repo exlr8/test --manifest home --tp 4 --rank 1 --endpoint " +
+                              sim->hub_url() + " --cache " + Quote((cache.path() / "c").string()) +
+                              " > /dev/null 2> " + Quote(err) + ")");  // stderr to the file, not to Shell's 2>&1
+  ASSERT_EQ(pull.status, 0) << pull.out;
+  std::ifstream in(err);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t done = log.rfind("exlr8d pull: done 100.0%");
+  ASSERT_NE(done, std::string::npos) << log;
+  EXPECT_EQ(log.find(" 0 B/s", done), std::string::npos) << log.substr(done);
 }
 
 }  // namespace

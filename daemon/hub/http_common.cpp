@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "daemon/hub/hub_protocol.h"
+#include "format/json.h"
 
 namespace exlr8 {
 namespace {
@@ -141,10 +142,27 @@ bool IsPermanentCurlError(int curl_code) {
   }
 }
 
-std::string DescribeCurlError(int curl_code, const char* errbuf) {
+std::string ProxyOf(const HttpSettings& settings, std::string_view url) {
+  return ProxyForUrl(url, settings.explicit_proxy, settings.use_env_proxy, [](const char* n) { return std::getenv(n); });
+}
+
+std::string DescribeCurlError(int curl_code, const char* errbuf, std::string_view proxy) {
   const auto code = static_cast<CURLcode>(curl_code);
   std::string msg = curl_easy_strerror(code);
   if (errbuf != nullptr && errbuf[0] != '\0') msg += std::string(" (") + errbuf + ")";
+  const bool connecting = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_PROXY ||
+                          code == CURLE_OPERATION_TIMEDOUT || code == CURLE_RECV_ERROR ||
+                          code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING || code == CURLE_PROXY;
+  if (connecting && !proxy.empty()) {
+    // scheme://user:password@host:port -> scheme://host:port
+    std::string shown(proxy);
+    const std::size_t scheme = shown.find("://");
+    const std::size_t from = scheme == std::string::npos ? 0 : scheme + 3;
+    const std::size_t at = shown.find('@', from);
+    if (at != std::string::npos && shown.find('/', from) > at) shown.erase(from, at + 1 - from);
+    msg += "; through the proxy " + EscapeForMessage(shown, 200) +
+           " (--proxy, HTTPS_PROXY/HTTP_PROXY, NO_PROXY): check that it is up";
+  }
   // libcurl before 8.6 reports a response header line over its 100 kB limit
   // as "Out of memory", with nothing in the error buffer (found by review:
   // a server's 200 kB header read as the node running out of memory).

@@ -64,8 +64,14 @@ void ApplyCommonOptions(CURL* easy, const HttpSettings& settings, const std::str
 
 // What a failed transfer says, from libcurl's code and error buffer; for a
 // certificate the server's chain does not verify against, with what to do
-// about it (a private CA: --ca-bundle).
-std::string DescribeCurlError(int curl_code, const char* errbuf);
+// about it (a private CA: --ca-bundle). `proxy` (ProxyForUrl of the
+// request's URL, "" for none): a connection that failed through it says so
+// (its user and password left out), since libcurl names only an address.
+std::string DescribeCurlError(int curl_code, const char* errbuf, std::string_view proxy = {});
+
+// The settings' proxy for `url`, as ProxyForUrl picks it from the process's
+// environment.
+std::string ProxyOf(const HttpSettings& settings, std::string_view url);
 
 // True for failures another attempt cannot mend (a certificate that does
 // not verify, a CA file libcurl cannot use): the request fails at once

@@ -356,7 +356,7 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     }
     std::optional<milliseconds> wait;
     if (rc != CURLE_OK) {
-      last_error = IOError(std::string(what) + ": " + DescribeCurlError(rc, errbuf));
+      last_error = IOError(std::string(what) + ": " + DescribeCurlError(rc, errbuf, ProxyOf(settings_, url)));
       if (IsPermanentCurlError(rc)) return last_error;
     } else if (IsRetryableHttp(status)) {
       if (status == 429) rate_limited_.fetch_add(1, std::memory_order_relaxed);
@@ -388,8 +388,16 @@ Result<std::string> HubClient::ResolveCommit() {
   const std::string what = "revision '" + EscapeForMessage(revision_) + "' of " + repo_;
   api_requests_.fetch_add(1, std::memory_order_relaxed);
   EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, what, /*json=*/true));
-  if (r.head.status != 200)
-    return HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
+  if (r.head.status != 200) {
+    Status error = HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
+    // A hub names what it did not find (X-Error-Code); a 404 without it is
+    // most likely another server, or --endpoint with a path (found by
+    // review: "HTTP 404" alone did not say which URL).
+    if (r.head.status == 404 && r.head.x_error_code.empty())
+      error = Status(error.code(), error.message() + "; " + EscapeForMessage(url, 300) +
+                                       " is no hub API route: is --endpoint (or HF_ENDPOINT) the hub's base URL?");
+    return error;
+  }
   auto json = ParseJson(r.body);
   if (!json.ok()) return json.status().WithContext(what + ": revision answer");
   const JsonValue* sha = json->is_object() ? json->Find("sha") : nullptr;
@@ -599,7 +607,7 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
     if (!ctx.error.ok()) {
       last_error = ctx.error.WithContext(what);
     } else if (rc != CURLE_OK) {
-      last_error = IOError(what + ": " + DescribeCurlError(rc, errbuf));
+      last_error = IOError(what + ": " + DescribeCurlError(rc, errbuf, ProxyOf(settings_, where.url)));
       if (IsPermanentCurlError(rc)) return last_error;
     } else if (status == 200 || status == 206) {
       if (where.size && ctx.delivered != *where.size) {

@@ -494,7 +494,8 @@ struct RangeFetcher::Impl {
       resolve_queue.push_back(fi);
     };
     if (rc != CURLE_OK) {
-      const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " + DescribeCurlError(rc, t.errbuf));
+      const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " +
+                                   DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
       if (IsPermanentCurlError(rc)) FailFile(fi, error);  // another try meets the same certificate
       else retry(error, std::nullopt);
       return;
@@ -798,7 +799,7 @@ struct RangeFetcher::Impl {
     if (status == 200 || status == 206 || status == 0) {
       std::string msg;
       if (rc != CURLE_OK) {
-        msg = DescribeCurlError(rc, t.errbuf);
+        msg = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
       } else {
         Inc(counters.bad_answers);
         msg = "short body";

@@ -4,8 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <thread>
+#include <curl/curl.h>
 #include <stdlib.h>
+#include <thread>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -565,6 +566,22 @@ TEST(HubClientTest, OfflineFromTheEnvironmentAsHuggingFaceHubReadsIt) {
   }
   ::unsetenv("HF_HUB_OFFLINE");
   EXPECT_FALSE(HubOfflineFromEnvironment());
+}
+
+// Found by review: a dead proxy failed as "Couldn't connect to 127.0.0.1
+// port 1", which did not say that this was the proxy. Its password stays out.
+TEST(HubClientTest, AConnectionThatFailsThroughAProxySaysSo) {
+  const std::string said = DescribeCurlError(CURLE_COULDNT_CONNECT, "Failed to connect", "http://u:s3cret@10.0.0.9:3128");
+  EXPECT_THAT(said, HasSubstr("through the proxy http://10.0.0.9:3128"));
+  EXPECT_THAT(said, Not(HasSubstr("s3cret")));
+  EXPECT_THAT(DescribeCurlError(CURLE_COULDNT_CONNECT, "Failed to connect"), Not(HasSubstr("proxy")));
+  FakeHub hub;
+  HubOptions o = TestOptions(hub);
+  o.proxy = "http://127.0.0.1:1";  // nothing listens there
+  auto c = HubClient::Open(o, hub.repo, "main");
+  EXPECT_EQ(c.status().code(), StatusCode::kIOError) << c.status().ToString();
+  EXPECT_THAT(c.status().message(), HasSubstr("through the proxy http://127.0.0.1:1"));
+  EXPECT_TRUE(hub.hub().requests().empty());
 }
 
 TEST(HubClientTest, TokenSources) {

@@ -704,6 +704,18 @@ TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
     EXPECT_NE(phases->Find(p), nullptr) << p;
 }
 
+// Found by review: --endpoint with a path failed as "HTTP 404: no such
+// route", not saying which URL.
+TEST(PullTest, AnEndpointThatIsNoHubSaysWhichUrl) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto o = Options(*sim, "home", 4, 1);
+  o.hub.endpoint = sim->hub_url() + "/api";
+  auto s = Pull(cache.path(), o);
+  ASSERT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+  EXPECT_THAT(s.status().message(), HasSubstr(sim->hub_url() + "/api/api/models/exlr8/test/revision/main is no hub API route"));
+}
+
 TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

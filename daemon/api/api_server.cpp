@@ -82,7 +82,10 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
                                                 "\"malformed HTTP request\"}}"}));
     }
     const auto& req = parser_->get();
-    ApiRequest request{std::string(req.method_string()), std::string(req.target()), req.body()};
+    // A HEAD is answered as the GET of the same target, less its body (below).
+    const bool head = req.method() == http::verb::head;
+    ApiRequest request{head ? std::string("GET") : std::string(req.method_string()), std::string(req.target()),
+                       req.body()};
     ApiResponse answer;
     try {
       answer = (*handler_)(request);
@@ -90,7 +93,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
       answer = {500, "{\"error\":{\"code\":\"Internal\",\"message\":\"handler failed\"}}"};
     }
     http::response<http::string_body> res = MakeResponse(req.version(), req.keep_alive(), answer);
-    if (req.method() == http::verb::head) {
+    if (head) {
       // RFC 9110 9.3.2: the header a GET gets, no body. On a kept-alive
       // connection the body would be read as the next answer (found by
       // review: every HEAD got a 405 with its JSON body).

@@ -302,11 +302,17 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  // The server's environment, less the hub token: a holder never goes to
-  // the network, so it has no business holding one.
+  // The server's environment, less the hub token in any of the variables
+  // it may come from: a holder never goes to the network, so it has no
+  // business holding one (found by review: HUGGING_FACE_HUB_TOKEN went
+  // through).
   std::vector<char*> env;
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::string_view(*e).rfind("HF_TOKEN=", 0) != 0) env.push_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view var(*e);
+    if (var.rfind("HF_TOKEN=", 0) != 0 && var.rfind("HUGGING_FACE_HUB_TOKEN=", 0) != 0 &&
+        var.rfind("HF_TOKEN_PATH=", 0) != 0)
+      env.push_back(*e);
+  }
   env.push_back(nullptr);
   const int err = ::posix_spawn(&pid, stage_binary_.c_str(), &actions, &attr, argv.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);

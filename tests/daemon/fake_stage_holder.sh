@@ -32,7 +32,7 @@ trap 'state releasing ",\"lessees\":[]"; state released; echo released; exit 0' 
 trap 'exec 9>&-; sleep 0.5; exit 3' USR1
 # hf_token_set: whether the server passed its hub token on (it must not).
 token=0
-[ -n "${HF_TOKEN:-}" ] && token=1
+[ -n "${HF_TOKEN:-}${HUGGING_FACE_HUB_TOKEN:-}${HF_TOKEN_PATH:-}" ] && token=1
 state holding ",\"lease\":\"$hold\",\"bytes\":123,\"upload_gb_per_s\":1.5,\"hf_token_set\":$token,\"lessees\":[]"
 echo "holding: the rank is leased on $hold"
 # The sleeps must not inherit the lock: a holder killed with -9 lets go at once.

@@ -109,9 +109,13 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
   std::uint64_t id = 0;
   pid_t holder = 0;
   {
-    ::setenv("HF_TOKEN", "hf_not_for_holders", 1);  // the server's token: never the holder's
+    // The server's token, from any variable it reads: never the holder's
+    // (found by review: HUGGING_FACE_HUB_TOKEN went through).
+    ::setenv("HF_TOKEN", "hf_not_for_holders", 1);
+    ::setenv("HUGGING_FACE_HUB_TOKEN", "hf_not_for_holders_either", 1);
     ServeProcess serve(cache.path(), args, log);
     ::unsetenv("HF_TOKEN");
+    ::unsetenv("HUGGING_FACE_HUB_TOKEN");
     ASSERT_GT(serve.port(), 0) << serve.ready_line();
     id = StartStage(serve, StageBody(2, 1));
     ASSERT_EQ(id, 1u);

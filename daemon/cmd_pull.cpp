@@ -142,6 +142,11 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
               HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.totals.routed_halves),
               static_cast<unsigned long long>(s.plan.totals.shared_halves),
               static_cast<unsigned long long>(s.plan.files.size()), HumanBytes(s.plan.totals.release_bytes).c_str());
+  if (s.plan.totals.bytes > s.plan.totals.needed_bytes)
+    std::printf("  requests span    %s (--coalesce-gap: %s of other ranks' bytes fetched and dropped, never "
+                "written)\n",
+                HumanBytes(s.plan.totals.bytes).c_str(),
+                HumanBytes(s.plan.totals.bytes - s.plan.totals.needed_bytes).c_str());
   std::printf("  fetched          %s\n", HumanBytes(s.bytes_fetched).c_str());
   std::printf("  reused           %s (already verified in the cache)\n", HumanBytes(s.bytes_reused).c_str());
   if (s.bytes_resumed > 0)

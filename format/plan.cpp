@@ -45,7 +45,7 @@ namespace {
 // the totals that depend on them.
 void BuildRequestsAndTotals(Plan& plan) {
   PlanTotals& t = plan.totals;
-  t.bytes = t.requests = t.header_bytes = t.half_bytes = 0;
+  t.bytes = t.needed_bytes = t.requests = t.header_bytes = t.half_bytes = 0;
   for (PlanFile& pf : plan.files) {
     if (!pf.whole) {
       std::sort(pf.ranges.begin(), pf.ranges.end(),
@@ -55,10 +55,12 @@ void BuildRequestsAndTotals(Plan& plan) {
       for (const auto& r : pf.ranges) {
         runs.push_back({r.offset, r.length});
         (r.kind == PlanRange::Kind::kHeader ? t.header_bytes : t.half_bytes) += r.length;
+        t.needed_bytes += r.length;
       }
       pf.requests = CoalesceRuns(std::move(runs), plan.coalesce_gap);
     }
     t.bytes += pf.bytes();
+    if (pf.whole) t.needed_bytes += pf.size;
     t.requests += pf.requests.size();
   }
 }

@@ -100,7 +100,10 @@ struct PlanFile {
 };
 
 struct PlanTotals {
-  std::uint64_t bytes = 0;            // everything the rank fetches
+  std::uint64_t bytes = 0;            // everything the rank fetches (its requests' bytes)
+  // What the rank keeps: whole files, headers and halves; less than `bytes`
+  // by the other ranks' bytes a coalescing gap (PlanOptions) spans.
+  std::uint64_t needed_bytes = 0;
   std::uint64_t whole_file_bytes = 0;
   std::uint64_t header_bytes = 0;
   std::uint64_t half_bytes = 0;       // routed + shared halves

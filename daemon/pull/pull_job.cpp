@@ -820,7 +820,7 @@ Result<PullSummary> PullJob::Run() {
     r.SetPhase(PullPhase::kPlan);
     PlanOptions plan_options{r.opt.tp, r.opt.rank, r.opt.coalesce_gap, /*defer_headers=*/true};
     EXLR8_ASSIGN_OR_RETURN(Plan plan, MakePlan(inputs, manifest, plan_options));
-    r.counters.bytes_planned.store(plan.totals.bytes);
+    r.counters.bytes_planned.store(plan.totals.needed_bytes);
     sum.root = r.cache.dir() / FilesetDir(r.opt.repo, r.commit);
     // What the width files' headers are checked against: where their halves
     // lie. The index tables themselves are dropped here (66 MB at GLM-5.3
@@ -846,7 +846,7 @@ Result<PullSummary> PullJob::Run() {
       r.SetPhase(PullPhase::kHeaders);
       EXLR8_RETURN_IF_ERROR(r.EnsureHeaders(width_paths, &inputs.width_header_bytes, spans, &reused));
       EXLR8_RETURN_IF_ERROR(AddWidthHeaders(plan, inputs.width_header_bytes));
-      r.counters.bytes_planned.store(plan.totals.bytes);
+      r.counters.bytes_planned.store(plan.totals.needed_bytes);
       r.counters.bytes_reused.store(reused);
       return Status::Ok();
     };

@@ -16,7 +16,6 @@ namespace exlr8 {
 
 namespace {
 
-
 Result<std::string> ReadWhole(const ByteSource& src, std::uint64_t max_bytes) {
   if (src.size() > max_bytes)
     return ResourceExhaustedError(src.name() + ": " + std::to_string(src.size()) + " bytes, more than " +

@@ -67,6 +67,12 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
                                                    "exlr8d that ran it stopped', finished = ?1, updated = ?1 "
                                                    "WHERE state = 'running'"));
   EXLR8_RETURN_IF_ERROR(q.Bind(1, rep->Now()).Run());
+  // What an eviction a crash interrupted left on disk (its rows gone, some
+  // of its files not yet): no rerun of that eviction finds the fileset
+  // again, so the first owner after it removes them (found by review: they
+  // stayed until a gc that evicted something). Best effort: a failure here
+  // is said again by the next eviction, which sweeps too.
+  (void)rep->RemoveOrphanDirs();
   return std::unique_ptr<Cache>(new Cache(std::move(rep)));
 }
 

@@ -212,12 +212,16 @@ Status Cache::Rep::RemoveOrphanDirs() {
     return out;
   };
   // Only <org>/<name>/<commit> triples with valid names are ever touched,
-  // so the index, the lock and anything foreign stay put.
+  // so the index, the lock and anything foreign stay put: an org directory
+  // goes only once emptied of repos here (found by review: every empty
+  // directory at the root went, lost+found of a dedicated file system too).
   for (const fs::path& org : subdirs(dir)) {
     if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own: pins, stage records
+    bool held_repos = false;
     for (const fs::path& name : subdirs(org)) {
       const std::string repo = org.filename().string() + "/" + name.filename().string();
       if (!ValidateRepoId(repo).ok()) continue;
+      held_repos = true;
       for (const fs::path& commit : subdirs(name)) {
         const std::string c = commit.filename().string();
         if (!ValidateCommit(c).ok() || known.count(FilesetDir(repo, c))) continue;
@@ -229,7 +233,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
       fs::remove(name, ec);  // only if now empty
     }
     std::error_code ec;
-    fs::remove(org, ec);
+    if (held_repos) fs::remove(org, ec);  // only if now empty
   }
   // A directory removed here holds nothing left to record, and a pending
   // sync of its names would fail every later commit (open: ENOENT).

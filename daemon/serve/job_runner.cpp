@@ -567,7 +567,32 @@ void JobRunner::Rep::RunEvict(Cache& cache, RunningJob& rj) {
   std::fprintf(stderr, "exlr8d serve: job %lld: evicting %s@%s\n", static_cast<long long>(job.id), r.repo.c_str(),
                r.revision.c_str());
   Result<JsonValue> evicted = [&]() -> Result<JsonValue> {
-    EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindFileset(cache, r));
+    FilesetInfo set;
+    if (job.target_commit.empty()) {
+      // The first attempt: the revision names a commit now; that one is
+      // recorded before anything is evicted.
+      EXLR8_ASSIGN_OR_RETURN(set, FindFileset(cache, r));
+      EXLR8_RETURN_IF_ERROR(store->SetTargetCommit(job.id, set.commit));
+    } else {
+      // An attempt after a restart evicts what the first chose, never what
+      // the revision names now (found by review: a pull between the two
+      // had fetched another commit of it, which the retry evicted).
+      EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> sets, cache.ListFilesets());
+      const auto it = std::find_if(sets.begin(), sets.end(), [&](const FilesetInfo& s) {
+        return s.repo == r.repo && s.commit == job.target_commit;
+      });
+      if (it == sets.end()) {
+        std::fprintf(stderr, "exlr8d serve: job %lld: %s commit %s was evicted by its earlier attempt\n",
+                     static_cast<long long>(job.id), r.repo.c_str(), job.target_commit.c_str());
+        EXLR8_ASSIGN_OR_RETURN(const std::uint64_t remaining, cache.RecordedBytes());
+        return JsonValue::Object({{"repo", JsonValue::String(r.repo)},
+                                  {"commit", JsonValue::String(job.target_commit)},
+                                  {"bytes_freed", JsonValue::UInt(0)},
+                                  {"bytes_remaining", JsonValue::UInt(remaining)},
+                                  {"evicted_before_a_restart", JsonValue::Bool(true)}});
+      }
+      set = *it;
+    }
     EXLR8_ASSIGN_OR_RETURN(GcResult gone, cache.Evict(set.id));
     std::fprintf(stderr, "exlr8d serve: job %lld: evicted %s commit %s, freed %llu bytes\n",
                  static_cast<long long>(job.id), set.repo.c_str(), set.commit.c_str(),

@@ -78,7 +78,7 @@ Status CheckRequest(const JobRequest& r) {
 
 constexpr const char* kColumns =
     "id, repo, revision, manifest, tp, rank, endpoint, pin, state, error, pull_id, attempts, created, updated, "
-    "finished, kind, result, make_room";
+    "finished, kind, result, make_room, target_commit";
 
 Result<JobInfo> ReadRow(const SqliteStmt& q) {
   JobInfo j;
@@ -100,6 +100,7 @@ Result<JobInfo> ReadRow(const SqliteStmt& q) {
   EXLR8_ASSIGN_OR_RETURN(j.request.kind, ParseKind(q.Text(15)));
   j.result = q.Text(16);
   j.request.make_room = q.Int(17) != 0;
+  j.target_commit = q.Text(18);
   return j;
 }
 
@@ -250,6 +251,12 @@ Status JobStore::SetPull(JobId id, std::int64_t pull) {
   return rep_->UpdateOne(
       id, "UPDATE jobs SET pull_id = ?3, updated = ?1 WHERE id = ?2 AND state = 'running'",
       [pull](SqliteStmt& q) { q.Bind(3, pull); }, "only a running job has a pull");
+}
+
+Status JobStore::SetTargetCommit(JobId id, std::string_view commit) {
+  return rep_->UpdateOne(
+      id, "UPDATE jobs SET target_commit = ?3, updated = ?1 WHERE id = ?2 AND state = 'running'",
+      [commit](SqliteStmt& q) { q.Bind(3, commit); }, "only a running job chooses its commit");
 }
 
 Status JobStore::Requeue(JobId id) {

@@ -59,6 +59,7 @@ struct JobInfo {
   std::int64_t updated_ms = 0;
   std::optional<std::int64_t> finished_ms;
   std::string result;  // verify jobs, once done: the scrub's report (a JSON object)
+  std::string target_commit;  // evict jobs: the commit the first attempt chose ("" before)
 };
 
 // Bounds on the queue, so that no client fills a disk with it.
@@ -98,6 +99,8 @@ class JobStore {
   Status MarkRunning(JobId id);
   // Links the running attempt to its pull row.
   Status SetPull(JobId id, std::int64_t pull);
+  // Records the commit a running evict job chose (JobInfo::target_commit).
+  Status SetTargetCommit(JobId id, std::string_view commit);
   // running -> queued: the server stopped mid-job; it resumes next start.
   Status Requeue(JobId id);
   // -> done/failed/cancelled with `error` (and `result`, see JobInfo).

@@ -1075,6 +1075,39 @@ TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {
   EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 0, 100), Pattern(fx.file, 0, 100));
 }
 
+// Found by review: an eviction killed after its rows were gone left its
+// files, and no rerun found the fileset to finish it; the next owner of the
+// cache removes them. Foreign directories at the root stay, empty or not.
+TEST(CacheTest, TheNextOwnerRemovesWhatAnInterruptedEvictionLeft) {
+  TempDir tmp;
+  const std::filesystem::path left = tmp.path() / "org" / "gone" / kCommitB;
+  {
+    std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+    ASSERT_TRUE(cache);
+    const FilesetId kept = *cache->PutFileset("org/model", "main", kCommitA);
+    const FileId f = *cache->PutFile(kept, "w.bin", 100);
+    ASSERT_TRUE(cache->WriteAt(f, 0, Pattern(f, 0, 100)).ok());
+    const VerifiedExtent e{f, 0, 100};
+    ASSERT_TRUE(cache->CommitVerified({&e, 1}).ok());
+  }
+  std::filesystem::create_directories(left / "experts");  // the rows went, these files did not
+  std::ofstream(left / "experts" / "w.bin") << "left behind";
+  for (const char* foreign : {"lost+found", "my-notes"}) std::filesystem::create_directories(tmp.path() / foreign);
+  {
+    auto view = Cache::OpenReadOnly(tmp.path());  // a reader changes nothing
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_TRUE(std::filesystem::exists(left));
+  }
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  ASSERT_TRUE(cache);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "org" / "gone"));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "org" / "model" / kCommitA / "w.bin"));
+  ASSERT_TRUE(cache->Gc(1 << 20).ok());
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "lost+found"));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "my-notes"));
+  EXPECT_EQ(*cache->RecordedBytes(), 100u);
+}
+
 // Write-behind starts write-back from the writers' threads while others
 // write the same file; the bytes, and only the committed ones, must land.
 TEST(CacheTest, WriteBehindFromSeveralWritersKeepsEveryByte) {

@@ -631,6 +631,43 @@ TEST(ServeJobsTest, APullThatMakesRoomSparesARunningPullThenEvictsWhatIsDone) {
 
 // POST /v1/evict: evicts a fileset after the jobs of its repo asked before
 // it; a pinned one fails the job, naming its holders.
+// Found by review: an evict job whose server was killed mid-eviction was
+// run again after the restart and resolved its revision again; a pull in
+// between had fetched another commit of the repo, and that one was evicted.
+// The first attempt records its commit; a retry evicts that one or, as
+// here, finds it gone and is done, sparing what the revision names now.
+TEST(ServeJobsTest, AnEvictJobRetriedAfterACrashEvictsTheCommitItChoseOrNothing) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 2, 0));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  const std::string chose = std::string(40, 'e');  // the commit the killed attempt chose (and evicted)
+  {
+    auto store = JobStore::Open(cache.path() / "exlr8d.jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    JobRequest r;
+    r.kind = JobKind::kEvict;
+    r.repo = "exlr8/test";
+    r.manifest = "";
+    auto id = (*store)->Add(r);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE((*store)->MarkRunning(*id).ok());
+    ASSERT_TRUE((*store)->SetTargetCommit(*id, chose).ok());
+  }  // as a kill -9 leaves it: running
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  JsonValue j;
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(j = Job(serve, 1))); })) << State(j);
+  ASSERT_EQ(State(j), "done") << j.Find("error")->as_string();
+  EXPECT_EQ(j.Find("result")->Find("commit")->as_string(), chose);
+  EXPECT_TRUE(j.Find("result")->Find("evicted_before_a_restart")->as_bool());
+  EXPECT_EQ(*j.Find("attempts")->as_uint64(), 2u);
+  EXPECT_EQ(serve.Stop(), 0);
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*(*c)->RecordedBytes(), pulled->bytes_planned);  // the pulled commit is still there
+}
+
 TEST(ServeJobsTest, AnEvictJobWaitsForItsRepoAndSparesPinnedFilesets) {
   hubsim::FaultConfig slow;
   slow.throttle_bps = 400'000;

@@ -142,6 +142,25 @@ bool IsPermanentCurlError(int curl_code) {
   }
 }
 
+bool IsNoAnswerCurlError(int curl_code, long http_status, long proxy_connect_status) {
+  if (http_status != 0) return false;
+  if (proxy_connect_status >= 400 && proxy_connect_status < 500) return false;
+  switch (static_cast<CURLcode>(curl_code)) {
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SSL_CONNECT_ERROR:  // the handshake failed; a certificate that does not verify is another code
+    case CURLE_GOT_NOTHING:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PROXY:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string ProxyOf(const HttpSettings& settings, std::string_view url) {
   return ProxyForUrl(url, settings.explicit_proxy, settings.use_env_proxy, [](const char* n) { return std::getenv(n); });
 }

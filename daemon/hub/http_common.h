@@ -78,6 +78,18 @@ std::string ProxyOf(const HttpSettings& settings, std::string_view url);
 // instead of after every retry's backoff.
 bool IsPermanentCurlError(int curl_code);
 
+// True when a failed transfer got no answer from the server: its name did
+// not resolve, the connection was refused, reset, closed or timed out
+// before any answer (the TLS handshake included), or the proxy could not be
+// reached or could not reach the server (CONNECT answered 5xx). Not so for
+// a transfer that had an answer begun (`http_status`, CURLINFO_RESPONSE_CODE,
+// non-zero), a proxy that refused (`proxy_connect_status`,
+// CURLINFO_HTTP_CONNECTCODE, 4xx: 407 wants credentials), a certificate
+// that does not verify (a server answered, one that is not trusted: a
+// private CA or an interception to fix, IsPermanentCurlError), or a local
+// failure (memory, a bad URL, a write callback).
+bool IsNoAnswerCurlError(int curl_code, long http_status, long proxy_connect_status);
+
 // The response headers the hub code acts on, captured by a CURLOPT_HEADERFUNCTION.
 struct ResponseHead {
   long status = 0;

@@ -245,8 +245,9 @@ struct HubClient::Response {
 
 HubClient::~HubClient() = default;
 
-Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::string repo,
-                                                   std::string revision) {
+Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::string repo, std::string revision,
+                                                   HubOutage* outage) {
+  if (outage != nullptr) *outage = HubOutage::kNone;
   EnsureCurlGlobalInit();
   std::unique_ptr<HubClient> c(new HubClient());
   c->easy_pool_ = std::make_unique<EasyPool>();
@@ -284,7 +285,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
   const std::string prefix = options.repo_type == "model" ? "" : type_plural + "/";
   c->api_base_ = endpoint + "/api/" + type_plural + "/" + c->repo_;
   c->options_ = std::move(options);
-  EXLR8_ASSIGN_OR_RETURN(c->commit_, c->ResolveCommit());
+  EXLR8_ASSIGN_OR_RETURN(c->commit_, c->ResolveCommit(outage));
   c->resolve_base_ = endpoint + "/" + prefix + c->repo_ + "/resolve/" + c->commit_ + "/";
   return c;
 }
@@ -308,7 +309,14 @@ HubClientStats HubClient::stats() const {
 }
 
 Result<HubClient::Response> HubClient::Request(const std::string& url, bool head, std::size_t max_body,
-                                               std::string_view what, bool json) const {
+                                               std::string_view what, bool json, HubOutage* outage,
+                                               std::optional<Tries> tries) const {
+  const int max_attempts = tries ? tries->max_attempts : options_.max_attempts;
+  HubOutage last_outage = HubOutage::kNone;  // what last_error says of the server
+  auto said = [&](HubOutage o) {
+    if (outage != nullptr) *outage = o;
+  };
+  said(HubOutage::kNone);
   EasyLease easy(easy_pool_.get());
   if (!easy) return InternalError("curl_easy_init failed");
   struct BodySink {
@@ -323,6 +331,7 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     char errbuf[CURL_ERROR_SIZE] = {0};
     if (options_.cancel != nullptr && options_.cancel->load()) return CancelledError(std::string(what) + ": cancelled");
     ApplyCommonOptions(easy.get(), settings_, url);
+    if (tries) curl_easy_setopt(easy.get(), CURLOPT_CONNECTTIMEOUT_MS, tries->connect_timeout_ms);
     WatchCancel(easy.get(), options_.cancel);
     curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(options_.api_timeout.count() * 1000));
     SlistPtr headers = MakeHeaders(settings_, url);
@@ -358,11 +367,18 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
     if (rc != CURLE_OK) {
       last_error = IOError(std::string(what) + ": " + DescribeCurlError(rc, errbuf, ProxyOf(settings_, url)));
       if (IsPermanentCurlError(rc)) return last_error;
+      long connect_status = 0;
+      curl_easy_getinfo(easy.get(), CURLINFO_HTTP_CONNECTCODE, &connect_status);
+      last_outage =
+          IsNoAnswerCurlError(rc, status, connect_status) ? HubOutage::kUnreachable : HubOutage::kNone;
     } else if (IsRetryableHttp(status)) {
       if (status == 429) rate_limited_.fetch_add(1, std::memory_order_relaxed);
       last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
+      // 408 is the server timing our request out: an answer like any 4xx.
+      last_outage = status == 408 ? HubOutage::kNone : HubOutage::kNotNow;
       wait = ThrottleWait(r.head);
       if (wait && *wait > options_.max_throttle_wait) {
+        said(last_outage);
         return UnavailableError(last_error.message() + WaitPastCap(*wait, options_.max_throttle_wait));
       }
     } else if (json && status == 200 && !r.head.content_length && !ParseJson(r.body).ok()) {
@@ -371,10 +387,12 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
       // corrupt, exit 3). Retried as the transport error it most likely is;
       // a length-delimited answer that does not parse stays Corruption.
       last_error = IOError(std::string(what) + ": answer with no Content-Length ended before its JSON did");
+      last_outage = HubOutage::kNone;
     } else {
       return r;
     }
-    if (attempt >= options_.max_attempts) {
+    if (attempt >= max_attempts) {
+      said(last_outage);
       return Status(last_error.code(), last_error.message() + " (after " + std::to_string(attempt) + " attempts)");
     }
     retries_.fetch_add(1, std::memory_order_relaxed);
@@ -383,11 +401,16 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
   }
 }
 
-Result<std::string> HubClient::ResolveCommit() {
+Result<std::string> HubClient::ResolveCommit(HubOutage* outage) {
   const std::string url = api_base_ + "/revision/" + PercentEncode(revision_, /*keep_slash=*/false);
   const std::string what = "revision '" + EscapeForMessage(revision_) + "' of " + repo_;
   api_requests_.fetch_add(1, std::memory_order_relaxed);
-  EXLR8_ASSIGN_OR_RETURN(Response r, Request(url, false, options_.max_json_bytes, what, /*json=*/true));
+  Tries tries{options_.max_attempts, settings_.connect_timeout_ms};
+  if (options_.resolve_max_attempts > 0) tries.max_attempts = options_.resolve_max_attempts;
+  if (options_.resolve_connect_timeout.count() > 0)
+    tries.connect_timeout_ms = static_cast<long>(options_.resolve_connect_timeout.count());
+  EXLR8_ASSIGN_OR_RETURN(Response r,
+                         Request(url, false, options_.max_json_bytes, what, /*json=*/true, outage, tries));
   if (r.head.status != 200) {
     Status error = HttpError(r.head.status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
     // A hub names what it did not find (X-Error-Code); a 404 without it is

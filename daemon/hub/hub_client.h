@@ -84,6 +84,12 @@ struct HubOptions {
   std::chrono::milliseconds retry_base{500};
   std::chrono::milliseconds max_throttle_wait{std::chrono::minutes(5)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};
+  // Open's resolve of the revision alone: at most this many tries, each
+  // connection given at most this long (0: max_attempts, connect_timeout).
+  // For a caller that has somewhere else to turn when the hub cannot be
+  // asked (PullJob: a rank its cache holds), and would rather know soon.
+  int resolve_max_attempts = 0;
+  std::chrono::milliseconds resolve_connect_timeout{0};
   // A transfer slower than stall_bytes_per_second for stall_timeout is
   // abandoned (then retried, resuming). libcurl averages the speed over the
   // last few seconds, so detection takes up to ~5 s more.
@@ -123,6 +129,25 @@ struct HubClientStats {
   std::uint64_t rate_limited = 0;   // 429 answers
 };
 
+// What a failed Open() says of the hub itself, beyond its Status: whether
+// the hub told what the revision is now, for a caller that may fall back to
+// what it resolved to before (PullJob). Judged on the last attempt.
+enum class HubOutage : std::uint8_t {
+  // The hub answered, and the answer stands: no (401/403, 404 with
+  // RepoNotFound/RevisionNotFound, another 4xx), an answer that makes no
+  // sense (Corruption), one cut short; or the failure is local (options,
+  // token file, cancel).
+  kNone,
+  // No answer: DNS, connection refused or timed out, the TLS handshake
+  // failed, a proxy that could not connect, a connection closed before any
+  // answer (IsNoAnswerCurlError). A certificate that does not verify is not
+  // this: someone answered who is not trusted.
+  kUnreachable,
+  // The hub (or a gateway in front of it) answered "not now" on every
+  // attempt: 5xx or 429, or a wait past max_throttle_wait.
+  kNotNow,
+};
+
 class HubClient {
  public:
   // Reads the token, validates `repo` ("owner/name") and resolves `revision`
@@ -130,8 +155,10 @@ class HubClient {
   // Errors: InvalidArgument (bad repo id, endpoint, token file unreadable,
   // token with spaces/control chars), NotFound, PermissionDenied,
   // Unavailable, IOError, Corruption (answer without a 40-hex "sha").
-  static Result<std::unique_ptr<HubClient>> Open(HubOptions options, std::string repo,
-                                                 std::string revision);
+  // `outage`, when not null, is set to what an error says of the hub
+  // (kNone on success).
+  static Result<std::unique_ptr<HubClient>> Open(HubOptions options, std::string repo, std::string revision,
+                                                 HubOutage* outage = nullptr);
 
   ~HubClient();
   HubClient(const HubClient&) = delete;
@@ -205,9 +232,16 @@ class HubClient {
   class EasyLease;
   // GET (or HEAD) with retries; collects at most `max_body` body bytes.
   // `json`: a 200 answer is JSON (see the retry of unsized ones).
+  // `outage`, when not null, is set to what an error says of the server.
+  // `tries`: other limits than the options' (the resolve_* ones).
+  struct Tries {
+    int max_attempts;
+    long connect_timeout_ms;
+  };
   Result<Response> Request(const std::string& url, bool head, std::size_t max_body, std::string_view what,
-                           bool json = false) const;
-  Result<std::string> ResolveCommit();
+                           bool json = false, HubOutage* outage = nullptr,
+                           std::optional<Tries> tries = std::nullopt) const;
+  Result<std::string> ResolveCommit(HubOutage* outage);
 
   HubOptions options_;
   std::string endpoint_;   // without trailing '/'

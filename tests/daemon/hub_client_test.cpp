@@ -17,6 +17,7 @@
 
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"
+#include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/hub_test_server.h"
 
 namespace exlr8 {
@@ -118,6 +119,102 @@ TEST(HubClientTest, UnknownRepoRevisionAndFileAreNotFoundByName) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("EntryNotFound"));
   EXPECT_THAT(missing.status().message(), HasSubstr("missing/file.bin"));
+}
+
+// What a failed Open says of the hub, for a pull that may serve a rank from
+// its cache instead (issue #24): only no answer at all, or "not now" on
+// every try, is an outage; an answer that says no is not.
+TEST(HubClientTest, OpenSaysWhetherTheHubCouldBeAsked) {
+  FakeHub hub;
+  auto open = [&](HubOptions o, const std::string& rev = "main") {
+    HubOutage outage = HubOutage::kNotNow;  // Open must set it
+    auto c = HubClient::Open(std::move(o), hub.repo, rev, &outage);
+    return std::make_pair(c.status(), outage);
+  };
+  {
+    auto [status, outage] = open(TestOptions(hub));
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(outage, HubOutage::kNone);
+  }
+  {
+    auto [status, outage] = open(TestOptions(hub), "nope");
+    EXPECT_EQ(status.code(), StatusCode::kNotFound);
+    EXPECT_EQ(outage, HubOutage::kNone);
+  }
+  for (int http : {500, 502, 503, 504, 429, 408, 401, 403, 404}) {
+    SCOPED_TRACE(http);
+    hub.hub_override = [http](const TestRequest&) -> std::optional<TestResponse> {
+      TestResponse r;
+      r.status = http;
+      if (http == 429) r.headers.push_back({"Retry-After", "0"});
+      return r;
+    };
+    auto [status, outage] = open(TestOptions(hub));
+    EXPECT_FALSE(status.ok());
+    EXPECT_EQ(outage, http >= 500 || http == 429 ? HubOutage::kNotNow : HubOutage::kNone)
+        << status.ToString();
+  }
+  hub.hub_override = nullptr;
+
+  testing::RefusingPort refusing;
+  testing::SilentPort silent;
+  ASSERT_NE(refusing.port(), 0);
+  HubOptions refused = TestOptions(hub);
+  refused.endpoint = refusing.url();
+  HubOptions dead_proxy = TestOptions(hub);
+  dead_proxy.proxy = refusing.url();
+  for (const HubOptions& o : {refused, dead_proxy}) {
+    auto [status, outage] = open(o);
+    EXPECT_EQ(status.code(), StatusCode::kIOError) << status.ToString();
+    EXPECT_EQ(outage, HubOutage::kUnreachable) << status.ToString();
+  }
+  ASSERT_NE(silent.port(), 0) << "could not make a port whose connections time out";
+  HubOptions timed_out = TestOptions(hub);
+  timed_out.endpoint = silent.url();
+  timed_out.connect_timeout = std::chrono::milliseconds(200);
+  auto [status, outage] = open(timed_out);
+  EXPECT_EQ(status.code(), StatusCode::kIOError) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("Timeout"));
+  EXPECT_EQ(outage, HubOutage::kUnreachable);
+
+  // The transport failures that are no answer, and those that are.
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_COULDNT_RESOLVE_HOST, 0, 0));
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_COULDNT_RESOLVE_PROXY, 0, 0));
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_SSL_CONNECT_ERROR, 0, 0));
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_GOT_NOTHING, 0, 0));
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_RECV_ERROR, 0, 0));
+  EXPECT_TRUE(IsNoAnswerCurlError(CURLE_COULDNT_CONNECT, 0, 502));      // the proxy could not reach the hub
+  EXPECT_FALSE(IsNoAnswerCurlError(CURLE_COULDNT_CONNECT, 0, 407));     // the proxy refused
+  EXPECT_FALSE(IsNoAnswerCurlError(CURLE_OPERATION_TIMEDOUT, 200, 0));  // an answer had begun
+  EXPECT_FALSE(IsNoAnswerCurlError(CURLE_PEER_FAILED_VERIFICATION, 0, 0));
+  EXPECT_FALSE(IsNoAnswerCurlError(CURLE_OUT_OF_MEMORY, 0, 0));
+  EXPECT_FALSE(IsNoAnswerCurlError(CURLE_WRITE_ERROR, 0, 0));
+}
+
+// The resolve's own limits (a pull with a cached rank to fall back on) end
+// with the resolve: the client's other requests get the usual tries.
+TEST(HubClientTest, ResolveLimitsApplyToTheRevisionOnly) {
+  FakeHub hub;
+  std::atomic<int> failures_left{0};
+  hub.hub_override = [&](const TestRequest&) -> std::optional<TestResponse> {
+    if (failures_left.fetch_sub(1) <= 0) return std::nullopt;
+    TestResponse r;
+    r.status = 500;
+    return r;
+  };
+  HubOptions o = TestOptions(hub);  // 3 attempts
+  o.resolve_max_attempts = 1;
+  o.resolve_connect_timeout = std::chrono::milliseconds(100);
+  failures_left = 1;
+  auto refused = HubClient::Open(o, hub.repo, "main");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_THAT(refused.status().message(), HasSubstr("after 1 attempts"));
+  failures_left = 0;
+  auto c = OpenOk(hub, o);
+  ASSERT_NE(c, nullptr);
+  failures_left = 2;
+  auto files = c->ListFiles();
+  EXPECT_TRUE(files.ok()) << files.status().ToString();
 }
 
 TEST(HubClientTest, BadRepoIdIsInvalidArgument) {

@@ -55,7 +55,11 @@ resumes where it stopped.
                          process holds, least recently used first), only as
                          much as needed, instead of failing
   --coalesce-gap BYTES   merge ranges whose gap is <= BYTES (default 0)
-  --offline              use the cache only (also HF_HUB_OFFLINE=1)
+  --offline              use the cache only (also HF_HUB_OFFLINE=1). Without
+                         it, a hub that cannot be reached (or answers 5xx or
+                         429 on every try) still lets a rank the cache holds
+                         complete be served, at the commit the revision last
+                         resolved to here; the summary says so
   --dry-run              fetch only what planning needs, print the plan
   --no-progress          no progress bar or progress log lines
   --json                 print the summary as JSON on stdout
@@ -128,6 +132,8 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
         {"evicted_filesets", u(s.evicted.size())},
         {"bytes_evicted", u(s.bytes_evicted)},
         {"bytes_lost", u(s.bytes_lost)},
+        {"served_from_cache", JsonValue::Bool(s.served_from_cache)},
+        {"hub_error", s.hub_error.empty() ? JsonValue::Null() : JsonValue::String(s.hub_error)},
         {"elapsed_s", JsonValue::Double(std::round(s.elapsed_s * 1000) / 1000)},
         {"bytes_per_second", u(static_cast<std::uint64_t>(std::llround(mbps)))},
         {"phase_s", JsonValue::Object(std::move(phases))},
@@ -138,6 +144,11 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
   std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
               s.commit.c_str(), s.plan.manifest.c_str(), s.plan.tp, s.plan.rank);
   std::printf("  cache            %s\n", s.root.c_str());
+  if (!s.hub_error.empty())
+    std::printf(
+        "  hub              could not be asked what %s is now (%s); served from the cache: commit %s, what "
+        "%s last resolved to here, where the rank is complete\n",
+        s.revision.c_str(), s.hub_error.c_str(), s.commit.c_str(), s.revision.c_str());
   std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
               HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.totals.routed_halves),
               static_cast<unsigned long long>(s.plan.totals.shared_halves),
@@ -248,6 +259,12 @@ int RunPullCommand(const std::vector<std::string>& argv) {
                 HumanBytes(result->bytes_missing).c_str(), static_cast<unsigned long long>(result->ranges_missing));
     std::printf("  planning fetched %s (index files, manifest, headers), now in the cache\n",
                 HumanBytes(result->bytes_fetched).c_str());
+    if (!result->hub_error.empty())
+      std::printf(
+          "  hub              could not be asked what %s is now (%s); planned from the cache: commit %s, "
+          "what %s last resolved to here\n",
+          result->revision.c_str(), result->hub_error.c_str(), result->commit.c_str(),
+          result->revision.c_str());
     return 0;
   }
   PrintSummary(*result, args->Flag("json"), opt.dry_run);

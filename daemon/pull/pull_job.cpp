@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "daemon/cache/cache_paths.h"
+#include "daemon/cache/cached_rank.h"
 #include "daemon/cache/extent_set.h"
 #include "daemon/cache/posix.h"
 #include "daemon/pull/commit_batcher.h"
@@ -33,6 +34,15 @@ constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
 constexpr std::uint64_t kHeaderProbeBytes = 64 * 1024;
 constexpr std::uint64_t kMaxHeaderFirstRound = 4ull << 20;
 constexpr std::size_t kEmptyFilesPerCommit = 64;  // empty files marked verified per commit
+
+// The first resolve of a revision the cache knows: at most this many tries,
+// each connecting for at most this long, before the cache is asked whether
+// it holds the rank. With the hub down that is about a second (refused) or
+// 16 s (a host that never answers) instead of ~6 s or ~60 s; the
+// extra tries bridge a blip (a reset, a restarting gateway) of about a
+// second. A rank the cache cannot serve gets the usual tries after these.
+constexpr int kProbeAttempts = 3;
+constexpr std::chrono::milliseconds kProbeConnectTimeout{5000};
 
 }  // namespace
 
@@ -169,6 +179,12 @@ struct PullJob::Rep {
   }
 
   Status ResolveAndList();
+  // Sets `hub`, or hub_error and opt.offline (see PullJob::Run).
+  Status OpenHub();
+  // What the cache lacks of the rank at the commit the revision last
+  // resolved to, for a message; "" when it holds the rank complete.
+  Result<std::string> CachedRankLacks();
+  std::optional<Status> hub_error;  // the hub could not be asked: served from the cache
   Status RefreshFiles();
   Result<const FileInfo*> File(const std::string& path) const;
   Result<std::vector<WholeFileTarget>> MissingWholeFiles(const std::vector<std::string>& paths,
@@ -257,9 +273,76 @@ Result<const FileInfo*> PullJob::Rep::File(const std::string& path) const {
   return &it->second;
 }
 
+Result<std::string> PullJob::Rep::CachedRankLacks() {
+  Result<RankStatus> st = CheckRankStatus(cache, opt.repo, opt.revision, opt.manifest, opt.tp, opt.rank);
+  // A manifest the release does not have may be a local file, as for the
+  // pull itself (and `exlr8d status`).
+  std::error_code ec;
+  if (!st.ok() && st.status().code() == StatusCode::kNotFound && opt.allow_local_manifest &&
+      !IsManifestName(opt.manifest) && std::filesystem::is_regular_file(opt.manifest, ec)) {
+    EXLR8_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(opt.manifest, kMaxManifestBytes));
+    st = CheckRankStatus(cache, opt.repo, opt.revision, opt.manifest, opt.tp, opt.rank, &text);
+  }
+  EXLR8_RETURN_IF_ERROR(st.status());
+  if (st->complete()) return std::string();
+  const auto of = [](std::uint64_t have, std::uint64_t all, const char* what) {
+    return std::to_string(have) + " of " + std::to_string(all) + " " + what;
+  };
+  std::string lacks = "TP " + std::to_string(opt.tp) + " rank " + std::to_string(opt.rank) + " of manifest " +
+                      opt.manifest + " is not complete there";
+  if (st->planned)
+    lacks += " (" + of(st->files_verified, st->files, "whole files") + ", " +
+             of(st->headers_verified, st->headers, "headers") + ", " +
+             of(st->halves_verified, st->halves, "halves") + " verified)";
+  return lacks + ": " + st->first_missing;
+}
+
+Status PullJob::Rep::OpenHub() {
+  HubOptions hub_options = opt.hub;
+  hub_options.cancel = &cancel;  // a cancel also ends the API calls (their waits too)
+  const Result<std::string> cached = cache.LookupCommit(opt.repo, opt.revision);
+  if (!cached.ok()) {  // nothing to serve without the hub
+    EXLR8_ASSIGN_OR_RETURN(hub, HubClient::Open(hub_options, opt.repo, opt.revision));
+    return Status::Ok();
+  }
+  HubOptions probe = hub_options;  // the resolve tries less; the client, once open, as usual
+  probe.resolve_max_attempts = std::min(probe.max_attempts, kProbeAttempts);
+  probe.resolve_connect_timeout = std::min<std::chrono::milliseconds>(probe.connect_timeout, kProbeConnectTimeout);
+  HubOutage outage = HubOutage::kNone;
+  Result<std::unique_ptr<HubClient>> opened = HubClient::Open(probe, opt.repo, opt.revision, &outage);
+  if (opened.ok()) {
+    hub = std::move(opened).value();
+    return Status::Ok();
+  }
+  std::string note;  // why the cache cannot serve the rank instead
+  if (outage != HubOutage::kNone) {
+    Result<std::string> lacks = CachedRankLacks();
+    if (lacks.ok() && lacks->empty()) {
+      hub_error = opened.status();
+      opt.offline = true;
+      return Status::Ok();
+    }
+    note =
+        "not served from the cache: it holds commit " + *cached + " for " + opt.revision + ", but " +
+        (lacks.ok() ? *lacks : "cannot tell whether it holds the rank (" + lacks.status().ToString() + ")");
+  } else if (opened.status().code() != StatusCode::kIOError &&
+             opened.status().code() != StatusCode::kUnavailable) {
+    return opened.status();  // an answer another try would not change (401, 404, ...), or a cancel
+  }
+  // The hub is needed: the usual tries.
+  opened = HubClient::Open(hub_options, opt.repo, opt.revision, &outage);
+  if (!opened.ok()) {
+    if (note.empty() || outage == HubOutage::kNone) return opened.status();
+    return Status(opened.status().code(), opened.status().message() + "; " + note);
+  }
+  hub = std::move(opened).value();
+  return Status::Ok();
+}
+
 Status PullJob::Rep::ResolveAndList() {
   SetPhase(PullPhase::kResolve);
-  if (opt.offline) {
+  if (!opt.offline) EXLR8_RETURN_IF_ERROR(OpenHub());
+  if (opt.offline) {  // asked for, or the hub could not be asked (OpenHub)
     auto c = cache.LookupCommit(opt.repo, opt.revision);
     if (!c.ok())
       return FailedPreconditionError("offline mode (--offline or HF_HUB_OFFLINE): " + opt.repo + "@" + opt.revision +
@@ -269,9 +352,6 @@ Status PullJob::Rep::ResolveAndList() {
     SetPhase(PullPhase::kList);
     return RefreshFiles();
   }
-  HubOptions hub_options = opt.hub;
-  hub_options.cancel = &cancel;  // a cancel also ends the API calls (their waits too)
-  EXLR8_ASSIGN_OR_RETURN(hub, HubClient::Open(hub_options, opt.repo, opt.revision));
   commit = hub->commit();
   {
     std::lock_guard<std::mutex> lock(fetcher_mu);
@@ -895,6 +975,10 @@ Result<PullSummary> PullJob::Run() {
   };
 
   Result<PullSummary> result = body();
+  if (!result.ok() && r.hub_error && result.status().code() != StatusCode::kCancelled)
+    result = result.status().WithContext("the hub could not be asked what " + r.opt.revision + " is now (" +
+                                         r.hub_error->message() + "), and serving commit " + r.commit +
+                                         " from the cache failed");
   const FetchCounters fc = r.fetcher ? r.fetcher->counters() : FetchCounters{};
   if (r.pull_id) {
     (void)r.cache.UpdatePull(*r.pull_id, r.CacheCounters());
@@ -925,6 +1009,8 @@ Result<PullSummary> PullJob::Run() {
   s.evicted = r.evicted;
   s.bytes_evicted = r.bytes_evicted;
   s.bytes_lost = r.bytes_lost;
+  s.served_from_cache = r.opt.offline;
+  if (r.hub_error) s.hub_error = r.hub_error->message();
   s.elapsed_s = r.Elapsed();
   s.phase_s = r.phase_s;
   return result;

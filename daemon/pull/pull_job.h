@@ -67,6 +67,8 @@ struct PullOptions {
   std::uint64_t coalesce_gap = 0;
   bool dry_run = false;  // fetch only what planning needs, then stop
   bool offline = false;  // serve from the cache only (HF_HUB_OFFLINE=1)
+  // (Online, a hub that cannot be asked what the revision is now still
+  // lets a rank the cache holds complete be served: see PullJob::Run.)
   // When the bytes still to fetch do not fit (disk or budget), evict what
   // `exlr8d gc` would (unpinned, unheld filesets without a pull running,
   // least recently used first), only as much as they need, instead of
@@ -139,6 +141,12 @@ struct PullSummary {
   // Recorded bytes no longer in the cache directory (files deleted or cut
   // short behind the cache's back): un-recorded first, then fetched again.
   std::uint64_t bytes_lost = 0;
+  // Served from the cache only, the commit included: offline, or the hub
+  // could not be asked (hub_error).
+  bool served_from_cache = false;
+  // Why the hub was not asked, when it could not be (PullJob::Run): the
+  // network error of resolving the revision. Empty otherwise.
+  std::string hub_error;
   double elapsed_s = 0;
   // Wall time spent in each phase (indexed by PullPhase): where a slow pull
   // spends its time.
@@ -166,6 +174,17 @@ class PullJob {
   // Corruption (bad release data, checksums failing past the refetch bound),
   // ResourceExhausted (disk or budget), FailedPrecondition (offline and
   // missing bytes), Unavailable/IOError (network), Cancelled.
+  //
+  // Hub outages: when resolving the revision fails because the hub cannot
+  // be reached or answers 5xx/429 on every try (HubOutage), and the cache
+  // holds the rank complete (CheckRankStatus, as `exlr8d status`) at the
+  // commit the revision last resolved to here (Cache::LookupCommit), the
+  // run goes on as offline: OK, with served_from_cache and hub_error set.
+  // A revision resolved here before is first asked with fewer, shorter
+  // tries (kProbe* in pull_job.cpp), so that a hub that is down costs about
+  // a second; where the cache cannot serve the rank, the usual tries
+  // follow and their error says what the cache lacks. A hub that answers
+  // no (401/403/404) is never worked around.
   Result<PullSummary> Run();
 
   void Cancel();

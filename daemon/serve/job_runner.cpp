@@ -497,6 +497,13 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
                  static_cast<long long>(job.id), result->complete ? "done" : "incomplete",
                  static_cast<unsigned long long>(result->bytes_fetched),
                  static_cast<unsigned long long>(result->bytes_reused), result->elapsed_s);
+    if (!result->hub_error.empty())
+      std::fprintf(
+          stderr,
+          "exlr8d serve: job %lld: the hub could not be asked what %s is now (%s); served from the cache: "
+          "commit %s, what %s last resolved to here, where the rank is complete\n",
+          static_cast<long long>(job.id), result->revision.c_str(), result->hub_error.c_str(),
+          result->commit.c_str(), result->revision.c_str());
     if (!result->evicted.empty())
       std::fprintf(stderr, "exlr8d serve: job %lld made room: evicted %zu fileset%s, %llu bytes\n",
                    static_cast<long long>(job.id), result->evicted.size(), result->evicted.size() == 1 ? "" : "s",
@@ -522,12 +529,19 @@ void JobRunner::Rep::RunPull(Cache& cache, RunningJob& rj) {
       return;
     }
   }
-  // What make_room evicted, in the job's result (a pull's only one).
-  std::string made_room;
-  if (result.ok() && !result->evicted.empty())
-    made_room = "{\"evicted_filesets\":" + std::to_string(result->evicted.size()) +
-                ",\"bytes_evicted\":" + std::to_string(result->bytes_evicted) + "}";
-  RecordEnd(rj, result.status(), made_room);
+  // In the job's result: what make_room evicted, and a pull served from
+  // the cache because the hub could not be asked (the commit and why).
+  std::vector<JsonValue::Member> said;
+  if (result.ok() && !result->evicted.empty()) {
+    said.emplace_back("evicted_filesets", JsonValue::UInt(result->evicted.size()));
+    said.emplace_back("bytes_evicted", JsonValue::UInt(result->bytes_evicted));
+  }
+  if (result.ok() && !result->hub_error.empty()) {
+    said.emplace_back("served_from_cache", JsonValue::Bool(true));
+    said.emplace_back("commit", JsonValue::String(result->commit));
+    said.emplace_back("hub_error", JsonValue::String(result->hub_error));
+  }
+  RecordEnd(rj, result.status(), said.empty() ? std::string() : JsonValue::Object(std::move(said)).Dump());
 }
 
 void JobRunner::Rep::RunVerify(Cache& cache, RunningJob& rj) {

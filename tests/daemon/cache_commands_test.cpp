@@ -25,6 +25,7 @@
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
+#include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/lease_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/shell_util.h"
@@ -263,6 +264,51 @@ TEST(CacheCommandsTest, StatusChecksARankPulledWithALocalManifest) {
                   Quote(cache.path().string())).status, 0);
   EXPECT_EQ(Shell(Exlr8d() + " status --repo exlr8/test --manifest " + Quote((local.path() / "nope.json").string()) +
                   " --tp 4 --rank 1 --cache " + Quote(cache.path().string())).status, 3);
+}
+
+// Issue #24: with the hub down, `exlr8d pull` of a rank the cache held
+// complete exited 4 after ~6 s, and exlr8d-pull@ restarted every 30 s.
+// Now it exits 0, naming the cached commit and why the hub was not asked;
+// a rank the cache lacks still exits 4, saying what is missing.
+TEST(CacheCommandsTest, PullWithTheHubDownServesARankTheCacheHoldsCompleteAndSaysSo) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  testing::RefusingPort down;
+  ASSERT_NE(down.port(), 0);
+  const std::string c = " --cache " + Quote(cache.path().string()) + " --no-progress";
+  const std::string rank3 = " --repo exlr8/test --manifest down1 --tp 5 --rank 3" + c;
+  const ShellRun first = Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank3);
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_THAT(first.out, Not(HasSubstr("served from the cache")));
+  const std::string commit = sim->commit("exlr8/test");
+  sim->Stop();
+
+  const ShellRun again = Shell(Exlr8d() + " pull --endpoint " + down.url() + rank3);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_THAT(again.out, HasSubstr("hub              could not be asked what main is now (revision 'main' of "
+                                   "exlr8/test: Couldn't connect to server"));
+  EXPECT_THAT(again.out, HasSubstr("served from the cache: commit " + commit +
+                                   ", what main last resolved to here, where the rank is complete"));
+  EXPECT_THAT(again.out, HasSubstr("verified         yes"));
+
+  const ShellRun json = Shell(Exlr8d() + " pull --json --endpoint " + down.url() + rank3 + " 2>/dev/null");
+  EXPECT_EQ(json.status, 0) << json.out;
+  auto v = ParseJson(json.out);
+  ASSERT_TRUE(v.ok()) << json.out;
+  EXPECT_TRUE(v->Find("served_from_cache")->as_bool());
+  EXPECT_EQ(v->Find("commit")->as_string(), commit);
+  EXPECT_THAT(v->Find("hub_error")->as_string(), HasSubstr("Couldn't connect to server"));
+  EXPECT_TRUE(v->Find("complete")->as_bool());
+
+  // Another rank, never pulled: the network error as before (exit 4), and
+  // what the cache lacks.
+  const ShellRun other = Shell(Exlr8d() + " pull --endpoint " + down.url() +
+                               " --repo exlr8/test --manifest down1 --tp 5 --rank 4" + c);
+  EXPECT_EQ(other.status, 4) << other.out;
+  EXPECT_THAT(other.out, HasSubstr("exlr8d pull: error: revision 'main' of exlr8/test: Couldn't connect to server"));
+  EXPECT_THAT(other.out, HasSubstr("(after 5 attempts); not served from the cache: it holds commit " + commit +
+                                   " for main, but TP 5 rank 4 of manifest down1 is not complete there"));
+  EXPECT_THAT(other.out, HasSubstr("is not verified in the cache [IOError]"));
 }
 
 TEST(CacheCommandsTest, PullWithImpossibleOptionsFailsBeforeTouchingTheCache) {

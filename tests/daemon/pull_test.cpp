@@ -18,6 +18,7 @@
 #include "format/layout.h"
 #include "format/release_writer.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/hub_test_server.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/shell_util.h"
@@ -29,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(PullTest, FixtureEveryRankOfTp3To7HoldsExactlyItsPlan) {
   auto sim = StartSim(TinyRelease());
@@ -572,6 +574,167 @@ TEST(PullTest, OfflineServesFromTheCacheOnly) {
   auto other_rank = o;
   other_rank.rank = 4;
   EXPECT_EQ(Pull(cache.path(), other_rank).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Issue #24: with the hub unreachable, a pull of a rank the cache held
+// complete failed as a network error (exit 4 after ~6 s of retries), and
+// the pull unit restarted every 30 s, though huggingface_hub returns the
+// cached file there. It is served from the cache now, at the commit the
+// revision last resolved to, and says why.
+TEST(PullTest, AHubThatCannotBeAskedLeavesARankTheCacheHoldsCompleteToTheCache) {
+  TempDir cache;
+  testing::RefusingPort down;
+  testing::SilentPort silent;
+  ASSERT_NE(down.port(), 0);
+  auto sim = StartSim(TinyRelease());
+  const PullOptions o = Options(*sim, "down1", 5, 3);
+  auto first = Pull(cache.path(), o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->served_from_cache);
+  EXPECT_EQ(first->hub_error, "");
+  const std::string commit = first->commit;
+
+  struct Case {
+    std::string name, endpoint, proxy;
+    std::chrono::milliseconds connect_timeout;
+    std::string said;  // in the error that made the pull use the cache
+  };
+  std::vector<Case> cases = {
+      {"connection refused", down.url(), "", std::chrono::seconds(10), "Couldn't connect to server"},
+      {"a proxy that cannot be reached", sim->hub_url(), down.url(), std::chrono::seconds(10),
+       "through the proxy " + down.url()},
+  };
+  if (silent.port() != 0)
+    cases.push_back(
+        {"a connection never answered", silent.url(), "", std::chrono::milliseconds(300), "Timeout"});
+  else
+    ADD_FAILURE() << "could not make a port whose connections time out";
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    PullOptions down_o = o;
+    down_o.hub.endpoint = c.endpoint;
+    down_o.hub.proxy = c.proxy;
+    down_o.hub.connect_timeout = c.connect_timeout;
+    auto s = Pull(cache.path(), down_o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(s->complete);
+    EXPECT_TRUE(s->served_from_cache);
+    EXPECT_EQ(s->commit, commit);
+    EXPECT_EQ(s->bytes_fetched, 0u);
+    EXPECT_THAT(s->hub_error, HasSubstr("revision 'main' of exlr8/test: "));
+    EXPECT_THAT(s->hub_error, HasSubstr(c.said));
+    ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  }
+
+  // A hub answering 503 to every try is "not now" as well (huggingface_hub
+  // falls back to its cache there too); a revision resolved here before is
+  // asked 3 times, not the usual 5, before the cache serves it.
+  hubsim::FaultConfig f;
+  f.http503 = 1.0;
+  f.retry_after_s = 0;
+  f.match = "/revision/";
+  sim->Reset();
+  sim->SetFaults(f);
+  auto busy = Pull(cache.path(), o);
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  EXPECT_TRUE(busy->served_from_cache);
+  EXPECT_EQ(busy->commit, commit);
+  EXPECT_THAT(busy->hub_error, HasSubstr("503"));
+  auto stats = ParseJson(sim->StatsJson());
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->Find("faults")->Find("http503")->as_uint64(), 3u) << sim->StatsJson();
+}
+
+// What the cache cannot serve without the hub fails as before (the network
+// error), saying what the cache lacks.
+TEST(PullTest, AHubThatCannotBeAskedFailsARankTheCacheLacksSayingWhat) {
+  TempDir cache;
+  testing::RefusingPort down;
+  ASSERT_NE(down.port(), 0);
+  std::string commit;
+  {
+    auto sim = StartSim(TinyRelease());
+    auto first = Pull(cache.path(), Options(*sim, "down1", 5, 3));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    commit = first->commit;
+  }
+  auto pull_down = [&](int rank, const std::string& revision = "main") {
+    PullOptions o;
+    o.repo = "exlr8/test";
+    o.revision = revision;
+    o.manifest = "down1";
+    o.tp = 5;
+    o.rank = rank;
+    o.hub.endpoint = down.url();
+    o.hub.token_from_environment = false;
+    o.hub.use_env_proxy = false;
+    o.hub.retry_base = std::chrono::milliseconds(5);
+    return Pull(cache.path(), o);
+  };
+  // Another rank, never pulled.
+  auto other = pull_down(4);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kIOError) << other.status().ToString();
+  EXPECT_THAT(other.status().message(), HasSubstr("Couldn't connect to server"));
+  EXPECT_THAT(other.status().message(), HasSubstr("(after 5 attempts); not served from the cache"));
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("not served from the cache: it holds commit " + commit +
+                        " for main, but TP 5 rank 4 of manifest down1 is not complete there ("));
+  EXPECT_THAT(other.status().message(), HasSubstr("is not verified in the cache"));
+
+  // The rank pulled, with one of its whole files forgotten since.
+  const std::string path = "config.json";
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto sets = (*c)->ListFilesets();
+    ASSERT_TRUE(sets.ok() && sets->size() == 1u);
+    auto files = (*c)->ListFiles((*sets)[0].id);
+    ASSERT_TRUE(files.ok());
+    bool forgot = false;
+    for (const FileInfo& fi : *files)
+      if (fi.path == path)
+        forgot = (*c)->ForgetExtents(std::vector<VerifiedExtent>{{fi.id, 0, fi.size}}).ok();
+    ASSERT_TRUE(forgot) << path;
+  }
+  auto lacking = pull_down(3);
+  ASSERT_FALSE(lacking.ok());
+  EXPECT_EQ(lacking.status().code(), StatusCode::kIOError) << lacking.status().ToString();
+  EXPECT_THAT(lacking.status().message(), HasSubstr("TP 5 rank 3 of manifest down1 is not complete there"));
+  EXPECT_THAT(lacking.status().message(), HasSubstr(path + " (a whole file) is not verified in the cache"));
+
+  // A revision never resolved here: nothing to say of the cache.
+  auto never = pull_down(3, "v2");
+  ASSERT_FALSE(never.ok());
+  EXPECT_EQ(never.status().code(), StatusCode::kIOError) << never.status().ToString();
+  EXPECT_THAT(never.status().message(), Not(HasSubstr("cache")));
+}
+
+// A hub that answers no (the repo is not there, the token is refused) is
+// not worked around with what the cache holds.
+TEST(PullTest, AHubThatAnswersNoIsNotWorkedAroundWithTheCache) {
+  TempDir cache;
+  {
+    auto sim = StartSim(TinyRelease());
+    ASSERT_TRUE(Pull(cache.path(), Options(*sim, "down1", 5, 3)).ok());
+  }
+  {
+    auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/other"});
+    auto s = Pull(cache.path(), Options(*sim, "down1", 5, 3));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+  }
+  {
+    auto sim = StartSim(TinyRelease(), "hf_right_token");
+    PullOptions o = Options(*sim, "down1", 5, 3);
+    auto anonymous = Pull(cache.path(), o);  // 401 RepoNotFound, as the Hub answers it
+    ASSERT_FALSE(anonymous.ok());
+    EXPECT_EQ(anonymous.status().code(), StatusCode::kNotFound) << anonymous.status().ToString();
+    o.hub.token = "hf_wrong_token";
+    auto refused = Pull(cache.path(), o);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
+  }
 }
 
 struct HostileCase {

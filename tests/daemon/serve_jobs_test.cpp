@@ -17,6 +17,7 @@
 #include "daemon/serve/job_store.h"
 #include "format/layout.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
 #include "tests/daemon/shell_util.h"
@@ -133,6 +134,43 @@ TEST(ServeJobsTest, RunsAPullAskedOverTheSocketAndPinsIt) {
   EXPECT_EQ(Parse(Http(serve.base() + "/v1/jobs")).Find("jobs")->as_array().size(), 1u);
   // A finished job cannot be cancelled.
   EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(id), "DELETE").status, 409);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// Issue #24: a pull job with the hub down failed, though the cache held its
+// rank complete; it is done now, served from the cache, and says so.
+TEST(ServeJobsTest, APullJobWithTheHubDownIsDoneFromARankTheCacheHoldsComplete) {
+  TempDir cache, logs;
+  std::string commit;
+  {
+    auto sim = StartSim(TinyRelease());
+    auto first = Pull(cache.path(), Options(*sim, "home", 3, 2));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    commit = first->commit;
+  }
+  testing::RefusingPort down;
+  ASSERT_NE(down.port(), 0);
+  const std::string log = (logs.path() / "serve.log").string();
+  ServeProcess serve(cache.path(), {"--endpoint", down.url(), "--listen", "127.0.0.1:0"}, log);
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  auto wait_done = [&](std::uint64_t id) {
+    JsonValue last;
+    EXPECT_TRUE(WaitFor([&] { return IsFinishedState(State(last = Job(serve, id))); })) << State(last);
+    return last;
+  };
+  const JsonValue done = wait_done(Submit(serve, Body(3, 2)));
+  ASSERT_EQ(State(done), "done") << done.Find("error")->as_string();
+  const JsonValue* result = done.Find("result");
+  ASSERT_NE(result, nullptr);
+  EXPECT_TRUE(result->Find("served_from_cache")->as_bool());
+  EXPECT_EQ(result->Find("commit")->as_string(), commit);
+  EXPECT_THAT(result->Find("hub_error")->as_string(), HasSubstr("Couldn't connect to server"));
+  EXPECT_THAT(ReadLog(log), HasSubstr("served from the cache: commit " + commit));
+  // A rank it does not hold fails as before, saying what is missing.
+  const JsonValue lacking = wait_done(Submit(serve, Body(3, 1)));
+  EXPECT_EQ(State(lacking), "failed");
+  EXPECT_THAT(lacking.Find("error")->as_string(),
+              HasSubstr("TP 3 rank 1 of manifest home is not complete there"));
   EXPECT_EQ(serve.Stop(), 0);
 }
 

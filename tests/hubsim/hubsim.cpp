@@ -98,6 +98,8 @@ struct detail::HubSimRep {
   HostCounters host_stats[2];          // guarded by stats_mu
   std::uint64_t resolve_count = 0;     // guarded by stats_mu
   std::uint64_t signed_urls = 0;       // guarded by stats_mu
+  // Answers carrying a file's bytes (hub or CDN), by repo path.
+  std::map<std::string, std::uint64_t> file_gets;  // guarded by stats_mu
 
   void AddBytes(Host host, std::uint64_t n) {
     std::lock_guard lock(stats_mu);
@@ -728,6 +730,7 @@ class Session : public std::enable_shared_from_this<Session> {
       ++c.by_kind[reply_.kind];
       ++c.by_status[reply_.res.result_int()];
       if (!reply_.head_only) c.bytes += reply_.res.body().size();
+      if (reply_.file != nullptr && !reply_.head_only) ++rep_->file_gets[reply_.file->path];
     }
     keep_alive_ = reply_.res.keep_alive() && !reply_.close_after;
     reply_.res.keep_alive(keep_alive_);
@@ -953,6 +956,9 @@ std::string HubSim::StatsJson() const {
     }
     o["resolve"] = rep_->resolve_count;
     o["signed_urls_issued"] = rep_->signed_urls;
+    json::object files;
+    for (const auto& [path, n] : rep_->file_gets) files[path] = n;
+    o["file_gets"] = std::move(files);
   }
   json::object faults;
   for (int k = 0; k < kFaultKindCount; ++k) {
@@ -971,6 +977,7 @@ void HubSim::Reset() {
     rep_->host_stats[1] = HostCounters{};
     rep_->resolve_count = 0;
     rep_->signed_urls = 0;
+    rep_->file_gets.clear();
   }
   rep_->faults.Set(rep_->start_faults);
   rep_->faults.ResetCounters();

@@ -132,7 +132,11 @@ class HubSim {
   //         "by_status":{...}},
   //  "cdn":{...same...},
   //  "resolve": n, "signed_urls_issued": n,
+  //  "file_gets":{"<repo path>": n, ...},
   //  "faults":{"drop":n,...,"total":n}}
+  // file_gets counts the answers that carried a file's bytes (a hub resolve
+  // of a regular file, a CDN GET), by repo path: which files a client
+  // fetched, and how often. Repos served at once share its keys.
   // by_kind keys: hub "model_info","tree","resolve_head","resolve_get",
   // "control","other"; cdn "cdn_get","cdn_head","other".
   std::string StatsJson() const;

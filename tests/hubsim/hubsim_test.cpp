@@ -315,6 +315,20 @@ TEST_F(HubSimTest, LfsFileRedirectsToSignedCdnUrlServingRanges) {
   EXPECT_EQ(Stats()["resolve"].to_number<int>(), 2);
 }
 
+TEST_F(HubSimTest, FileGetsCountTheAnswersCarryingEachFilesBytes) {
+  EXPECT_EQ(Fetch(ResolveUrl(kSmall)).status, 200);
+  EXPECT_EQ(Fetch(ResolveUrl(kSmall), "GET", {"Range: bytes=0-9"}).status, 206);
+  EXPECT_EQ(Fetch(ResolveUrl(kSmall), "HEAD").status, 200);  // no bytes: not counted
+  const std::string url = SignedUrl();                       // a 302: not counted
+  EXPECT_EQ(Fetch(url, "GET", {"Range: bytes=0-99"}).status, 206);
+  json::object files = Stats()["file_gets"].as_object();
+  EXPECT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[kSmall].to_number<int>(), 2);
+  EXPECT_EQ(files[kLfs].to_number<int>(), 1);
+  sim_->Reset();
+  EXPECT_TRUE(Stats()["file_gets"].as_object().empty());
+}
+
 TEST_F(HubSimTest, CdnBaseRedirectsLfsFilesUnsignedAndKeepsRegularFilesOnTheHub) {
   HubSimOptions options;
   options.cdn_base = "http://127.0.0.2:8080/rel";

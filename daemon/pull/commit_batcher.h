@@ -10,13 +10,24 @@
 // Add waits for it, which bounds what a crash can lose (a slow disk then
 // slows the download instead of the loss growing).
 //
-// Thread rules: Add, NotePrefix and Flush may be called from any thread
-// (the write workers; one producer lock, taken before the committer's);
-// `on_commit` runs on the committer thread or on the Flush caller.
+// Nothing queued waits much longer than `interval`, even when no more
+// extents come (a stream that went quiet, a step of the planner that
+// ended): the committer thread hands it over itself once it is due. A
+// step's end calls CommitSoon, so its last extents go at once. (Both found
+// by review: a pull's index files and headers, the last batch of their
+// step, were recorded only when the whole pull ended, so every kill -9 cost
+// all of them again.)
+//
+// Thread rules: Add, NotePrefix, CommitSoon and Flush may be called from
+// any thread (the write workers; one producer lock, taken before the
+// committer's; the committer only ever tries the producer lock, so it never
+// waits on a producer that waits on it); `on_commit` runs on the committer
+// thread or on the Flush caller.
 #pragma once
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -60,7 +71,18 @@ class CommitBatcher {
     std::lock_guard producer(producer_mu_);
     pending_.push_back(extent);
     pending_bytes_ += extent.length;
-    return MaybeHandOver();
+    return MaybeHandOver(/*may_wait=*/true);
+  }
+
+  // Hands everything queued to the committer now, without waiting for it to
+  // be durable: the end of a step, whose last extents must not wait for
+  // others that will not come. Queued while a commit runs, they go as soon
+  // as it ends. Returns the error of an earlier background commit.
+  Status CommitSoon() {
+    std::lock_guard producer(producer_mu_);
+    if (pending_.empty() && prefixes_.empty()) return BackgroundError();
+    urgent_ = true;
+    return MaybeHandOver(/*may_wait=*/true);
   }
 
   // Notes that [0, bytes) of `file` arrived in order (a whole-file download);
@@ -73,7 +95,7 @@ class CommitBatcher {
     pending_bytes_ += bytes > last ? bytes - last : 0;
     last = bytes;
     prefixes_[file] = bytes;
-    return MaybeHandOver();
+    return MaybeHandOver(/*may_wait=*/true);
   }
 
   // Waits for a running background commit, then commits everything queued on
@@ -84,9 +106,12 @@ class CommitBatcher {
     {
       std::unique_lock lock(mu_);
       done_cv_.wait(lock, [&] { return !busy_; });
+      queued_ = false;  // taken below
       if (!error_.ok()) return error_;
     }
     last_ = std::chrono::steady_clock::now();
+    flagged_ = false;
+    urgent_ = false;
     if (pending_.empty() && prefixes_.empty()) return Status::Ok();
     std::vector<VerifiedExtent> batch;
     batch.swap(pending_);
@@ -98,29 +123,62 @@ class CommitBatcher {
   }
 
  private:
-  Status MaybeHandOver() {
-    const bool due = pending_bytes_ >= max_bytes_ || std::chrono::steady_clock::now() - last_ >= interval_;
-    if (!due) return BackgroundError();
+  // Hands what is queued to the committer if it is due (by bytes, by time,
+  // or CommitSoon). With `may_wait` (a producer), waits for a running
+  // commit when 4 batches are queued behind it; the committer itself passes
+  // false. REQUIRES: producer_mu_ held.
+  Status MaybeHandOver(bool may_wait) {
+    if (pending_.empty() && prefixes_.empty()) return BackgroundError();
+    const bool due =
+        urgent_ || pending_bytes_ >= max_bytes_ || std::chrono::steady_clock::now() - last_ >= interval_;
     std::unique_lock lock(mu_);
-    if (busy_) {
-      if (pending_bytes_ < kMaxQueuedBatches * max_bytes_) return error_;  // try again at the next Add
-      done_cv_.wait(lock, [&] { return !busy_; });
+    if (!error_.ok()) {  // sticky: nothing more is handed over
+      flagged_ = queued_ = false;
+      return error_;
     }
+    StartWorker();
+    if (!due || (busy_ && (!may_wait || pending_bytes_ < kMaxQueuedBatches * max_bytes_))) {
+      // Not now: the committer hands it over once it is due, or once the
+      // running commit ends, should no producer come back to do it.
+      const bool wake = !flagged_;
+      flagged_ = true;
+      queued_ = true;
+      Status error = error_;
+      lock.unlock();
+      if (wake) cv_.notify_all();
+      return error;
+    }
+    if (busy_) done_cv_.wait(lock, [&] { return !busy_; });
     if (!error_.ok()) return error_;
     last_ = std::chrono::steady_clock::now();
     handed_.swap(pending_);
     pending_.clear();
     handed_prefixes_ = TakePrefixes();
     pending_bytes_ = 0;
+    flagged_ = false;
+    urgent_ = false;
+    queued_ = false;
     busy_ = true;
-    if (!worker_.joinable())
-      worker_ = std::thread([this] {
-        pthread_setname_np(pthread_self(), "exlr8-commit");
-        Loop();
-      });
     lock.unlock();
     cv_.notify_all();
     return Status::Ok();
+  }
+
+  // REQUIRES: mu_ held.
+  void StartWorker() {
+    if (worker_.joinable() || stop_) return;
+    worker_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "exlr8-commit");
+      Loop();
+    });
+  }
+
+  // On the committer thread, holding no lock: hands over what is due, unless
+  // a producer holds the producer lock (it then hands it over itself, or is
+  // Flush, which commits it).
+  void HandOverFromCommitter() {
+    std::unique_lock producer(producer_mu_, std::try_to_lock);
+    if (producer.owns_lock()) (void)MaybeHandOver(/*may_wait=*/false);
   }
 
   std::vector<DurablePrefix> TakePrefixes() {
@@ -137,9 +195,20 @@ class CommitBatcher {
   }
 
   void Loop() {
+    // At least 1 ms: an interval of 0 (every extent due) must not spin.
+    const auto tick = std::max<std::chrono::milliseconds>(interval_, std::chrono::milliseconds(1));
     std::unique_lock lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || busy_; });
+      cv_.wait(lock, [&] { return stop_ || busy_ || queued_; });
+      if (!busy_ && !stop_) {
+        // Extents queued, not due yet: due after one more interval at most.
+        if (!cv_.wait_for(lock, tick, [&] { return stop_ || busy_; })) {
+          lock.unlock();
+          HandOverFromCommitter();
+          lock.lock();
+          continue;
+        }
+      }
       if (!busy_) return;  // stop_ and nothing handed over
       std::vector<VerifiedExtent> batch;
       batch.swap(handed_);
@@ -152,6 +221,11 @@ class CommitBatcher {
       if (!s.ok() && error_.ok()) error_ = std::move(s);
       busy_ = false;
       done_cv_.notify_all();
+      if (queued_ && !stop_) {  // what CommitSoon or a full batch left for now
+        lock.unlock();
+        HandOverFromCommitter();
+        lock.lock();
+      }
     }
   }
 
@@ -168,6 +242,8 @@ class CommitBatcher {
   std::map<FileId, std::uint64_t> prefixes_;  // noted since the last hand-over
   std::map<FileId, std::uint64_t> noted_;     // last prefix noted per file
   std::uint64_t pending_bytes_ = 0;
+  bool urgent_ = false;   // CommitSoon: due whatever its size and age
+  bool flagged_ = false;  // queued_ was set for what is pending now
   // Shared with the committer thread, under mu_.
   std::mutex mu_;
   std::condition_variable cv_;       // work handed over, or stop
@@ -175,6 +251,7 @@ class CommitBatcher {
   std::vector<VerifiedExtent> handed_;
   std::vector<DurablePrefix> handed_prefixes_;
   bool busy_ = false;
+  bool queued_ = false;  // extents wait that were not handed over: the committer watches the clock
   bool stop_ = false;
   Status error_;
   std::thread worker_;

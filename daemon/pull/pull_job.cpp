@@ -74,8 +74,9 @@ struct Streams {
   std::unique_ptr<CommitBatcher> halves_batch;
   std::unique_ptr<HalfConsumer> halves;
   // The planner's own steps (index files, manifest, headers) do not wait for
-  // their bytes to become durable: their batches commit in the background
-  // and are flushed at the end, with the rest.
+  // their bytes to become durable: each step's batch commits in the
+  // background as the step ends (CommitBatcher::CommitSoon), while the
+  // planner goes on.
   std::vector<std::unique_ptr<CommitBatcher>> step_batches;
 };
 
@@ -458,11 +459,14 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
                                    std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
                                    ") are not in the cache");
   EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(missing_bytes));
-  WholeFileConsumer consumer(*fetcher, cache, StepBatch(), counters, std::move(targets));
+  CommitBatcher& batch = StepBatch();
+  WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
   Status s = RunStep(consumer, consumer);
-  // Readable by the planner now; recorded (and flagged verified) once durable.
+  // Readable by the planner now; recorded (and flagged verified) as soon as
+  // durable: the step's batch commits now, while the planner goes on.
   for (FileId id : consumer.verified()) checked_here.insert(id);
-  return s;
+  const Status committing = batch.CommitSoon();
+  return s.ok() ? committing : s;
 }
 
 Result<std::string> PullJob::Rep::ReadCachedText(const std::string& path) {
@@ -615,15 +619,22 @@ Status PullJob::Rep::EnsureHeaders(const std::vector<std::string>& paths,
   // as soon as its request ends (on the fetch session's worker), so memory
   // stays about one header per transfer.
   auto on_complete = [&](HeaderTarget& t) -> Status { return advance(t); };
-  while (std::any_of(targets.begin(), targets.end(), [](const HeaderTarget& t) { return !t.done; })) {
+  Status fetched;
+  while (fetched.ok() &&
+         std::any_of(targets.begin(), targets.end(), [](const HeaderTarget& t) { return !t.done; })) {
     HeaderConsumer consumer(*fetcher, targets, on_complete);
-    EXLR8_RETURN_IF_ERROR(RunStep(consumer, consumer));
-    for (auto& t : targets) EXLR8_RETURN_IF_ERROR(advance(t));
+    fetched = RunStep(consumer, consumer);
+    for (auto& t : targets)
+      if (fetched.ok()) fetched = advance(t);
   }
+  // Recorded as soon as durable, not at the pull's end (also the headers
+  // done when another failed).
+  const Status committing = batch.CommitSoon();
+  EXLR8_RETURN_IF_ERROR(fetched);
   // Modulo 2^64, so this also adds what headers longer than their first
   // round wrote beyond the claim.
   claimed.fetch_add(header_written.load() - header_claim, std::memory_order_relaxed);
-  return Status::Ok();
+  return committing;
 }
 
 // The plan's halves not yet verified in the cache, grouped into requests
@@ -670,8 +681,9 @@ Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std:
 // depend on nothing the planner computes, and are the largest (dense
 // layers, vocab). They get a quarter of the transfer slots (at most while
 // the planner's steps run, so those never wait for a slot; at least while
-// the halves stream, so they end with them). Whole files are
-// flagged verified only after the final flush made their bytes durable.
+// the halves stream, so they end with them). A whole file is flagged
+// verified by the commit that makes it durable and records it (at most
+// about a commit interval after its last byte, see CommitBatcher).
 Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& st) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(whole, reused));
   if (targets.empty()) return Status::Ok();

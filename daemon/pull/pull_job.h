@@ -9,7 +9,8 @@
 //             manifests) starts streaming now, in the background, on up to
 //             a quarter of the transfer slots (FetchSession)
 //   metadata  whole files the planner needs: expert index files and the
-//             manifest (each verified by SHA-256 or git blob SHA-1)
+//             manifest (each verified by SHA-256 or git blob SHA-1); their
+//             commit starts as the step ends, while the planner goes on
 //   plan      format/plan.h: files, ranges, checksums. The index files
 //             locate every half (absolute offsets), so the halves are
 //             planned before the width files' headers are known
@@ -27,9 +28,10 @@
 //
 // Crash safety: bytes are written where they belong (pwrite), and an extent
 // is recorded only after it is verified AND the file is fdatasync'ed
-// (Cache::CommitVerified), in batches (commit_interval / commit_bytes). A
-// kill at any moment loses at most the unrecorded batch and what was in
-// flight; a rerun fetches only what is not recorded. Bytes already verified
+// (Cache::CommitVerified), in batches (commit_interval / commit_bytes; the
+// last batch of each planner step as the step ends). A kill at any moment
+// loses at most the unrecorded batch and what was in flight; a rerun
+// fetches only what is not recorded. Bytes already verified
 // in the cache (another rank, another manifest, an earlier run) are reused.
 //
 // Thread rules: Run() on one thread; Cancel() and Progress() from any thread.

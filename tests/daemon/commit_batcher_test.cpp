@@ -1,14 +1,16 @@
 // CommitBatcher (background commits) against a real cache.
+#include "daemon/pull/commit_batcher.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/cache/cache.h"
-#include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
 #include "tests/daemon/cache_test_util.h"
 
@@ -76,6 +78,51 @@ TEST(CommitBatcherTest, NothingIsRecordedBeforeItsBatchIsCommitted) {
   covered = fx.cache->Covers(fx.file, 0, kChunk);
   ASSERT_TRUE(covered.ok());
   EXPECT_TRUE(*covered);
+}
+
+// Waits (up to 10 s) until [offset, offset + length) of `file` is recorded.
+bool RecordedSoon(Cache& cache, FileId file, std::uint64_t offset, std::uint64_t length) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto covered = cache.Covers(file, offset, length);
+    if (covered.ok() && *covered) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// Found by review: what was queued after the last hand-over waited for the
+// next Add, or for Flush at the pull's end when none came (the last index
+// files and headers of a planning step), whatever the interval said.
+TEST(CommitBatcherTest, WhatIsQueuedIsRecordedWithinAnIntervalWithoutMoreAdds) {
+  Fixture fx;
+  CommitBatcher batch(*fx.cache, std::chrono::milliseconds(50), 1ull << 40);
+  fx.Write(0);
+  ASSERT_TRUE(batch.Add({fx.file, 0, kChunk}).ok());  // neither due by time nor by bytes
+  fx.Write(kChunk);
+  ASSERT_TRUE(batch.Add({fx.file, kChunk, kChunk}).ok());
+  EXPECT_TRUE(RecordedSoon(*fx.cache, fx.file, 0, 2 * kChunk));
+}
+
+TEST(CommitBatcherTest, CommitSoonHandsTheBatchOverWithoutWaitingForItsInterval) {
+  Fixture fx;
+  CommitBatcher batch(*fx.cache, std::chrono::hours(1), 1ull << 40);
+  fx.Write(0);
+  ASSERT_TRUE(batch.Add({fx.file, 0, kChunk}).ok());
+  fx.Write(kChunk);
+  ASSERT_TRUE(batch.NotePrefix(fx.file, 2 * kChunk).ok());
+  auto covered = fx.cache->Covers(fx.file, 0, kChunk);
+  ASSERT_TRUE(covered.ok());
+  EXPECT_FALSE(*covered);  // neither due by time nor by bytes
+  ASSERT_TRUE(batch.CommitSoon().ok());
+  EXPECT_TRUE(RecordedSoon(*fx.cache, fx.file, 0, kChunk));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (fx.cache->GetFile(fx.file)->durable_prefix != 2 * kChunk &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(fx.cache->GetFile(fx.file)->durable_prefix, 2 * kChunk);
+  EXPECT_TRUE(batch.CommitSoon().ok());  // nothing queued: nothing to do
+  EXPECT_TRUE(batch.Flush().ok());
 }
 
 TEST(CommitBatcherTest, ABackgroundCommitFailureIsReportedAndItsBatchDropped) {

@@ -11,12 +11,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "client/file_sink.h"
 #include "daemon/cache/sqlite_db.h"
 #include "format/json.h"
+#include "format/layout.h"
 #include "format/release_writer.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
@@ -162,6 +164,106 @@ std::pair<std::string, std::uint64_t> WaitForDurablePrefix(const fs::path& cache
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return {"", 0};
+}
+
+// One number from the cache index, read beside the running pull; nullopt
+// while there is no index yet or it is busy.
+std::optional<std::int64_t> QueryIndex(const fs::path& cache, const std::string& sql) {
+  if (!fs::exists(cache / "exlr8d.db")) return std::nullopt;
+  auto db = SqliteDb::Open((cache / "exlr8d.db").string());
+  if (!db.ok()) return std::nullopt;
+  auto q = (*db)->Prepare(sql);
+  if (!q.ok()) return std::nullopt;
+  auto row = q->Step();
+  if (!row.ok() || !*row) return std::nullopt;
+  return q->Int(0);
+}
+
+// Found by review: the index files, the manifest and the width files'
+// headers were recorded only when the pull ended (the last batch of each
+// planning step waited for the final flush), so every kill -9 refetched all
+// of them (812 MB of index files at GLM-5.3 scale). Now each step's batch
+// commits as the step ends: the pull is killed as soon as it is planned and
+// what the plan was made from is recorded, which must come long before the
+// halves are done, and a rerun fetches none of it again.
+TEST(PullCrashTest, AKillRightAfterPlanningLosesNoIndexFileNorTheManifest) {
+  TempDir release, cache, logs;
+  SynthOptions so;
+  so.hidden = 1024;
+  so.experts = 8;
+  so.moe_layers = {3, 4, 5, 6};
+  so.num_hidden_layers = 7;
+  so.seed = 11;
+  DirectoryReleaseSink sink(release.path().string());
+  ASSERT_TRUE(SynthesizeRelease(so, sink).ok());
+  hubsim::FaultConfig f;
+  f.throttle_bps = kThrottle;  // the halves take seconds
+  f.on_hub = false;
+  auto sim = StartSim(release.path(), "", f);
+
+  pid_t pid = SpawnPull(sim->hub_url(), cache.path(), logs.path() / "pull.log");
+  // Planned (the pull's row), and its inputs recorded: 4 index files and the manifest.
+  const std::string inputs_recorded =
+      "SELECT COUNT(*) FROM files WHERE whole_verified = 1 AND (path LIKE 'experts/%.index.safetensors' OR "
+      "path = '" +
+      ManifestPath("up1") + "')";
+  int status = 0;
+  bool exited = false, seen = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!seen && !exited && std::chrono::steady_clock::now() < deadline) {
+    seen = QueryIndex(cache.path(), "SELECT COUNT(*) FROM pulls").value_or(0) > 0 &&
+           QueryIndex(cache.path(), inputs_recorded).value_or(0) == 5;
+    if (!seen) {
+      exited = waitpid(pid, &status, WNOHANG) == pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(seen) << "the index files and the manifest were not recorded while the pull ran";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the pull ended before the kill";
+  // What the killed pull had recorded of the width files (headers, halves).
+  const std::int64_t width_bytes_at_kill =
+      QueryIndex(cache.path(),
+                 "SELECT COALESCE(SUM(e.length), 0) FROM extents e JOIN files f ON e.file_id = f.id "
+                 "WHERE f.path LIKE 'experts/%.k_.safetensors'")
+          .value_or(-1);
+  ExpectRecordedBytesAreTrue(cache.path(), release.path());
+  if (::testing::Test::HasFatalFailure()) return;
+
+  sim->Reset();                           // the counters: what the rerun fetches
+  sim->SetFaults(hubsim::FaultConfig{});  // at full speed
+  auto s = Pull(cache.path(), [&] {
+    PullOptions o = Options(*sim, "up1", 2, 0);
+    o.fetch.max_parallel = kJobs;
+    return o;
+  }());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  ExpectCacheHoldsExactlyThePlan(cache.path(), release.path(), *s);
+  // Recorded early, not in the pull's last commit: most halves were still to come.
+  EXPECT_GE(width_bytes_at_kill, 0);
+  EXPECT_LT(static_cast<std::uint64_t>(width_bytes_at_kill), s->plan.totals.half_bytes / 2);
+  auto stats = ParseJson(sim->StatsJson());
+  ASSERT_TRUE(stats.ok());
+  const JsonValue* gets = stats->Find("file_gets");
+  ASSERT_NE(gets, nullptr);
+  int index_files = 0;
+  for (const PlanFile& pf : s->plan.files)
+    if (ClassifyReleasePath(pf.path).kind == ReleaseFileKind::kExpertIndex) ++index_files;
+  EXPECT_EQ(index_files, 4);
+  // (Other whole files, other manifests among them, stream in the
+  // background from the listing on: the kill may come before they end.)
+  int fetched = 0;
+  for (const auto& [path, n] : gets->as_object()) {
+    ++fetched;
+    EXPECT_NE(ClassifyReleasePath(path).kind, ReleaseFileKind::kExpertIndex)
+        << path << " fetched again, " << n.as_uint64().value_or(0) << "x";
+    EXPECT_NE(path, ManifestPath("up1")) << "fetched again, " << n.as_uint64().value_or(0) << "x";
+  }
+  EXPECT_GT(fetched, 0) << "the rerun fetched nothing: the kill came too late to test anything";
 }
 
 struct InterruptedPull {

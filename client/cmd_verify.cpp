@@ -8,10 +8,10 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "client/commands.h"
-#include "client/dense_verify.h"
 #include "client/file_source.h"
 #include "client/local_release.h"
 #include "format/checksum.h"
+#include "format/dense.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
 

@@ -291,6 +291,19 @@ const DenseTensor* DenseFile::FindPlain(std::string_view name) const {
   return nullptr;
 }
 
+Result<DenseFile> DenseFile::Read(const ByteSource& source) {
+  std::array<std::byte, 8> first{};
+  if (source.size() < 8)
+    return CorruptionError(source.name() + ": " + std::to_string(source.size()) + " bytes, too short");
+  EXLR8_RETURN_IF_ERROR(source.ReadAt(0, first));
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t n, SafetensorsHeaderSize(first, source.size(), source.name()));
+  std::vector<std::byte> bytes(n);
+  EXLR8_RETURN_IF_ERROR(source.ReadAt(0, bytes));
+  EXLR8_ASSIGN_OR_RETURN(SafetensorsHeader header,
+                         ParseSafetensorsHeader(bytes, source.size(), source.name()));
+  return Parse(header, source);
+}
+
 Result<DenseFile> DenseFile::Parse(const SafetensorsHeader& header, const ByteSource& source) {
   DenseFile file;
   file.file_name_ = source.name();
@@ -441,6 +454,33 @@ Status VerifyDenseBlock(const DenseFile& file, const DenseMatrix& m, std::uint64
 Status VerifyDenseMatrix(const DenseFile& file, const DenseMatrix& m, const ByteSource& source) {
   for (std::uint64_t b = 0; b < m.num_blocks(); ++b) EXLR8_RETURN_IF_ERROR(VerifyDenseBlock(file, m, b, source));
   return Status::Ok();
+}
+
+Result<DenseVerifyReport> VerifyDenseFile(const ByteSource& file) {
+  EXLR8_ASSIGN_OR_RETURN(DenseFile dense, DenseFile::Read(file));
+  DenseVerifyReport report;
+  for (const DenseMatrix& m : dense.matrices()) {
+    ++report.matrices;
+    for (std::uint64_t b = 0; b < m.num_blocks(); ++b) {
+      Status s = VerifyDenseBlock(dense, m, b, file);
+      if (s.ok())
+        ++report.blocks_ok;
+      else if (s.code() == StatusCode::kCorruption)
+        report.mismatches.push_back(s.message());
+      else
+        return s;
+    }
+  }
+  return report;
+}
+
+Status CheckDenseFile(const ByteSource& file) {
+  EXLR8_ASSIGN_OR_RETURN(DenseVerifyReport report, VerifyDenseFile(file));
+  if (report.mismatches.empty()) return Status::Ok();
+  std::string more;
+  if (report.mismatches.size() > 1)
+    more = " (and " + std::to_string(report.mismatches.size() - 1) + " more blocks of " + file.name() + ")";
+  return CorruptionError(report.mismatches.front() + more);
 }
 
 Result<std::vector<float>> DecodeDenseMatrix(const DenseFile& file, const DenseMatrix& m, const ByteSource& source) {

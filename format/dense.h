@@ -113,6 +113,11 @@ class DenseFile {
   // matrix) and validates everything listed above. `header` must be the
   // parsed header of the same file.
   static Result<DenseFile> Parse(const SafetensorsHeader& header, const ByteSource& source);
+  // The same from the file alone: reads and parses its safetensors header
+  // (ParseSafetensorsHeader against source.size(): every tensor inside the
+  // file, none overlapping), then Parse. Corruption naming the file, the
+  // tensor or field and its byte offset.
+  static Result<DenseFile> Read(const ByteSource& source);
 
   const std::string& file_name() const { return file_name_; }
   const std::vector<DenseMatrix>& matrices() const { return matrices_; }  // in file order
@@ -138,6 +143,28 @@ Result<std::vector<ByteRun>> DenseBlockRuns(const DenseMatrix& m, std::uint64_t 
 Status VerifyDenseBlock(const DenseFile& file, const DenseMatrix& m, std::uint64_t block,
                         const ByteSource& source);
 Status VerifyDenseMatrix(const DenseFile& file, const DenseMatrix& m, const ByteSource& source);
+
+// What a dense or vocab file is checked against as a whole, by `exlr8
+// verify` on a release directory and by exlr8d before it records the file
+// (a pull) or keeps it recorded (`exlr8d verify`): one function, so both say
+// the same of the same bytes.
+struct DenseVerifyReport {
+  std::uint64_t matrices = 0;
+  std::uint64_t blocks_ok = 0;
+  // One line per failed block: file, matrix, block, byte offset, digests.
+  std::vector<std::string> mismatches;
+};
+
+// DenseFile::Read (the header and every record), then every block checksum
+// of every matrix (spec 5.4). Corruption for a file whose structure is bad;
+// block checksum mismatches are listed in the report, not returned.
+// ByteSource errors are passed through.
+Result<DenseVerifyReport> VerifyDenseFile(const ByteSource& file);
+
+// VerifyDenseFile as one verdict: OK when the structure is valid and every
+// block matches; otherwise Corruption with the first problem (and how many
+// blocks failed).
+Status CheckDenseFile(const ByteSource& file);
 
 // Decodes the HF weight, (out, inp) fp32 row-major (spec 10.3; TRELLIS via
 // sections 8.3 and 9). TRELLIS values agree with other implementations per

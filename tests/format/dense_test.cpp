@@ -8,7 +8,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 #include "format/dtype.h"
 #include "format/safetensors.h"
 #include "format/trellis.h"
+#include "tests/format/dense_damage.h"
+#include "tests/format/test_util.h"
 
 namespace exlr8 {
 namespace {
@@ -431,6 +435,53 @@ TEST(DenseDecode, RejectsNaNBytesE8M0MaxNonFiniteScalesAndOverflow) {
     EXPECT_NE(w.status().message().find("matrix 'm'"), std::string::npos) << w.status().message();
   }
 }
+
+// ---- whole files: the check `exlr8 verify` and exlr8d share ----
+
+TEST(DenseFileCheck, EveryDenseAndVocabFileOfTheFixturePasses) {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(testing::TinyRelease() / "dense")) {
+    const std::vector<std::byte> bytes = testing::ReadBytes(e.path());
+    SpanByteSource src(bytes, e.path().filename().string());
+    auto report = VerifyDenseFile(src);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_GT(report->matrices, 0u) << e.path();
+    EXPECT_GT(report->blocks_ok, 0u) << e.path();
+    EXPECT_TRUE(report->mismatches.empty()) << e.path();
+    EXPECT_TRUE(CheckDenseFile(src).ok()) << CheckDenseFile(src).ToString();
+    ++files;
+  }
+  EXPECT_EQ(files, 4);
+}
+
+class DenseFileDamage : public ::testing::TestWithParam<testing::DenseDamage> {};
+
+TEST_P(DenseFileDamage, FailsNamingTheFileAndWhere) {
+  const std::string name = "dense/exlr8-dense-003.safetensors";
+  auto bad = testing::DamageDenseFile(testing::ReadBytes(testing::TinyRelease() / name), GetParam());
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  SpanByteSource src(*bad, name);
+  Status s = CheckDenseFile(src);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(testing::DenseDamageMessage(GetParam())), std::string::npos) << s.message();
+  EXPECT_TRUE(std::regex_search(s.message(), std::regex("(at|from) byte [0-9]+"))) << s.message();
+  // Structure: no report at all; a block: listed in the report.
+  auto report = VerifyDenseFile(src);
+  if (GetParam() == testing::DenseDamage::kBlockChecksum) {
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->mismatches.size(), 1u);
+  } else {
+    EXPECT_EQ(report.status().code(), StatusCode::kCorruption);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DenseFileDamage,
+                         ::testing::Values(testing::DenseDamage::kPastEnd, testing::DenseDamage::kOverlap,
+                                           testing::DenseDamage::kBlockChecksum),
+                         [](const auto& param_info) {
+                           return std::string(testing::DenseDamageName(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace exlr8

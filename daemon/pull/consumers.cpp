@@ -1,9 +1,33 @@
 #include "daemon/pull/consumers.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <utility>
 
+#include "format/dense.h"
+
 namespace exlr8 {
+
+namespace {
+
+// Another source's bytes under the file's repo path, so that the format's
+// errors name the release's file rather than where the cache keeps it.
+class RepoPathSource final : public ByteSource {
+ public:
+  RepoPathSource(const ByteSource& inner, std::string name) : inner_(inner), name_(std::move(name)) {}
+  std::uint64_t size() const override { return inner_.size(); }
+  Status ReadAt(std::uint64_t offset, std::span<std::byte> dst) const override {
+    return inner_.ReadAt(offset, dst);
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  const ByteSource& inner_;
+  std::string name_;
+};
+
+}  // namespace
 
 void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
   {
@@ -29,6 +53,72 @@ void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
 WholeFileConsumer::WholeFileConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
                                      std::vector<WholeFileTarget> targets)
     : ConsumerBase(fetcher), cache_(cache), batch_(batch), counters_(counters), targets_(std::move(targets)) {}
+
+WholeFileConsumer::~WholeFileConsumer() {
+  {
+    std::lock_guard<std::mutex> lock(check_mu_);
+    check_stop_ = true;
+  }
+  check_cv_.notify_all();
+  if (checker_.joinable()) checker_.join();
+}
+
+void WholeFileConsumer::QueueCheck(std::size_t target) {
+  std::lock_guard<std::mutex> lock(check_mu_);
+  check_queue_.push_back(target);
+  if (!checker_.joinable()) checker_ = std::thread([this] { CheckLoop(); });
+  check_cv_.notify_all();
+}
+
+void WholeFileConsumer::DrainChecks() {
+  std::unique_lock<std::mutex> lock(check_mu_);
+  check_cv_.wait(lock, [&] { return check_stop_ || (check_queue_.empty() && !checking_); });
+}
+
+// Reads each queued file back from the cache (its bytes are written, not yet
+// durable: the page cache has them) and checks it against the format.
+void WholeFileConsumer::CheckLoop() {
+  pthread_setname_np(pthread_self(), "exlr8-dense");
+  std::unique_lock<std::mutex> lock(check_mu_);
+  while (true) {
+    check_cv_.wait(lock, [&] { return check_stop_ || !check_queue_.empty(); });
+    if (check_stop_) return;
+    const WholeFileTarget& t = targets_[check_queue_.front()];
+    check_queue_.pop_front();
+    checking_ = true;
+    lock.unlock();
+    Result<std::unique_ptr<ByteSource>> src = cache_.OpenCheckedByCaller(t.file);
+    Status s = src.ok() ? CheckDenseFile(RepoPathSource(**src, t.path)) : src.status();
+    if (s.ok()) {
+      s = Accepted(t);
+    } else if (s.code() == StatusCode::kCorruption) {
+      // Its hash matched the hub's listing: the release itself is bad, and
+      // fetching it again brings the same bytes. Not a resume point either.
+      counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+      (void)batch_.NotePrefix(t.file, 0);
+      s = CorruptionError(s.message() + " (the file matches the hub's " +
+                          (t.sha256.empty() ? "git blob id" : "SHA-256") +
+                          ": the release itself is malformed)");
+    }
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> failure(failure_mu_);
+      ++failures_;
+      if (first_error_.ok()) first_error_ = s;
+    }
+    lock.lock();
+    checking_ = false;
+    check_cv_.notify_all();
+  }
+}
+
+Status WholeFileConsumer::Accepted(const WholeFileTarget& t) {
+  EXLR8_RETURN_IF_ERROR(batch_.Add({t.file, 0, t.size, /*whole_file=*/true}));
+  counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
+  counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(verified_mu_);
+  verified_.push_back(t.file);
+  return Status::Ok();
+}
 
 bool WholeFileConsumer::NextRequest(RangeRequest* out) {
   if (next_ >= targets_.size()) return false;
@@ -118,12 +208,12 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
                                                  got + ", the hub lists " + want));
   }
   Forget(id);
-  Status s = batch_.Add({t.file, 0, t.size, /*whole_file=*/true});
+  if (t.check_dense) {
+    QueueCheck(id);  // recorded (or failed) by the checker thread
+    return RangeVerdict::Accept();
+  }
+  Status s = Accepted(t);
   if (!s.ok()) return RangeVerdict::Fail(s);
-  counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
-  counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(verified_mu_);
-  verified_.push_back(t.file);
   return RangeVerdict::Accept();
 }
 

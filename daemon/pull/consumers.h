@@ -19,19 +19,22 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "daemon/cache/cache.h"
+#include "daemon/cache/digest.h"
 #include "daemon/hub/range_fetcher.h"
 #include "daemon/pull/commit_batcher.h"
-#include "daemon/cache/digest.h"
 #include "format/checksum.h"
 #include "format/plan.h"
 
@@ -104,12 +107,27 @@ struct WholeFileTarget {
   // verified): it is hashed from the cache and only the rest is fetched.
   // REQUIRES: resume_from < size.
   std::uint64_t resume_from = 0;
+  // A dense or vocab file: once its hash matches, it must also be what the
+  // format says (CheckDenseFile, format/dense.h: a header whose tensors lie
+  // inside the file without overlapping, valid records, every block
+  // checksum of spec 5.4) before it is recorded.
+  bool check_dense = false;
 };
 
+// Whole files: each is hashed as it streams in and, once complete and
+// matching, queued for commit as verified whole. A file with check_dense is
+// read back (Cache::OpenCheckedByCaller) and checked against the format on
+// the consumer's own thread first, so that neither the fetch thread nor a
+// write worker stalls on gigabytes of reading; one that fails is not
+// recorded, and the consumer's first_error() names it (Corruption: the file,
+// the tensor or matrix block, the byte offset).
 class WholeFileConsumer final : public ConsumerBase {
  public:
   WholeFileConsumer(RangeFetcher& fetcher, Cache& cache, CommitBatcher& batch, JobCounters& counters,
                     std::vector<WholeFileTarget> targets);
+  // Stops the checker thread: files whose check has not ended are not
+  // recorded.
+  ~WholeFileConsumer() override;
   bool NextRequest(RangeRequest* out) override;
   Status OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) override;
   RangeVerdict OnComplete(std::uint64_t id) override;
@@ -120,6 +138,10 @@ class WholeFileConsumer final : public ConsumerBase {
   // request's bytes. Call before the consumer is run; without it, a prefix
   // is hashed when its request's first bytes arrive.
   Status HashPrefixes();
+
+  // Waits until every check queued so far has ended (call after the run, so
+  // that verified() and first_error() are final).
+  void DrainChecks();
 
   // Files verified (and queued for commit) in this run.
   const std::vector<FileId>& verified() const { return verified_; }
@@ -133,6 +155,10 @@ class WholeFileConsumer final : public ConsumerBase {
   };
   void Forget(std::uint64_t id) override { live_.Erase(id); }
   Status HashPrefix(const WholeFileTarget& t, StreamDigest& digest);
+  // The file matched its hash: queue it for commit as verified whole.
+  Status Accepted(const WholeFileTarget& t);
+  void QueueCheck(std::size_t target);
+  void CheckLoop();
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
@@ -143,6 +169,13 @@ class WholeFileConsumer final : public ConsumerBase {
   std::mutex verified_mu_;
   std::vector<FileId> verified_;
   std::atomic<std::uint64_t> bytes_written_{0};
+  // The dense checks: targets waiting, and the thread that runs them.
+  std::mutex check_mu_;
+  std::condition_variable check_cv_;  // queued, stopping, or one ended
+  std::deque<std::size_t> check_queue_;
+  bool checking_ = false;  // a check is running
+  bool check_stop_ = false;
+  std::thread checker_;
 };
 
 struct HeaderTarget {

@@ -420,6 +420,8 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
     if (!f->sha256 && !f->git_sha1)
       return CorruptionError(path + ": the hub lists no sha256 or git blob id, so it cannot be verified");
     WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
+    const ReleaseFileKind kind = ClassifyReleasePath(path).kind;
+    t.check_dense = kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab;
     const bool recorded_unflagged = f->bytes_cached > 0;
     if (recorded_unflagged && !opt.offline) {
       // Bytes recorded without the flag (an exlr8d before the flag was set
@@ -438,6 +440,7 @@ Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::
       if (!d.ok()) return d.status();
       if (d->FinishHex() != (t.sha256.empty() ? t.git_sha1 : t.sha256))
         return CorruptionError(path + ": empty file whose listed hash is not the empty content's");
+      if (t.check_dense) return CorruptionError(path + ": 0 bytes, too short for a dense file (spec 10)");
       empty.push_back(t.file);
       // A batch holds a descriptor per file until its commit.
       if (empty.size() >= kEmptyFilesPerCommit) EXLR8_RETURN_IF_ERROR(mark_empty());
@@ -462,6 +465,8 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
   CommitBatcher& batch = StepBatch();
   WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
   Status s = RunStep(consumer, consumer);
+  consumer.DrainChecks();
+  if (s.ok()) s = consumer.first_error();
   // Readable by the planner now; recorded (and flagged verified) as soon as
   // durable: the step's batch commits now, while the planner goes on.
   for (FileId id : consumer.verified()) checked_here.insert(id);
@@ -683,7 +688,8 @@ Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std:
 // the planner's steps run, so those never wait for a slot; at least while
 // the halves stream, so they end with them). A whole file is flagged
 // verified by the commit that makes it durable and records it (at most
-// about a commit interval after its last byte, see CommitBatcher).
+// about a commit interval after its last byte, see CommitBatcher); a dense
+// or vocab file only once it has also passed the format's checks.
 Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint64_t* reused, Streams& st) {
   EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(whole, reused));
   if (targets.empty()) return Status::Ok();
@@ -772,6 +778,10 @@ Status PullJob::Rep::FinishStreams(Streams& st) {
   if (st.prefix_hasher.joinable()) st.prefix_hasher.join();  // it may still submit
   Status s = session->Finish();
   SetPhase(PullPhase::kCommit);
+  // The dense files' format checks run on threads of their own; what passes
+  // joins the files' batch.
+  if (st.files) st.files->DrainChecks();
+  if (st.resumed) st.resumed->DrainChecks();
   const Status flushed = FlushBatches(st);
   // (Whole files were flagged verified by the commits that recorded them.)
   if (cancel.load()) return CancelledError("pull cancelled");

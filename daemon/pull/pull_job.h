@@ -31,7 +31,9 @@
 // (Cache::CommitVerified), in batches (commit_interval / commit_bytes; the
 // last batch of each planner step as the step ends). A kill at any moment
 // loses at most the unrecorded batch and what was in flight; a rerun
-// fetches only what is not recorded. Bytes already verified
+// fetches only what is not recorded. A dense or vocab file is verified by
+// its SHA-256 and by the format's own checks (format/dense.h
+// CheckDenseFile: structure and every block checksum). Bytes already verified
 // in the cache (another rank, another manifest, an earlier run) are reused.
 //
 // Thread rules: Run() on one thread; Cancel() and Progress() from any thread.

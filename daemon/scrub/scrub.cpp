@@ -1,18 +1,19 @@
 #include "daemon/scrub/scrub.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <thread>
 
-#include "daemon/cache/extent_set.h"
 #include "daemon/cache/digest.h"
+#include "daemon/cache/extent_set.h"
 #include "format/checksum.h"
+#include "format/dense.h"
 #include "format/expert_index.h"
 #include "format/json.h"
 #include "format/layout.h"
@@ -43,6 +44,8 @@ struct ScrubFile {
 struct Unit {
   enum class Kind : std::uint8_t { kWhole, kHalf, kHeader };
   Kind kind = Kind::kWhole;
+  // kWhole of a dense or vocab file: the format's checks too (CheckDenseFile).
+  bool dense = false;
   std::uint32_t file = 0;  // into the ScrubFile table
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
@@ -136,6 +139,11 @@ class Checker {
     // The failure is reported with its file and range: the message says only what differs.
     if (got != expected)
       return CorruptionError(std::string(info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " + expected);
+    // A dense or vocab file must also be what the format says, as the pull
+    // checked before it recorded it (one recorded by an exlr8d that did not
+    // check, say): its hash alone vouches for the hub's bytes, not for them
+    // being valid.
+    if (u.dense) return CheckDenseFile(src);
     return Status::Ok();
   }
 
@@ -188,6 +196,8 @@ class Checker {
 Unit WholeUnit(std::size_t index, const ScrubFile& f) {
   Unit u;
   u.kind = Unit::Kind::kWhole;
+  const ReleaseFileKind kind = ClassifyReleasePath(f.info.path).kind;
+  u.dense = kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab;
   u.file = static_cast<std::uint32_t>(index);
   u.length = f.info.size;
   return u;

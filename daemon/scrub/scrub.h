@@ -8,7 +8,10 @@
 // What checks what (the checks a pull made, redone from the cache alone):
 //  - whole files (expert index files, manifests, dense and vocab files,
 //    config.json): the SHA-256 of the hub's LFS listing, or the git blob
-//    SHA-1 of small files;
+//    SHA-1 of small files; dense and vocab files also against the format
+//    (CheckDenseFile: every tensor inside the file, none overlapping, valid
+//    records, every block checksum of spec 5.4), and expert index files by
+//    parsing them;
 //  - expert halves in width files: XXH64 with their index-file tail (spec
 //    5.3), for every half of the layer's index file that is recorded,
 //    whichever manifest and rank brought it;

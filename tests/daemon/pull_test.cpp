@@ -263,6 +263,58 @@ TEST(PullTest, AWholeFileRecordedWithoutItsFlagIsUnrecordedBeforeItIsWrittenAgai
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
 }
 
+// A dense file the format forbids (data_offsets past its end, overlapping
+// tensors, a block whose checksum fails), listed by the hub with the SHA-256
+// of those very bytes. Found by review: pulled with exit 0 "verified yes",
+// then `exlr8d verify` said clean and `status` complete, while `exlr8 verify`
+// on the same directory failed. Now the pull fails (exit 3, as for a
+// checksum failure) naming the file and the problem, records none of it,
+// and the rank is not complete.
+class PullMalformedDenseTest : public ::testing::TestWithParam<testing::DenseDamage> {};
+
+TEST_P(PullMalformedDenseTest, FailsNamingTheFileAndNeverRecordsIt) {
+  const std::string path = "dense/exlr8-dense-003.safetensors";
+  TempDir release, cache;
+  CopyTinyWithDamagedDense(release.path(), path, GetParam());
+  if (HasFatalFailure()) return;
+  const ShellRun offline =
+      Shell(std::string(EXLR8_BIN_DIR) + "/exlr8 verify " + Quote(release.path().string()));
+  EXPECT_EQ(offline.status, 1) << offline.out;
+  EXPECT_THAT(offline.out, HasSubstr(testing::DenseDamageMessage(GetParam())));
+
+  auto sim = StartSim(release.path());
+  const std::string rank =
+      " --repo exlr8/test --manifest home --tp 4 --rank 0 --cache " + Quote(cache.path().string());
+  for (int run = 0; run < 2; ++run) {  // the rerun fetches it again, and fails the same way
+    SCOPED_TRACE("run " + std::to_string(run));
+    const ShellRun pull = Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank + " --no-progress");
+    EXPECT_EQ(pull.status, 3) << pull.out;
+    EXPECT_THAT(pull.out, HasSubstr("error: " + path + ": "));  // named as the release names it
+    EXPECT_THAT(pull.out, HasSubstr("the release itself is malformed"));
+    EXPECT_THAT(pull.out, HasSubstr(testing::DenseDamageMessage(GetParam())));
+    auto c = Cache::OpenReadOnly(cache.path());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto files = FilesOfOnlyFileset(**c);
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    for (const FileInfo& f : *files) {
+      if (f.path != path) continue;
+      EXPECT_FALSE(f.whole_verified);
+      EXPECT_EQ(f.bytes_cached, 0u);
+    }
+  }
+  const ShellRun status = Shell(Exlr8d() + " status" + rank);
+  EXPECT_EQ(status.status, 1) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("NOT complete"));
+  EXPECT_THAT(status.out, HasSubstr(path));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PullMalformedDenseTest,
+                         ::testing::Values(testing::DenseDamage::kPastEnd, testing::DenseDamage::kOverlap,
+                                           testing::DenseDamage::kBlockChecksum),
+                         [](const auto& param_info) {
+                           return std::string(testing::DenseDamageName(param_info.param));
+                         });
+
 // A pull reuses only what the cache directory still holds: files deleted
 // or cut short by hand are fetched again (found by review: the pull said
 // "fetched 0 B" and the rank complete).

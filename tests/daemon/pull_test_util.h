@@ -5,9 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "daemon/pull/pull_job.h"
 #include "format/plan.h"
 #include "format/release_writer.h"
+#include "tests/format/dense_damage.h"
 #include "tests/hubsim/hubsim.h"
 
 namespace exlr8 {
@@ -26,6 +28,25 @@ namespace exlr8 {
 namespace fs = std::filesystem;
 
 inline fs::path TinyRelease() { return fs::path(EXLR8_SHARED_DIR) / "fixtures" / "exlr8-tiny"; }
+
+// A writable copy of the tiny fixture in `to`, whose dense or vocab file
+// `path` is damaged as `damage` says (tests/format/dense_damage.h). A hub
+// serving it lists the SHA-256 of the damaged bytes.
+inline void CopyTinyWithDamagedDense(const fs::path& to, const std::string& path,
+                                     testing::DenseDamage damage) {
+  fs::copy(TinyRelease(), to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  for (const auto& e : fs::recursive_directory_iterator(to))
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  std::ifstream in(to / path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> good(c.size());
+  std::memcpy(good.data(), c.data(), c.size());
+  auto bad = testing::DamageDenseFile(std::move(good), damage);
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  std::ofstream out(to / path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bad->data()), static_cast<std::streamsize>(bad->size()));
+  ASSERT_TRUE(out.good()) << to / path;
+}
 
 inline std::vector<char> ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

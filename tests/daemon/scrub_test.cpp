@@ -504,5 +504,75 @@ TEST(ScrubTest, VerifyCommand) {
   EXPECT_FALSE(fs::exists(none));
 }
 
+// A dense file recorded whole although the format forbids it: the hub lists
+// the SHA-256 of its bad bytes, and an exlr8d that checked only that hash
+// recorded it (here: inserted as it did). Found by review: `exlr8d verify`
+// said clean and `status` complete. Now verify fails on it and forgets it,
+// status says incomplete, and the next pull fetches it again and fails
+// naming it.
+class ScrubMalformedDenseTest : public ::testing::TestWithParam<testing::DenseDamage> {};
+
+TEST_P(ScrubMalformedDenseTest, VerifyFailsForgetsItAndTheRankIsIncomplete) {
+  const std::string path = "dense/exlr8-dense-003.safetensors";
+  TempDir release, cache;
+  CopyTinyWithDamagedDense(release.path(), path, GetParam());
+  if (HasFatalFailure()) return;
+  auto sim = StartSim(release.path());
+  const std::string rank = " --repo exlr8/test --manifest home --tp 4 --rank 0";
+  const std::string c = " --no-progress --cache " + Quote(cache.path().string());
+  auto pull = [&] { return Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank + c); };
+  ShellRun r = pull();  // records everything else (that file too, before the fix)
+  ASSERT_TRUE(r.status == 0 || r.status == 3) << r.out;
+  {
+    auto cache_now = Cache::Open(cache.path());
+    ASSERT_TRUE(cache_now.ok()) << cache_now.status().ToString();
+    auto files = FilesOfOnlyFileset(**cache_now);
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    const std::vector<char> bytes = ReadAll(release.path() / path);
+    bool found = false;
+    for (const FileInfo& f : *files) {
+      if (f.path != path) continue;
+      found = true;
+      ASSERT_EQ(f.size, bytes.size());
+      ASSERT_TRUE((*cache_now)->WriteAt(f.id, 0, std::as_bytes(std::span(bytes))).ok());
+      ASSERT_TRUE((*cache_now)->CommitVerified(std::vector<VerifiedExtent>{{f.id, 0, f.size, true}}).ok());
+    }
+    ASSERT_TRUE(found) << path;
+  }
+  r = Shell(Exlr8d() + " status" + rank + c.substr(std::string(" --no-progress").size()));
+  ASSERT_EQ(r.status, 0) << "the cache is not as an exlr8d that checked only the hash left it: " << r.out;
+
+  r = Shell(Exlr8d() + " verify --check-only" + c);
+  EXPECT_EQ(r.status, 1) << r.out;
+  r = Shell(Exlr8d() + " verify --json" + c);
+  EXPECT_EQ(r.status, 1) << r.out;
+  auto json = ParseJson(r.out);
+  ASSERT_TRUE(json.ok()) << r.out;
+  const JsonValue& set = json->Find("filesets")->as_array().at(0);
+  ASSERT_EQ(set.Find("failures")->as_array().size(), 1u) << r.out;
+  const JsonValue& failure = set.Find("failures")->as_array()[0];
+  EXPECT_EQ(failure.Find("file")->as_string(), path);
+  EXPECT_EQ(failure.Find("what")->as_string(), "whole file");
+  EXPECT_THAT(failure.Find("error")->as_string(), HasSubstr(testing::DenseDamageMessage(GetParam())));
+  EXPECT_EQ(*set.Find("bytes_forgotten")->as_uint64(), fs::file_size(release.path() / path));
+
+  r = Shell(Exlr8d() + " status" + rank + c.substr(std::string(" --no-progress").size()));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("NOT complete"));
+  EXPECT_THAT(r.out, HasSubstr(path));
+  r = pull();  // fetches it again, and fails saying why
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the release itself is malformed"));
+  r = Shell(Exlr8d() + " verify" + c);
+  EXPECT_EQ(r.status, 0) << r.out;  // what is recorded now is sound
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ScrubMalformedDenseTest,
+                         ::testing::Values(testing::DenseDamage::kPastEnd, testing::DenseDamage::kOverlap,
+                                           testing::DenseDamage::kBlockChecksum),
+                         [](const auto& param_info) {
+                           return std::string(testing::DenseDamageName(param_info.param));
+                         });
+
 }  // namespace
 }  // namespace exlr8

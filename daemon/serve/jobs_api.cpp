@@ -201,7 +201,9 @@ ApiResponse JobsApi::Metrics() const {
       const std::optional<std::uint64_t> v = value(j);
       if (!v) continue;
       const std::string id = std::to_string(j.info.id);
-      m.Sample(name, {{"job", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}}, *v);
+      m.Sample(name,
+               {{"job_id", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}},
+               *v);
     }
   };
   per_job("exlr8d_job_planned_bytes", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.",

@@ -854,6 +854,27 @@ TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
+// Found by review (issue #24): a running job's samples were labelled `job`,
+// which Prometheus overwrites with its own target label (or renames to
+// exported_job): they are labelled `job_id`.
+TEST(ServeJobsTest, ARunningJobsMetricsAreLabelledJobId) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = Submit(serve, Body(4, 1));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return Progress(last = Job(serve, id), "bytes_planned") > 0; })) << State(last);
+  const auto m = Metrics(serve);
+  const std::string labels = "{job_id=\"" + std::to_string(id) + "\",kind=\"pull\",repo=\"exlr8/test\"}";
+  EXPECT_EQ(m.count("exlr8d_job_planned_bytes" + labels), 1u);
+  EXPECT_EQ(m.count("exlr8d_job_done_bytes" + labels), 1u);
+  for (const auto& [series, value] : m) EXPECT_EQ(series.find("{job=\""), std::string::npos) << series;
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(id), "DELETE").status, 202);
+}
+
 // Many jobs of several repos at once, some cancelled, while two clients
 // poll the jobs and the metrics: never two of a repo at once, never more
 // than --max-jobs, every job ends as asked, and what the cache then holds

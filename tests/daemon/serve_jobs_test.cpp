@@ -379,13 +379,15 @@ TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/999", "DELETE").status, 404);
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "DELETE").status, 409);  // there, but finished
   for (const char* route : {"/v1/verify", "/v1/evict"}) {
-    const HttpAnswer get = Http(serve.base() + route);
+    HttpAnswer get = Http(serve.base() + route);
     EXPECT_EQ(get.status, 405) << route << ": " << get.body;
-    EXPECT_THAT(get.body, HasSubstr("POST only")) << route;
+    EXPECT_THAT(get.body, HasSubstr("(allowed: POST)")) << route;
+    EXPECT_EQ(get.headers["allow"], "POST") << route;
   }
-  const HttpAnswer put = Http(serve.base() + "/v1/pulls", "PUT", "", "{}");
+  HttpAnswer put = Http(serve.base() + "/v1/pulls", "PUT", "", "{}");
   EXPECT_EQ(put.status, 405) << put.body;
-  EXPECT_THAT(put.body, HasSubstr("GET, POST"));
+  EXPECT_THAT(put.body, HasSubstr("(allowed: GET, HEAD, POST)"));
+  EXPECT_EQ(put.headers["allow"], "GET, HEAD, POST");
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "PUT", "", "{}").status, 405);
   EXPECT_THAT(Http(serve.base() + "/v1/nothing").body, HasSubstr("/v1/verify, /v1/evict"));
   // The jobs of one state (found by review: a running job behind 100 newer

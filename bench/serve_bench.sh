@@ -38,12 +38,14 @@ for i in $(seq "$rounds"); do
   srv=$!
   for _ in $(seq 200); do grep -q listening "$work/serve.out" 2> /dev/null && break; sleep 0.02; done
   api=$(sed -n 's#.*\(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/serve.out")
+  # --listen wants the token serve made in the cache, and JSON bodies (docs/OPERATIONS.md)
+  auth=(-H "Authorization: Bearer $(cat "$work/c2/exlr8d.api-token")" -H 'Content-Type: application/json')
   t2=$(now)
-  curl -sS -X POST "$api/v1/pulls" -d '{"repo":"bench/release","manifest":"home","tp":4,"rank":1}' > /dev/null
+  curl -sS "${auth[@]}" -X POST "$api/v1/pulls" -d '{"repo":"bench/release","manifest":"home","tp":4,"rank":1}' > /dev/null
   state=""
   until [[ $state == done || $state == failed || $state == cancelled ]]; do
     sleep 0.02
-    state=$(curl -sS "$api/v1/jobs/1" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+    state=$(curl -sS "${auth[@]}" "$api/v1/jobs/1" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
   done
   t3=$(now)
   kill $srv

@@ -30,7 +30,7 @@ now() { date +%s.%N; }
 echo "large release $(du -sh --apparent-size "$work/large" | cut -f1), small $(du -sh --apparent-size "$work/small" |
   cut -f1); TP 4 rank 1 under home of each; --limit-rate $rate; $rounds rounds, $(nproc) cores"
 
-state_of() { curl -sS "$1/v1/jobs/$2" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
+state_of() { curl -sS "${auth[@]}" "$1/v1/jobs/$2" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
 
 # One round: prints "SMALL_READY_S BOTH_READY_S".
 round() {
@@ -41,9 +41,11 @@ round() {
   srv=$!
   for _ in $(seq 200); do grep -q listening "$work/serve.out" 2> /dev/null && break; sleep 0.02; done
   api=$(sed -n 's#.*\(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/serve.out")
+  # --listen wants the token serve made in the cache, and JSON bodies (docs/OPERATIONS.md)
+  auth=(-H "Authorization: Bearer $(cat "$cache/exlr8d.api-token")" -H 'Content-Type: application/json')
   t0=$(now)
-  curl -sS -X POST "$api/v1/pulls" -d '{"repo":"bench/large","manifest":"home","tp":4,"rank":1}' > /dev/null
-  curl -sS -X POST "$api/v1/pulls" -d '{"repo":"bench/small","manifest":"home","tp":4,"rank":1}' > /dev/null
+  curl -sS "${auth[@]}" -X POST "$api/v1/pulls" -d '{"repo":"bench/large","manifest":"home","tp":4,"rank":1}' > /dev/null
+  curl -sS "${auth[@]}" -X POST "$api/v1/pulls" -d '{"repo":"bench/small","manifest":"home","tp":4,"rank":1}' > /dev/null
   while [[ -z $small_s || -z $large_s ]]; do
     sleep 0.01
     if [[ -z $large_s ]]; then

@@ -48,29 +48,31 @@ for round in $(seq "$rounds"); do
   srv=$!
   until grep -q listening "$work/serve.out" 2>/dev/null; do sleep 0.01; done
   url=$(sed -n 's/.*\(http:[^ ]*\) .*/\1/p' "$work/serve.out")
+  # --listen wants the token serve made in the cache, and JSON bodies (docs/OPERATIONS.md)
+  auth=(-H "Authorization: Bearer $(cat "$work/cache/exlr8d.api-token")" -H 'Content-Type: application/json')
   t0=$(now)
-  id=$(curl -s -X POST "$url/v1/stages" -d '{"repo":"bench/r","manifest":"home","tp":4,"rank":1}' |
+  id=$(curl -s "${auth[@]}" -X POST "$url/v1/stages" -d '{"repo":"bench/r","manifest":"home","tp":4,"rank":1}' |
        sed -n 's/^{"stage":{"id":\([0-9]*\),.*/\1/p')
-  until curl -s "$url/v1/stages/$id" | grep -q '"state":"holding"'; do
-    if curl -s "$url/v1/stages/$id" | grep -q '"state":"\(failed\|died\)"'; then curl -s "$url/v1/stages/$id"; exit 1; fi
+  until curl -s "${auth[@]}" "$url/v1/stages/$id" | grep -q '"state":"holding"'; do
+    if curl -s "${auth[@]}" "$url/v1/stages/$id" | grep -q '"state":"\(failed\|died\)"'; then curl -s "${auth[@]}" "$url/v1/stages/$id"; exit 1; fi
     sleep 0.01
   done
   t1=$(now)
   api=$(echo "$t1 - $t0" | bc)
-  [[ $round == 1 ]] && { curl -s "$url/v1/stages/$id" | head -c 1200; echo; }
+  [[ $round == 1 ]] && { curl -s "${auth[@]}" "$url/v1/stages/$id" | head -c 1200; echo; }
   t2=$(now)
-  curl -s -X DELETE "$url/v1/stages/$id" > /dev/null
-  until curl -s "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
+  curl -s "${auth[@]}" -X DELETE "$url/v1/stages/$id" > /dev/null
+  until curl -s "${auth[@]}" "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
   released=$(echo "$(now) - $t2" | bc)
   # told to stop while it still reads the rank
-  id=$(curl -s -X POST "$url/v1/stages" -d '{"repo":"bench/r","manifest":"home","tp":4,"rank":1}' |
+  id=$(curl -s "${auth[@]}" -X POST "$url/v1/stages" -d '{"repo":"bench/r","manifest":"home","tp":4,"rank":1}' |
        sed -n 's/^{"stage":{"id":\([0-9]*\),.*/\1/p')
-  until curl -s "$url/v1/stages/$id" | grep -q '"state":"\(reading\|staging\|holding\)"'; do sleep 0.002; done
+  until curl -s "${auth[@]}" "$url/v1/stages/$id" | grep -q '"state":"\(reading\|staging\|holding\)"'; do sleep 0.002; done
   t2=$(now)
-  curl -s -X DELETE "$url/v1/stages/$id" > /dev/null
-  until curl -s "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
+  curl -s "${auth[@]}" -X DELETE "$url/v1/stages/$id" > /dev/null
+  until curl -s "${auth[@]}" "$url/v1/stages/$id" | grep -q '"state":"released"'; do sleep 0.01; done
   stopped=$(echo "$(now) - $t2" | bc)
-  during=$(curl -s "$url/v1/stages/$id" | sed -n 's/.*"stopped_while":"\([a-z]*\)".*/\1/p')
+  during=$(curl -s "${auth[@]}" "$url/v1/stages/$id" | sed -n 's/.*"stopped_while":"\([a-z]*\)".*/\1/p')
   printf 'round %d: by hand %.3f s, through POST /v1/stages %.3f s (%.3fx); released %.3f s after DELETE;' \
     "$round" "$direct" "$api" "$(echo "scale=4; $api / $direct" | bc)" "$released"
   printf ' DELETE while %s: released %.3f s after it\n' "${during:-holding (not stopped early)}" "$stopped"

@@ -38,6 +38,7 @@ Result<Args> Args::Parse(const std::vector<std::string>& argv, const std::set<st
         value = argv[++i];
       }
       a.values_[name] = *value;
+      a.all_values_.emplace_back(name, *value);
     } else {
       return InvalidArgumentError("unknown option '--" + name + "'");
     }
@@ -51,6 +52,13 @@ std::optional<std::string> Args::Get(std::string_view name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::GetAll(std::string_view name) const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : all_values_)
+    if (key == name) out.push_back(value);
+  return out;
 }
 
 std::string Args::GetOr(std::string_view name, std::string fallback) const {

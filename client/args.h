@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "format/status.h"
@@ -26,7 +27,10 @@ class Args {
   const std::vector<std::string>& positional() const { return positional_; }
   bool Has(std::string_view name) const;
   bool Flag(std::string_view name) const { return Has(name); }
+  // The value of `--name`: the last one when given more than once.
   std::optional<std::string> Get(std::string_view name) const;
+  // Every value of a repeatable `--name`, in the order given.
+  std::vector<std::string> GetAll(std::string_view name) const;
   std::string GetOr(std::string_view name, std::string fallback) const;
   // Integer option: InvalidArgument naming the option if malformed or
   // outside [min, max]; `fallback` if absent.
@@ -41,6 +45,7 @@ class Args {
  private:
   std::vector<std::string> positional_;
   std::map<std::string, std::string, std::less<>> values_;
+  std::vector<std::pair<std::string, std::string>> all_values_;  // every value option, in order
 };
 
 // The common start of every subcommand: parses `argv`; `--help` prints

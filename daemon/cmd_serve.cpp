@@ -18,6 +18,7 @@
 #include "client/args.h"
 #include "client/cli.h"
 #include "daemon/api/api_server.h"
+#include "daemon/api/api_token.h"
 #include "daemon/api/status_api.h"
 #include "daemon/cache/file_lock.h"
 #include "daemon/commands.h"
@@ -31,8 +32,9 @@ namespace exlr8 {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PATH | --no-socket] [--listen ADDR:PORT]
-                    [--max-jobs N] [--stage-binary PATH] [pull options]
+constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PATH | --no-socket] [--listen ADDR:PORT
+                    [--api-token-file FILE] [--allow-host NAME]...] [--max-jobs N]
+                    [--stage-binary PATH] [pull options]
 
 Serves the local REST API (JSON): what the cache holds and what is being pulled
 (GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}; GET /metrics for
@@ -52,11 +54,19 @@ outlives a restart of this server, which finds it again in DIR/exlr8d.stages/.
 
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8)
-  --socket PATH       Unix socket to serve on (default DIR/exlr8d.sock, mode 0660)
+  --socket PATH       Unix socket to serve on (default DIR/exlr8d.sock, mode 0660:
+                      its owner and group may use the API, without a token)
   --no-socket         no Unix socket (then --listen is required)
   --listen ADDR:PORT  also serve HTTP on a loopback address, e.g. 127.0.0.1:8478
-                      (port 0: any free one); never beyond this machine, as the
-                      API has no authentication
+                      (port 0: any free one); never beyond this machine. Every
+                      request there but GET /v1/health needs the header
+                      'Authorization: Bearer TOKEN'; a request from a web page
+                      (Origin, Host) is refused, and a body must be JSON
+  --api-token-file FILE  the TOKEN of --listen: a file of mode 0600 (or 0400),
+                      owned by this user or root. Default: DIR/exlr8d.api-token,
+                      created with a random token at the first start
+  --allow-host NAME   a name the Host header of a --listen request may give,
+                      besides localhost and loopback addresses (repeatable)
   --max-jobs N        jobs running at once, each of another repo (default 4;
                       1 runs the queue strictly in order)
   --stage-binary PATH the exlr8d-stage that POST /v1/stages runs (default: the
@@ -78,11 +88,13 @@ Pull options (for every job; as for 'exlr8d pull'):
                       running jobs together
   --budget BYTES      refuse to grow the cache past this size
 
-Prints one line "exlr8d serve: listening on ..." when ready, and a line per job
-start and end on stderr. Stops on SIGINT or SIGTERM (exit 0): running jobs are
-cancelled and resume at the next start. Exit status 2 for a bad option
-or a non-loopback address, 4 when it cannot bind, 7 when another server answers
-on the socket or serves the same cache (DIR/exlr8d.serve.lock).
+Prints one line "exlr8d serve: listening on ..." when ready (naming the token
+file with --listen), and a line per job start and end on stderr. Stops on
+SIGINT or SIGTERM (exit 0): running jobs are cancelled and resume at the next
+start. Exit status 2 for a bad option, a non-loopback address or a token file
+that is unsafe or malformed, 4 when it cannot bind, 5 when the cache cannot be
+written, 7 when another server answers on the socket or serves the same cache
+(DIR/exlr8d.serve.lock).
 )";
 
 // "127.0.0.1:8478" / "[::1]:8478" -> address, port.
@@ -143,10 +155,11 @@ void WarnIfFailed(const Status& s) {
 int RunServeCommand(const std::vector<std::string>& argv) {
   constexpr const char* kProg = "exlr8d serve";
   Args args;
-  if (auto exit = ParseCommandLine(kProg, kUsage, argv,
-                                   {"cache", "socket", "listen", "max-jobs", "endpoint", "token-file", "proxy", "ca-bundle",
-                                    "jobs", "h2-streams", "limit-rate", "budget", "stage-binary"},
-                                   {"no-socket"}, 0, &args))
+  if (auto exit = ParseCommandLine(
+          kProg, kUsage, argv,
+          {"cache", "socket", "listen", "api-token-file", "allow-host", "max-jobs", "endpoint", "token-file",
+           "proxy", "ca-bundle", "jobs", "h2-streams", "limit-rate", "budget", "stage-binary"},
+          {"no-socket"}, 0, &args))
     return *exit;
   const Result<std::string> cache_arg = CacheDirOr(args.Get("cache"));
   if (!cache_arg.ok()) return ReportError(kProg, cache_arg.status());
@@ -160,7 +173,16 @@ int RunServeCommand(const std::vector<std::string>& argv) {
     if (!hp.ok()) return ReportError(kProg, hp.status());
     o.tcp_address = hp->first;
     o.tcp_port = hp->second;
+  } else if (args.Has("api-token-file") || args.Has("allow-host")) {
+    return ReportError(kProg, InvalidArgumentError(std::string(args.Has("api-token-file") ? "--api-token-file"
+                                                                                          : "--allow-host") +
+                                                   " is for --listen (the Unix socket needs no token)"));
   }
+  o.allowed_hosts = args.GetAll("allow-host");
+  for (const std::string& host : o.allowed_hosts)
+    if (host.empty() || host.find_first_of(":/[] ") != std::string::npos)
+      return ReportError(kProg, InvalidArgumentError("--allow-host: '" + host + "' is not a host name"));
+  o.open_paths = {"/v1/health"};  // liveness: it tells nothing of the cache's contents
   RaiseDescriptorLimit();
   JobRunnerOptions jobs;
   jobs.cache_dir = cache_dir;
@@ -170,9 +192,30 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   if (ec) return ReportError(kProg, IOError("create " + cache_dir.string() + ": " + ec.message()));
   // The queue's own lock: two servers on one cache would run its jobs twice.
   auto serve_lock = FileLock::Acquire(cache_dir / "exlr8d.serve.lock");
-  if (!serve_lock.ok())
+  if (!serve_lock.ok() && serve_lock.status().code() == StatusCode::kFailedPrecondition)
     return ReportError(kProg, Status(serve_lock.status().code(),
                                      "another exlr8d serve runs on this cache: " + serve_lock.status().message()));
+  // Found by review: a read-only cache said "another exlr8d serve runs".
+  if (!serve_lock.ok())
+    return ReportError(kProg, Status(serve_lock.status().code(),
+                                     serve_lock.status().message() + " (serve keeps its queue and lock in " +
+                                         cache_dir.string() + ", which must be writable)"));
+  // The TCP listener's token: the operator's file, or one made at the first
+  // start (only now: the serve lock keeps two servers from racing for it).
+  std::string token_file;
+  if (!o.tcp_address.empty()) {
+    bool created = false;
+    token_file = args.GetOr("api-token-file", (cache_dir / "exlr8d.api-token").string());
+    auto token =
+        args.Has("api-token-file") ? ReadApiTokenFile(token_file) : EnsureApiToken(token_file, &created);
+    if (!token.ok()) return ReportError(kProg, token.status());
+    o.tcp_token = std::move(*token);
+    if (created)
+      std::fprintf(stderr,
+                   "exlr8d serve: created the API token file %s (mode 0600): clients of --listen send "
+                   "'Authorization: Bearer' and its content\n",
+                   token_file.c_str());
+  }
 
   // Signals are blocked before the server's thread starts, so only sigwait
   // below takes them.
@@ -196,7 +239,9 @@ int RunServeCommand(const std::vector<std::string>& argv) {
     where += std::string(where.empty() ? "" : " and ") + "http://" + (v6 ? "[" : "") + o.tcp_address +
              (v6 ? "]" : "") + ":" + std::to_string((*server)->tcp_port());
   }
-  std::printf("exlr8d serve: listening on %s (cache %s)\n", where.c_str(), cache_dir.c_str());
+  const std::string token_note = token_file.empty() ? "" : "; API token in " + token_file;
+  std::printf("exlr8d serve: listening on %s (cache %s%s)\n", where.c_str(), cache_dir.c_str(),
+              token_note.c_str());
   std::fflush(stdout);
   WarnIfFailed(NotifySystemd("READY=1"));  // Type=notify: clients may connect now
   int sig = 0;

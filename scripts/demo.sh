@@ -98,15 +98,17 @@ srv=$!
 trap 'kill $sim $srv 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 api=$(sed -n 's#.*\(http://127\.0\.0\.1:[0-9]*\).*#\1#p' "$work/serve.out")
+# --listen wants the token serve made in the cache, and JSON bodies (docs/OPERATIONS.md)
+auth=(-H "Authorization: Bearer $(cat "$work/cache/exlr8d.api-token")" -H 'Content-Type: application/json')
 echo "  $(cat "$work/serve.out")"
 echo "  GET $api/v1/ranks?repo=demo/glm-mini&manifest=home&tp=4&rank=2 (is rank 2 here? not yet)"
-echo "  $(curl -sS "$api/v1/ranks?repo=demo/glm-mini&manifest=home&tp=4&rank=2")"
+echo "  $(curl -sS "${auth[@]}" "$api/v1/ranks?repo=demo/glm-mini&manifest=home&tp=4&rank=2")"
 echo "  POST $api/v1/pulls"
-curl -sS -X POST "$api/v1/pulls" -d '{"repo":"demo/glm-mini","manifest":"home","tp":4,"rank":2,"pin":"demo"}'
+curl -sS "${auth[@]}" -X POST "$api/v1/pulls" -d '{"repo":"demo/glm-mini","manifest":"home","tp":4,"rank":2,"pin":"demo"}'
 echo
 state=queued
 for _ in $(seq 600); do
-  job=$(curl -sS "$api/v1/jobs/1")
+  job=$(curl -sS "${auth[@]}" "$api/v1/jobs/1")
   state=$(python3 - "$job" <<'PY'
 import json, sys
 j = json.loads(sys.argv[1])["job"]
@@ -123,7 +125,7 @@ done
 echo "  GET $api/v1/jobs/1"
 echo "  $job"
 echo "  GET $api/metrics (Prometheus text; a few of its lines)"
-curl -sS "$api/metrics" | grep -E '^exlr8d_(fileset_verified_bytes|jobs\{state="done"|received_bytes_total|verified_bytes_total|http_requests_total)' |
+curl -sS "${auth[@]}" "$api/metrics" | grep -E '^exlr8d_(fileset_verified_bytes|jobs\{state="done"|received_bytes_total|verified_bytes_total|http_requests_total)' |
   sed 's/^/    /'
 kill $srv; wait $srv 2>/dev/null || true
 [[ $state == done ]] || { echo "job 1 ended $state"; cat "$work/serve.log"; exit 1; }

@@ -1,15 +1,29 @@
 #include "daemon/api/api_server.h"
 
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
+
+#include "daemon/api/api_util.h"
+#include "format/json.h"
 
 namespace exlr8 {
 
@@ -23,6 +37,7 @@ using local = net::local::stream_protocol;
 
 constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kBodyLimit = 64 * 1024;
+constexpr std::size_t kMinTokenLength = 16;
 constexpr std::string_view kServer = "exlr8d/0.1.0";
 
 http::response<http::string_body> MakeResponse(unsigned version, bool keep_alive, const ApiResponse& a) {
@@ -30,67 +45,336 @@ http::response<http::string_body> MakeResponse(unsigned version, bool keep_alive
   res.set(http::field::server, kServer);
   res.set(http::field::content_type, a.content_type);
   res.set(http::field::cache_control, "no-store");
+  for (const auto& [name, value] : a.headers) res.insert(name, value);
   res.keep_alive(keep_alive);
   res.body() = a.body;
   res.prepare_payload();
   return res;
 }
 
-// One connection: read a request, answer it, again while keep-alive.
-// What the acceptors share: the handler, the limits, the open count.
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// A host name or IP literal (no port) a request may name: a loopback
+// literal (127.0.0.0/8, ::1, either mapped into IPv6), "localhost", or one
+// of `allowed`, without regard to case.
+bool HostNameAllowed(std::string_view name, const std::vector<std::string>& allowed) {
+  if (name.empty()) return false;
+  beast::error_code ec;
+  const auto ip = net::ip::make_address(std::string(name), ec);
+  if (!ec) {
+    if (ip.is_v6() && ip.to_v6().is_v4_mapped())
+      return net::ip::make_address_v4(net::ip::v4_mapped, ip.to_v6()).is_loopback();
+    return ip.is_loopback();
+  }
+  const std::string lower = Lower(name);
+  if (lower == "localhost") return true;
+  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return Lower(a) == lower; });
+}
+
+// "name", "name:port", "[v6]", "[v6]:port" -> name and port (0: none);
+// nullopt when malformed.
+std::optional<std::pair<std::string_view, unsigned>> SplitAuthority(std::string_view authority) {
+  std::string_view name = authority, port;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    name = authority.substr(1, close - 1);
+    const std::string_view rest = authority.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return std::nullopt;
+    if (!rest.empty()) port = rest.substr(1);
+    if (rest == ":") return std::nullopt;
+  } else if (const auto colon = authority.find(':'); colon != std::string_view::npos) {
+    name = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+    if (port.empty() || port.find(':') != std::string_view::npos) return std::nullopt;  // bare IPv6
+  }
+  unsigned number = 0;
+  if (!port.empty()) {
+    const auto [end, err] = std::from_chars(port.data(), port.data() + port.size(), number);
+    if (err != std::errc() || end != port.data() + port.size() || number == 0 || number > 65535)
+      return std::nullopt;
+  }
+  return std::make_pair(name, number);
+}
+
+// What one listener admits, and its connections by peer. Used on the
+// server's thread only (and by Stop once that thread is gone).
 struct Listening {
   const ApiHandler* handler = nullptr;
-  std::chrono::seconds timeout{10};
-  std::size_t max_connections = 0;
-  std::atomic<std::size_t> open{0};  // sessions alive
+  const ApiServerOptions* options = nullptr;
+  bool tcp = false;        // the TCP listener: token, Host and body type checked
+  std::uint16_t port = 0;  // the TCP listener's port: the one Origin allowed
+  uid_t own_uid = 0;
+  std::size_t open = 0;                                     // sessions alive
+  std::map<std::string, std::size_t, std::less<>> by_peer;  // open sessions per peer key
+
+  // Why a connection from `peer` is not admitted; empty: admitted (and
+  // counted until Release(peer.key)).
+  struct Peer {
+    std::optional<uid_t> uid;
+    std::string key;  // "uid 1001", "127.0.0.1"
+  };
+  std::string Admit(const Peer& peer) {
+    const ApiServerOptions& o = *options;
+    if (open >= o.max_connections)
+      return "all " + std::to_string(o.max_connections) + " connections of this listener are in use";
+    const bool exempt = peer.uid && (*peer.uid == 0 || *peer.uid == own_uid);
+    if (!exempt) {
+      if (open + o.reserved_connections >= o.max_connections)
+        return "the last " + std::to_string(o.reserved_connections) + " of this listener's " +
+               std::to_string(o.max_connections) + " connections are kept for root and the server's user";
+      const auto it = by_peer.find(peer.key);
+      if (it != by_peer.end() && it->second >= o.max_connections_per_peer)
+        return peer.key + " has " + std::to_string(it->second) +
+               " connections open on this listener (at most " + std::to_string(o.max_connections_per_peer) +
+               " per peer)";
+    }
+    ++open;
+    ++by_peer[peer.key];
+    return "";
+  }
+  void Release(const std::string& key) {
+    --open;
+    if (auto it = by_peer.find(key); it != by_peer.end() && --it->second == 0) by_peer.erase(it);
+  }
+
+  // The answer to a request this listener refuses; nullopt: the handler's.
+  std::optional<ApiResponse> Check(const http::request<http::string_body>& req) const {
+    const ApiServerOptions& o = *options;
+    // Where the request says it goes (DNS rebinding: a page of
+    // attacker.example resolved to 127.0.0.1 sends Host: attacker.example).
+    if (tcp) {
+      const auto host_fields = req.count(http::field::host);
+      if (host_fields > 1) return ProblemResponse(400, "InvalidArgument", "more than one Host header");
+      if (host_fields == 0 && req.version() >= 11)
+        return ProblemResponse(400, "InvalidArgument", "no Host header");
+      if (host_fields == 1) {
+        const std::string_view host = Trim(req[http::field::host]);
+        const auto split = SplitAuthority(host);
+        if (!split || !HostNameAllowed(split->first, o.allowed_hosts))
+          return ProblemResponse(
+              403, "PermissionDenied",
+              "Host '" + EscapeForMessage(host) +
+                  "' is not allowed: name a loopback address, localhost or a host given with --allow-host");
+      }
+    }
+    // Browsers only: a web page must never drive the API.
+    if (req.count(http::field::origin) > 0) {
+      const std::string_view origin = Trim(req[http::field::origin]);
+      std::optional<std::pair<std::string_view, unsigned>> split;
+      if (tcp && origin.substr(0, 7) == "http://") split = SplitAuthority(origin.substr(7));
+      const bool own = split && HostNameAllowed(split->first, o.allowed_hosts) &&
+                       (split->second == 0 ? 80u : split->second) == port;
+      if (!own)
+        return ProblemResponse(403, "PermissionDenied",
+                               "Origin '" + EscapeForMessage(origin) + "' is not allowed: " +
+                                   (tcp ? "requests from web pages of other origins are refused"
+                                        : "requests from web pages are refused on the Unix socket"));
+    }
+    if (const auto site = Lower(Trim(req["Sec-Fetch-Site"])); site == "cross-site" || site == "same-site")
+      return ProblemResponse(403, "PermissionDenied",
+                             "Sec-Fetch-Site '" + site +
+                                 "' is not allowed: requests from web "
+                                 "pages of other origins are refused");
+    if (tcp) {
+      const bool open_route =
+          (req.method() == http::verb::get || req.method() == http::verb::head) &&
+          std::find(o.open_paths.begin(), o.open_paths.end(), PathOf(req.target())) != o.open_paths.end();
+      if (!open_route) {
+        const std::string_view auth = Trim(req[http::field::authorization]);
+        std::string_view token;
+        if (auth.size() > 7 && Lower(auth.substr(0, 7)) == "bearer ") token = Trim(auth.substr(7));
+        const bool good = token.size() == o.tcp_token.size() &&
+                          CRYPTO_memcmp(token.data(), o.tcp_token.data(), token.size()) == 0;
+        if (!good) {
+          ApiResponse r = ProblemResponse(
+              401, "PermissionDenied",
+              auth.empty()
+                  ? "this request needs Authorization: Bearer TOKEN over TCP (the token of exlr8d serve's "
+                    "--api-token-file, by default <cache>/exlr8d.api-token), or the Unix socket"
+                  : "the bearer token is not this server's");
+          r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"exlr8d\"");
+          return r;
+        }
+      }
+    }
+    // A body a form can send (text/plain, form-urlencoded, multipart)
+    // never reaches the handler over TCP; the socket keeps taking curl's
+    // default form type as well.
+    const bool has_body = !req.body().empty();
+    const std::string_view type_field = req[http::field::content_type];
+    const std::string type = Lower(Trim(type_field.substr(0, type_field.find(';'))));
+    const bool json = type == "application/json";
+    if (has_body && !json && (tcp || !(type.empty() || type == "application/x-www-form-urlencoded")))
+      return ProblemResponse(415, "InvalidArgument",
+                             (type_field.empty() ? std::string("a body without Content-Type")
+                                                 : "Content-Type '" + EscapeForMessage(type_field) + "'") +
+                                 " is not accepted: send the body as application/json");
+    return std::nullopt;
+  }
 };
 
+// The uid owning the client's end of a loopback TCP connection, from the
+// kernel's socket table (sock_diag, the exact socket by its addresses);
+// nullopt when the kernel does not say (the client already gone, no
+// NETLINK_SOCK_DIAG).
+std::optional<uid_t> LoopbackPeerUid(const tcp::endpoint& client, const tcp::endpoint& server) {
+  if (client.address().is_v4() != server.address().is_v4()) return std::nullopt;
+  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return std::nullopt;
+  const timeval wait{0, 200'000};  // the kernel answers at once; never hold the server's thread long
+  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 req;
+  } msg{};
+  msg.header.nlmsg_len = sizeof msg;
+  msg.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.header.nlmsg_flags = NLM_F_REQUEST;
+  msg.req.sdiag_family = client.address().is_v4() ? AF_INET : AF_INET6;
+  msg.req.sdiag_protocol = IPPROTO_TCP;
+  msg.req.idiag_states = ~0u;
+  // The client's socket: its own end is the source.
+  msg.req.id.idiag_sport = htons(client.port());
+  msg.req.id.idiag_dport = htons(server.port());
+  if (client.address().is_v4()) {
+    const auto c = client.address().to_v4().to_bytes(), s = server.address().to_v4().to_bytes();
+    std::memcpy(msg.req.id.idiag_src, c.data(), c.size());
+    std::memcpy(msg.req.id.idiag_dst, s.data(), s.size());
+  } else {
+    const auto c = client.address().to_v6().to_bytes(), s = server.address().to_v6().to_bytes();
+    std::memcpy(msg.req.id.idiag_src, c.data(), c.size());
+    std::memcpy(msg.req.id.idiag_dst, s.data(), s.size());
+  }
+  msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  std::optional<uid_t> uid;
+  alignas(nlmsghdr) char buf[1024];
+  if (::sendto(fd, &msg, sizeof msg, 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel) ==
+      static_cast<ssize_t>(sizeof msg)) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
+    if (n >= static_cast<ssize_t>(sizeof(nlmsghdr)) && NLMSG_OK(h, static_cast<unsigned>(n)) &&
+        h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      if (m->id.idiag_sport == htons(client.port()) && m->id.idiag_dport == htons(server.port()))
+        uid = m->idiag_uid;
+    }
+  }
+  ::close(fd);
+  return uid;
+}
+
+Listening::Peer PeerOf(local::socket& socket) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+    return {cred.uid, "uid " + std::to_string(cred.uid)};
+  return {std::nullopt, "an unknown peer"};
+}
+
+Listening::Peer PeerOf(tcp::socket& socket) {
+  beast::error_code ec1, ec2;
+  const tcp::endpoint client = socket.remote_endpoint(ec1), server = socket.local_endpoint(ec2);
+  if (ec1 || ec2) return {std::nullopt, "an unknown peer"};
+  if (const auto uid = LoopbackPeerUid(client, server)) return {*uid, "uid " + std::to_string(*uid)};
+  return {std::nullopt, client.address().to_string()};
+}
+
+// One connection: read a request, answer it, again while keep-alive.
 template <class Protocol>
 class Session : public std::enable_shared_from_this<Session<Protocol>> {
  public:
-  Session(typename Protocol::socket&& socket, Listening* listening)
-      : stream_(std::move(socket)), handler_(listening->handler), timeout_(listening->timeout), listening_(listening) {
-    listening_->open.fetch_add(1);
-  }
-  ~Session() { listening_->open.fetch_sub(1); }
+  Session(typename Protocol::socket&& socket, Listening* listening, std::string peer)
+      : stream_(std::move(socket)), listening_(listening), peer_(std::move(peer)) {}
+  ~Session() { listening_->Release(peer_); }
 
-  void Run() { DoRead(); }
+  // The first request's header is due within header_timeout of the accept.
+  void Run() { ReadHeader(); }
 
  private:
+  const ApiServerOptions& options() const { return *listening_->options; }
+
+  // A kept-alive connection: the next request's first bytes, within
+  // idle_timeout (unless a pipelined request already sent them).
   void DoRead() {
+    if (buffer_.size() > 0) return ReadHeader();
+    stream_.expires_after(options().idle_timeout);
+    stream_.async_read_some(buffer_.prepare(kHeaderLimit),
+                            beast::bind_front_handler(&Session::OnFirstBytes, this->shared_from_this()));
+  }
+
+  void OnFirstBytes(beast::error_code ec, std::size_t n) {
+    if (ec) return Close();
+    buffer_.commit(n);
+    ReadHeader();
+  }
+
+  // The header, whole, within header_timeout (slowloris); then the body.
+  void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(kBodyLimit);
-    stream_.expires_after(timeout_);
-    http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::OnRead, this->shared_from_this()));
+    stream_.expires_after(options().header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, this->shared_from_this()));
   }
 
-  void OnRead(beast::error_code ec, std::size_t) {
+  void OnHeader(beast::error_code ec, std::size_t) {
+    if (ec) return Fail(ec);
+    if (parser_->is_done()) return OnRequest();
+    stream_.expires_after(options().timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::OnBody, this->shared_from_this()));
+  }
+
+  void OnBody(beast::error_code ec, std::size_t) {
+    if (ec) return Fail(ec);
+    OnRequest();
+  }
+
+  void Fail(beast::error_code ec) {
     if (ec == http::error::header_limit || ec == http::error::body_limit) {
       const bool header = ec == http::error::header_limit;
-      return Send(MakeResponse(11, false,
-                               {header ? 431 : 413, std::string("{\"error\":{\"code\":\"InvalidArgument\",\"message\":"
-                                                                "\"request ") +
-                                                        (header ? "header" : "body") + " too large\"}}"}));
+      return Send(MakeResponse(
+          11, false,
+          ProblemResponse(header ? 431 : 413, "InvalidArgument",
+                          std::string("request ") + (header ? "header" : "body") + " too large")));
     }
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::connection_reset ||
         ec == net::error::eof)
       return Close();
-    if (ec) {  // not HTTP: say so once, then close
-      return Send(MakeResponse(11, false, {400, "{\"error\":{\"code\":\"InvalidArgument\",\"message\":"
-                                                "\"malformed HTTP request\"}}"}));
-    }
+    // not HTTP: say so once, then close
+    Send(MakeResponse(11, false, ProblemResponse(400, "InvalidArgument", "malformed HTTP request")));
+  }
+
+  void OnRequest() {
     const auto& req = parser_->get();
     // A HEAD is answered as the GET of the same target, less its body (below).
     const bool head = req.method() == http::verb::head;
-    ApiRequest request{head ? std::string("GET") : std::string(req.method_string()), std::string(req.target()),
-                       req.body()};
     ApiResponse answer;
-    try {
-      answer = (*handler_)(request);
-    } catch (const std::exception& e) {  // a bug; the server keeps serving
-      answer = {500, "{\"error\":{\"code\":\"Internal\",\"message\":\"handler failed\"}}"};
+    if (auto refusal = listening_->Check(req)) {
+      answer = std::move(*refusal);
+    } else {
+      ApiRequest request{head ? std::string("GET") : std::string(req.method_string()),
+                         std::string(req.target()), req.body()};
+      try {
+        answer = (*listening_->handler)(request);
+      } catch (const std::exception& e) {  // a bug; the server keeps serving
+        answer = ProblemResponse(500, "Internal", "handler failed");
+      }
     }
     http::response<http::string_body> res = MakeResponse(req.version(), req.keep_alive(), answer);
     if (head) {
@@ -106,7 +390,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
   void Send(http::response<http::string_body> res) {
     res_ = std::move(res);
-    stream_.expires_after(timeout_);
+    stream_.expires_after(options().timeout);
     http::async_write(stream_, res_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec || !self->res_.keep_alive()) return self->Close();
       self->DoRead();
@@ -123,10 +407,22 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
-  const ApiHandler* handler_;
-  std::chrono::seconds timeout_;
   Listening* listening_;
+  std::string peer_;  // its key in listening_->by_peer
 };
+
+// A connection over a bound: told why in a 503 if its socket takes it now,
+// then closed, never waited for.
+template <class Socket>
+void Turn(Socket& socket, const std::string& why) {
+  std::ostringstream text;
+  text << MakeResponse(11, false, ProblemResponse(503, "ResourceExhausted", why));
+  const std::string out = text.str();
+  (void)::send(socket.native_handle(), out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  beast::error_code ignored;
+  socket.shutdown(net::socket_base::shutdown_both, ignored);
+  socket.close(ignored);
+}
 
 template <class Acceptor, class Protocol>
 void DoAccept(Acceptor* acceptor, Listening* listening) {
@@ -141,11 +437,11 @@ void DoAccept(Acceptor* acceptor, Listening* listening) {
       });
       return;
     }
-    if (listening->open.load() < listening->max_connections) {
-      std::make_shared<Session<Protocol>>(std::move(socket), listening)->Run();
+    const Listening::Peer peer = PeerOf(socket);
+    if (const std::string why = listening->Admit(peer); why.empty()) {
+      std::make_shared<Session<Protocol>>(std::move(socket), listening, peer.key)->Run();
     } else {
-      beast::error_code ignored;
-      socket.close(ignored);  // over the bound: closed unanswered
+      Turn(socket, why);
     }
     DoAccept<Acceptor, Protocol>(acceptor, listening);
   });
@@ -153,10 +449,24 @@ void DoAccept(Acceptor* acceptor, Listening* listening) {
 
 }  // namespace
 
+ApiResponse ProblemResponse(int status, std::string_view code, std::string_view message) {
+  std::string body = "{\"type\":\"about:blank\",\"title\":";
+  AppendJsonString(body, http::obsolete_reason(static_cast<http::status>(status)));
+  body += ",\"status\":" + std::to_string(status) + ",\"detail\":";
+  AppendJsonString(body, message);
+  body += ",\"error\":{\"code\":";
+  AppendJsonString(body, code);
+  body += ",\"message\":";
+  AppendJsonString(body, message);
+  return {status, body + "}}", "application/problem+json"};
+}
+
 struct ApiServer::Rep {
   ApiServerOptions options;
   ApiHandler handler;
-  Listening listening;  // outlives every session: they go with ioc, reset first
+  // Each listener's own bounds; they outlive every session: sessions go
+  // with ioc, reset first.
+  Listening tcp_listening, unix_listening;
   std::unique_ptr<net::io_context> ioc = std::make_unique<net::io_context>(1);
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<local::acceptor> unix_acceptor;
@@ -165,14 +475,35 @@ struct ApiServer::Rep {
   std::thread thread;
   bool stopped = false;
 
+  Status CheckOptions() const {
+    const ApiServerOptions& o = options;
+    if (o.unix_socket.empty() && o.tcp_address.empty())
+      return InvalidArgumentError("no listener: give a Unix socket path or a loopback address");
+    if (!o.tcp_address.empty()) {
+      if (o.tcp_token.size() < kMinTokenLength)
+        return InvalidArgumentError("the TCP listener needs a bearer token of at least " +
+                                    std::to_string(kMinTokenLength) + " characters");
+      for (char c : o.tcp_token)
+        if (c <= ' ' || c > '~')
+          return InvalidArgumentError("the bearer token must be printable ASCII without spaces");
+    }
+    if (o.max_connections == 0 || o.max_connections_per_peer == 0)
+      return InvalidArgumentError("connection bounds must be at least 1");
+    if (o.reserved_connections >= o.max_connections)
+      return InvalidArgumentError("reserved_connections (" + std::to_string(o.reserved_connections) +
+                                  ") must be below max_connections (" + std::to_string(o.max_connections) +
+                                  ")");
+    return Status::Ok();
+  }
+
   Status ListenTcp() {
     const std::string where = "listen on " + options.tcp_address + ":" + std::to_string(options.tcp_port);
     beast::error_code ec;
     const auto ip = net::ip::make_address(options.tcp_address, ec);
     if (ec) return InvalidArgumentError(where + ": not an IP address");
     if (!ip.is_loopback())
-      return InvalidArgumentError(where + ": not a loopback address (the API has no authentication; use "
-                                          "127.0.0.1 or ::1, or the Unix socket)");
+      return InvalidArgumentError(where +
+                                  ": not a loopback address (use 127.0.0.1 or ::1, or the Unix socket)");
     const tcp::endpoint ep(ip, options.tcp_port);
     tcp_acceptor.emplace(*ioc);
     tcp_acceptor->open(ep.protocol(), ec);
@@ -202,30 +533,39 @@ struct ApiServer::Rep {
     unix_acceptor.emplace(*ioc);
     const local::endpoint ep(path);
     unix_acceptor->open(ep.protocol(), ec);
+    // The file bind creates takes the socket's mode (less the umask): set
+    // before, so that it never exists with more than 0660, not even
+    // between the bind and a chmod (a connection made then would outlive it).
+    if (!ec && ::fchmod(unix_acceptor->native_handle(), 0660) != 0)
+      ec = beast::error_code(errno, beast::system_category());
     if (!ec) unix_acceptor->bind(ep, ec);
     if (!ec) socket_created = true;
+    // A umask may have taken the group's bits: give them back (never more).
+    if (!ec && ::chmod(path.c_str(), 0660) != 0) ec = beast::error_code(errno, beast::system_category());
     if (!ec) unix_acceptor->listen(net::socket_base::max_listen_connections, ec);
     if (ec) return IOError("listen on " + path + ": " + ec.message());
-    ::chmod(path.c_str(), 0660);
     return Status::Ok();
   }
 };
 
 Result<std::unique_ptr<ApiServer>> ApiServer::Start(ApiServerOptions options, ApiHandler handler) {
-  if (options.unix_socket.empty() && options.tcp_address.empty())
-    return InvalidArgumentError("no listener: give a Unix socket path or a loopback address");
   auto rep = std::make_unique<Rep>();
   rep->options = std::move(options);
   rep->handler = std::move(handler);
+  EXLR8_RETURN_IF_ERROR(rep->CheckOptions());
   std::unique_ptr<ApiServer> server(new ApiServer(std::move(rep)));  // Stop() cleans up on any error below
   Rep& r = *server->rep_;
   if (!r.options.tcp_address.empty()) EXLR8_RETURN_IF_ERROR(r.ListenTcp());
   if (!r.options.unix_socket.empty()) EXLR8_RETURN_IF_ERROR(r.ListenUnix());
-  r.listening.handler = &r.handler;
-  r.listening.timeout = r.options.timeout;
-  r.listening.max_connections = r.options.max_connections;
-  if (r.tcp_acceptor) DoAccept<tcp::acceptor, tcp>(&*r.tcp_acceptor, &r.listening);
-  if (r.unix_acceptor) DoAccept<local::acceptor, local>(&*r.unix_acceptor, &r.listening);
+  for (Listening* l : {&r.tcp_listening, &r.unix_listening}) {
+    l->handler = &r.handler;
+    l->options = &r.options;
+    l->port = r.port;
+    l->own_uid = ::geteuid();
+  }
+  r.tcp_listening.tcp = true;
+  if (r.tcp_acceptor) DoAccept<tcp::acceptor, tcp>(&*r.tcp_acceptor, &r.tcp_listening);
+  if (r.unix_acceptor) DoAccept<local::acceptor, local>(&*r.unix_acceptor, &r.unix_listening);
   r.thread = std::thread([&r] { r.ioc->run(); });
   return server;
 }

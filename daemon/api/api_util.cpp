@@ -20,17 +20,22 @@ int HttpStatusFor(StatusCode code) {
 }
 
 ApiResponse ErrorResponse(const Status& s) {
-  std::string body = "{\"error\":{\"code\":";
-  AppendJsonString(body, StatusCodeName(s.code()));
-  body += ",\"message\":";
-  AppendJsonString(body, s.message());
-  return {HttpStatusFor(s.code()), body + "}}"};
+  return ProblemResponse(HttpStatusFor(s.code()), StatusCodeName(s.code()), s.message());
 }
 
-ApiResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string_view allowed) {
-  ApiResponse r = ErrorResponse(InvalidArgumentError("method " + EscapeForMessage(method) + " not allowed on " +
-                                                     std::string(path) + " (" + std::string(allowed) + ")"));
-  r.status = 405;
+ApiResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string_view allow,
+                             std::string_view hint) {
+  ApiResponse r = ProblemResponse(405, StatusCodeName(StatusCode::kInvalidArgument),
+                                  "method " + EscapeForMessage(method) + " not allowed on " +
+                                      EscapeForMessage(path) + " (allowed: " + std::string(allow) +
+                                      (hint.empty() ? "" : "; " + std::string(hint)) + ")");
+  r.headers.emplace_back("Allow", std::string(allow));
+  return r;
+}
+
+ApiResponse Accepted(std::string body, std::string monitor) {
+  ApiResponse r{202, std::move(body)};
+  r.headers.emplace_back("Location", std::move(monitor));
   return r;
 }
 

@@ -1,5 +1,5 @@
-// Helpers every route of the REST API shares: errors as JSON with the HTTP
-// status of their code, and ids in paths.
+// Helpers every route of the REST API shares: errors as problem details
+// (api_server.h) with the HTTP status of their code, and ids in paths.
 #pragma once
 
 #include <cstdint>
@@ -15,14 +15,22 @@
 namespace exlr8 {
 
 // 400 InvalidArgument, 404 NotFound, 409 FailedPrecondition, 501
-// Unimplemented, 503 Unavailable and ResourceExhausted, 500 otherwise.
+// Unimplemented, 503 Unavailable and ResourceExhausted, 500 otherwise (a
+// PermissionDenied of a handler is the server's own file access failing).
 int HttpStatusFor(StatusCode code);
 
-// {"error":{"code":"NotFound","message":"..."}} with HttpStatusFor(code).
+// ProblemResponse(HttpStatusFor(code), ...): problem details whose "error"
+// member is {"code":"NotFound","message":"..."}.
 ApiResponse ErrorResponse(const Status& s);
 
-// 405 naming the method, the path and what it allows.
-ApiResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string_view allowed);
+// 405 naming the method, the path and the methods it allows, with the
+// Allow header (RFC 9110 15.5.6). `allow`: "GET, HEAD", "POST", ...;
+// `hint` (optional): said after them ("POST /v1/pulls starts a job").
+ApiResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string_view allow,
+                             std::string_view hint = "");
+
+// 202 with `body` and Location: `monitor` (where its progress is read).
+ApiResponse Accepted(std::string body, std::string monitor);
 
 // "12" -> 12; nullopt for anything but a positive decimal id.
 std::optional<std::int64_t> ParsePositiveId(std::string_view text);

@@ -60,7 +60,7 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
                                        "; routes: /v1/health, /v1/filesets, /v1/ranks, /v1/pulls, /v1/pulls/{id}, "
                                        "/v1/verify, /v1/evict, /v1/jobs, /v1/jobs/{id}, /v1/stages, "
                                        "/v1/stages/{id}, /metrics"));
-  if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
+  if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD");
   if (path == "/v1/health") {
     std::string body = "{\"status\":\"ok\",\"cache\":";
     AppendJsonString(body, cache_dir_.string());

@@ -18,8 +18,9 @@
 // (POST /v1/pulls, DELETE /v1/pulls/{id}, /v1/jobs) is daemon/serve/
 // jobs_api.h, which hands every other request to this one.
 //
-// Errors are {"error":{"code":"NotFound","message":"..."}} with the HTTP
-// status of the code (400, 404, 405, 409, 500, 501, 503).
+// Errors are problem details carrying {"error":{"code":"NotFound",
+// "message":"..."}} (api_server.h) with the HTTP status of the code (400,
+// 404, 405 with Allow, 409, 500, 501, 503).
 #pragma once
 
 #include <filesystem>

@@ -16,7 +16,12 @@ namespace {
 constexpr std::string_view kJobsPrefix = "/v1/jobs/";
 constexpr std::string_view kPullsPrefix = "/v1/pulls/";
 
-ApiResponse JobResponse(int status, const JobSnapshot& job) { return {status, "{\"job\":" + JobJson(job) + "}"}; }
+// 200 with the job, or 202 with Location: the job, where its progress is read.
+ApiResponse JobResponse(int status, const JobSnapshot& job) {
+  std::string body = "{\"job\":" + JobJson(job) + "}";
+  if (status == 202) return Accepted(std::move(body), "/v1/jobs/" + std::to_string(job.info.id));
+  return {status, std::move(body)};
+}
 
 // ,"bytes_per_second":R,"eta_s":S (null while unknown),"elapsed_s":E
 std::string RateJson(double rate, bool total_known, std::uint64_t left, double elapsed_s) {
@@ -201,7 +206,9 @@ ApiResponse JobsApi::Metrics() const {
       const std::optional<std::uint64_t> v = value(j);
       if (!v) continue;
       const std::string id = std::to_string(j.info.id);
-      m.Sample(name, {{"job", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}}, *v);
+      m.Sample(name,
+               {{"job_id", id}, {"kind", JobKindName(j.info.request.kind)}, {"repo", j.info.request.repo}},
+               *v);
     }
   };
   per_job("exlr8d_job_planned_bytes", "A running job's bytes to do: a pull's plan, a scrub's recorded bytes.",
@@ -222,7 +229,7 @@ ApiResponse JobsApi::Metrics() const {
 ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   const std::string_view path = PathOf(req.target);
   if (path == "/metrics") {
-    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET only");
+    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD");
     return Metrics();
   }
   if ((path == "/v1/pulls" || path == "/v1/verify" || path == "/v1/evict") && req.method == "POST") {
@@ -237,11 +244,11 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   // The methods each job route takes (found by review: GET /v1/verify said
   // "no route", PUT /v1/pulls said "GET only").
   if ((path == "/v1/verify" || path == "/v1/evict") && req.method != "POST")
-    return MethodNotAllowed(req.method, path, "POST only");
+    return MethodNotAllowed(req.method, path, "POST");
   if (path == "/v1/pulls" && req.method != "GET" && req.method != "POST")
-    return MethodNotAllowed(req.method, path, "GET, POST");
+    return MethodNotAllowed(req.method, path, "GET, HEAD, POST");
   if (path.rfind(kPullsPrefix, 0) == 0 && req.method != "GET" && req.method != "DELETE")
-    return MethodNotAllowed(req.method, path, "GET, DELETE");
+    return MethodNotAllowed(req.method, path, "GET, HEAD, DELETE");
   if (stages_ != nullptr)
     if (auto answer = HandleStages(*stages_, req)) return std::move(*answer);
   if (path.rfind(kPullsPrefix, 0) == 0 && req.method == "DELETE") {
@@ -264,7 +271,8 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
   }
   if (path == "/v1/jobs") {
     if (req.method != "GET")
-      return MethodNotAllowed(req.method, path, "GET; POST /v1/pulls, /v1/verify or /v1/evict starts a job");
+      return MethodNotAllowed(req.method, path, "GET, HEAD",
+                              "POST /v1/pulls, /v1/verify or /v1/evict starts a job");
     // ?state=running: the jobs in one state (the list is the newest 100).
     auto params = ParseQuery(req.target);
     if (!params.ok()) return ErrorResponse(params.status());
@@ -300,7 +308,7 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
       if (!job.ok()) return ErrorResponse(job.status());
       return JobResponse(202, *job);
     }
-    return MethodNotAllowed(req.method, path, "GET, DELETE");
+    return MethodNotAllowed(req.method, path, "GET, HEAD, DELETE");
   }
   return status_.Handle(req);
 }

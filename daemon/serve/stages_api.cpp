@@ -13,8 +13,11 @@ namespace {
 constexpr std::string_view kStagesPath = "/v1/stages";
 constexpr std::string_view kStagesPrefix = "/v1/stages/";
 
+// 202 with Location: the stage, where its progress is read.
 ApiResponse StageResponse(int status, const StageInfo& stage, bool forgotten = false) {
-  return {status, "{\"stage\":" + StageJson(stage) + (forgotten ? ",\"forgotten\":true}" : "}")};
+  std::string body = "{\"stage\":" + StageJson(stage) + (forgotten ? ",\"forgotten\":true}" : "}");
+  if (status == 202) return Accepted(std::move(body), "/v1/stages/" + std::to_string(stage.id));
+  return {status, std::move(body)};
 }
 
 // A string or a number of the holder's record as it was; anything else
@@ -120,7 +123,7 @@ std::optional<ApiResponse> HandleStages(StageManager& stages, const ApiRequest& 
       if (!stage.ok()) return ErrorResponse(stage.status());
       return StageResponse(202, *stage);
     }
-    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, POST");
+    if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD, POST");
     auto list = stages.List();
     if (!list.ok()) return ErrorResponse(list.status());
     std::string body = "{\"stages\":[";
@@ -142,7 +145,7 @@ std::optional<ApiResponse> HandleStages(StageManager& stages, const ApiRequest& 
     if (!stage.ok()) return ErrorResponse(stage.status());
     return StageResponse(forgotten ? 200 : 202, *stage, forgotten);
   }
-  return MethodNotAllowed(req.method, path, "GET, DELETE");
+  return MethodNotAllowed(req.method, path, "GET, HEAD, DELETE");
 }
 
 }  // namespace exlr8

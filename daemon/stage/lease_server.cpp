@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "daemon/cache/posix.h"
@@ -21,10 +22,16 @@ namespace exlr8 {
 
 namespace {
 
-pid_t PeerPid(int fd) {
+// The peer's pid and uid (SO_PEERCRED); pid 0 and no uid when unknown.
+struct Peer {
+  pid_t pid = 0;
+  std::optional<uid_t> uid;
+};
+Peer PeerOf(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
-  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return {};
+  return {cred.pid, cred.uid};
 }
 
 }  // namespace
@@ -57,7 +64,7 @@ struct LeaseServer::Rep {
   using Clock = std::chrono::steady_clock;
   struct Lessee {
     UniqueFd fd;
-    pid_t pid = 0;
+    Peer peer;
   };
   // A connection still being sent the description: written to as the
   // socket takes it, never blocking the loop (found by review: one client
@@ -67,6 +74,7 @@ struct LeaseServer::Rep {
     UniqueFd fd;
     std::size_t sent = 0;
     Clock::time_point deadline;
+    Peer peer;
   };
 
   std::filesystem::path path;
@@ -89,7 +97,7 @@ struct LeaseServer::Rep {
     std::vector<pid_t> pids;
     {
       std::lock_guard<std::mutex> l(mu);
-      for (const Lessee& x : lessees) pids.push_back(x.pid);
+      for (const Lessee& x : lessees) pids.push_back(x.peer.pid);
     }
     on_lessees(pids);
   }
@@ -97,13 +105,24 @@ struct LeaseServer::Rep {
   void Accept() {
     UniqueFd client(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!client.valid()) return;
+    const Peer peer = PeerOf(client.get());
     {
       // Bounded, so that connections left open cannot use up the holder's
-      // descriptors: the one over the bound is closed unanswered.
+      // descriptors, and per user: the one over a bound is closed
+      // unanswered.
       std::lock_guard<std::mutex> l(mu);
-      if (lessees.size() + pending.size() >= LeaseServer::kMaxLessees) return;
+      const std::size_t open = lessees.size() + pending.size();
+      if (open >= LeaseServer::kMaxLessees) return;
+      const bool exempt = peer.uid && (*peer.uid == 0 || *peer.uid == ::geteuid());
+      if (!exempt) {
+        if (open + LeaseServer::kReservedLessees >= LeaseServer::kMaxLessees) return;
+        std::size_t mine = 0;
+        for (const Lessee& x : lessees) mine += x.peer.uid == peer.uid ? 1 : 0;
+        for (const Pending& p : pending) mine += p.peer.uid == peer.uid ? 1 : 0;
+        if (mine >= LeaseServer::kMaxLesseesPerUser) return;
+      }
     }
-    pending.push_back({std::move(client), 0, Clock::now() + send_deadline});
+    pending.push_back({std::move(client), 0, Clock::now() + send_deadline, peer});
     if (SendSome(pending.back())) FinishSending(pending.size() - 1);
   }
 
@@ -129,15 +148,15 @@ struct LeaseServer::Rep {
   // pending[i] has its description: it becomes a lessee.
   void FinishSending(std::size_t i) {
     UniqueFd client = std::move(pending[i].fd);
+    const Peer peer = pending[i].peer;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     served.fetch_add(1);
     // End of stream for the reader; the connection stays open until the
     // lessee lets go.
     (void)::shutdown(client.get(), SHUT_WR);
-    const pid_t pid = PeerPid(client.get());
     {
       std::lock_guard<std::mutex> l(mu);
-      lessees.push_back({std::move(client), pid});
+      lessees.push_back({std::move(client), peer});
     }
     Announce();
   }
@@ -236,9 +255,14 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
   // A stale socket file (a killed holder) is replaced; a live holder is not.
   if (SomeoneAnswers(addr)) return FailedPreconditionError("another holder answers on " + path.string());
   ::unlink(path.c_str());
+  // The file bind creates takes the socket's mode (less the umask): 0660
+  // from the start, so that no one outside the group connects before the
+  // chmod (a connection made then would outlive it and get the handles).
+  if (::fchmod(rep->listener.get(), 0660) != 0)
+    return ErrnoStatus(errno, "chmod the socket for " + path.string());
   if (::bind(rep->listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoStatus(errno, "bind " + path.string());
-  (void)::chmod(path.c_str(), 0660);
+  (void)::chmod(path.c_str(), 0660);  // the group's bits back, if a umask took them
   if (::listen(rep->listener.get(), 16) != 0) return ErrnoStatus(errno, "listen " + path.string());
   if (::pipe2(rep->control, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
   Rep* r = rep.get();
@@ -281,7 +305,7 @@ std::uint64_t LeaseServer::served() const { return rep_->served.load(); }
 std::vector<pid_t> LeaseServer::Lessees() const {
   std::lock_guard<std::mutex> l(rep_->mu);
   std::vector<pid_t> out;
-  for (const Rep::Lessee& x : rep_->lessees) out.push_back(x.pid);
+  for (const Rep::Lessee& x : rep_->lessees) out.push_back(x.peer.pid);
   return out;
 }
 

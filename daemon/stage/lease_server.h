@@ -36,8 +36,9 @@ Status CheckCanHoldAt(const std::filesystem::path& path);
 
 class LeaseServer {
  public:
-  // Serves `description` on a Unix socket at `path` (mode 0660; a stale
-  // socket file is replaced, a live holder's is not: FailedPrecondition).
+  // Serves `description` on a Unix socket at `path` (mode 0660, never more,
+  // not even before the bind is done; a stale socket file is replaced, a
+  // live holder's is not: FailedPrecondition).
   // One thread.
   // `on_lessees` (optional) is called on the server's thread with the
   // lessees' pids (as Lessees()) each time one connects or lets go.
@@ -59,8 +60,14 @@ class LeaseServer {
   void Stop();
 
   // Connections held open at once (lessees and those still being sent the
-  // description); one more is closed unanswered.
+  // description); one more is closed unanswered. Of them, a user other than
+  // root and the holder's own (SO_PEERCRED) holds at most
+  // kMaxLesseesPerUser, and the last kReservedLessees are root's and the
+  // holder's user's: one member of the socket's group cannot lock the
+  // others out, nor hold the release off alone.
   static constexpr std::size_t kMaxLessees = 256;
+  static constexpr std::size_t kMaxLesseesPerUser = 64;
+  static constexpr std::size_t kReservedLessees = 16;
 
   // Descriptions handed out in full.
   std::uint64_t served() const;

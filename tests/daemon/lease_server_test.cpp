@@ -3,11 +3,15 @@
 // lessee; the holder sees them come and go.
 #include "daemon/stage/lease_server.h"
 
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
@@ -124,6 +128,80 @@ TEST(LeaseServerTest, LesseesAreBounded) {
   ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kMaxLessees - 1; }, 5));
   UniqueFd again = Connect(socket);
   EXPECT_EQ(ReadDescription(again.get()), "{}");
+}
+
+// A child running as `uid` (with gid 0 among its groups, as a member of the
+// socket's group) that connects `count` times and reads each connection to
+// its end, keeping them open; it writes to `report` how many got the
+// description (the others were closed unanswered), then waits to be killed.
+// Only system calls after fork.
+pid_t LeaseAs(uid_t uid, const char* socket, int count, int report) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const gid_t groups[] = {0};
+  if (::setgroups(1, groups) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0)
+    ::_exit(3);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket, std::strlen(socket) + 1);
+  int served = 0;
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) continue;
+    char buf[64];
+    ssize_t total = 0;
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) total += n;
+    served += total > 0 ? 1 : 0;
+  }
+  if (::write(report, &served, sizeof served) != static_cast<ssize_t>(sizeof served)) ::_exit(5);
+  for (;;) ::pause();
+}
+
+// Found by review (issue #24): one member of the socket's group could hold
+// every connection, locking the other lessees out (and holding a release
+// off). A user gets kMaxLesseesPerUser; root and the holder's user keep a
+// reserve.
+TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to lease as other users";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);  // the socket's mode and group decide
+  const fs::path socket = dir.path() / "lease.sock";
+  auto server = LeaseServer::Start(socket, "{}");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  std::vector<pid_t> children;
+  auto served = [&](uid_t uid, int count) {
+    children.push_back(LeaseAs(uid, socket.c_str(), count, report[1]));
+    pollfd p{report[0], POLLIN, 0};
+    int n = -1;
+    if (::poll(&p, 1, 20'000) != 1 || ::read(report[0], &n, sizeof n) != static_cast<ssize_t>(sizeof n))
+      return -1;
+    return n;
+  };
+  constexpr int kPerUser = static_cast<int>(LeaseServer::kMaxLesseesPerUser);
+  EXPECT_EQ(served(65534, 100), kPerUser);
+  EXPECT_EQ(served(65533, 100), kPerUser);
+  EXPECT_EQ(served(65532, 100), kPerUser);
+  // 192 held: a fourth user gets up to the reserve, a fifth nothing.
+  constexpr int kShared = static_cast<int>(LeaseServer::kMaxLessees - LeaseServer::kReservedLessees);
+  EXPECT_EQ(served(65531, 100), kShared - 3 * kPerUser);
+  EXPECT_EQ(served(65530, 10), 0);
+  // Root gets the reserve.
+  std::vector<UniqueFd> mine;
+  for (std::size_t i = 0; i < LeaseServer::kReservedLessees; ++i) {
+    mine.push_back(Connect(socket));
+    EXPECT_EQ(ReadDescription(mine.back().get()), "{}") << i;
+  }
+  EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kMaxLessees; }, 5));
+  for (pid_t pid : children) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  ::close(report[0]);
+  ::close(report[1]);
+  // Their connections closed with them: room again.
+  EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kReservedLessees; }, 5));
 }
 
 // Found by review: the description was written on the server's only

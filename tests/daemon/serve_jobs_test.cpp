@@ -417,13 +417,15 @@ TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/999", "DELETE").status, 404);
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "DELETE").status, 409);  // there, but finished
   for (const char* route : {"/v1/verify", "/v1/evict"}) {
-    const HttpAnswer get = Http(serve.base() + route);
+    HttpAnswer get = Http(serve.base() + route);
     EXPECT_EQ(get.status, 405) << route << ": " << get.body;
-    EXPECT_THAT(get.body, HasSubstr("POST only")) << route;
+    EXPECT_THAT(get.body, HasSubstr("(allowed: POST)")) << route;
+    EXPECT_EQ(get.headers["allow"], "POST") << route;
   }
-  const HttpAnswer put = Http(serve.base() + "/v1/pulls", "PUT", "", "{}");
+  HttpAnswer put = Http(serve.base() + "/v1/pulls", "PUT", "", "{}");
   EXPECT_EQ(put.status, 405) << put.body;
-  EXPECT_THAT(put.body, HasSubstr("GET, POST"));
+  EXPECT_THAT(put.body, HasSubstr("(allowed: GET, HEAD, POST)"));
+  EXPECT_EQ(put.headers["allow"], "GET, HEAD, POST");
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "PUT", "", "{}").status, 405);
   EXPECT_THAT(Http(serve.base() + "/v1/nothing").body, HasSubstr("/v1/verify, /v1/evict"));
   // The jobs of one state (found by review: a running job behind 100 newer
@@ -890,6 +892,27 @@ TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
   EXPECT_EQ(m.count("exlr8d_fileset_last_verified_timestamp_seconds" + set), 1u);
   EXPECT_EQ(m["exlr8d_jobs{state=\"done\"}"], "2");
   EXPECT_EQ(serve.Stop(), 0);
+}
+
+// Found by review (issue #24): a running job's samples were labelled `job`,
+// which Prometheus overwrites with its own target label (or renames to
+// exported_job): they are labelled `job_id`.
+TEST(ServeJobsTest, ARunningJobsMetricsAreLabelledJobId) {
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 100'000;
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--no-socket", "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = Submit(serve, Body(4, 1));
+  JsonValue last;
+  ASSERT_TRUE(WaitFor([&] { return Progress(last = Job(serve, id), "bytes_planned") > 0; })) << State(last);
+  const auto m = Metrics(serve);
+  const std::string labels = "{job_id=\"" + std::to_string(id) + "\",kind=\"pull\",repo=\"exlr8/test\"}";
+  EXPECT_EQ(m.count("exlr8d_job_planned_bytes" + labels), 1u);
+  EXPECT_EQ(m.count("exlr8d_job_done_bytes" + labels), 1u);
+  for (const auto& [series, value] : m) EXPECT_EQ(series.find("{job=\""), std::string::npos) << series;
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/" + std::to_string(id), "DELETE").status, 202);
 }
 
 // Many jobs of several repos at once, some cancelled, while two clients

@@ -2,19 +2,23 @@
 // and loopback port with libcurl, while pulls run against a real cache.
 #include <arpa/inet.h>
 #include <curl/curl.h>
-#include <netinet/in.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -27,6 +31,7 @@
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
+#include "tests/daemon/shell_util.h"
 
 namespace exlr8 {
 namespace {
@@ -182,11 +187,25 @@ TEST(ServeTest, RefusesToListenBeyondThisMachineOrTwiceOnOneSocket) {
   EXPECT_EQ(Http("http://x/v1/health", "GET", stale.string()).status, 200);
 }
 
+constexpr char kTestToken[] = "test-token-0123456789abcdef";
+
+// A server of the test's own on 127.0.0.1 (`o` says the rest), its token
+// registered for Http.
+Result<std::unique_ptr<ApiServer>> StartLoopback(ApiServerOptions o, ApiHandler handler) {
+  o.tcp_address = "127.0.0.1";
+  o.tcp_token = kTestToken;
+  auto server = ApiServer::Start(std::move(o), std::move(handler));
+  if (server.ok()) ApiTokens::Set((*server)->tcp_port(), kTestToken);
+  return server;
+}
+
 // The server itself, in process: bounded requests, garbage, keep-alive, and
 // a handler that throws, each answered without stopping the server.
 TEST(ApiServerTest, BoundsGarbageAndFailingHandlers) {
   int calls = 0;
-  auto server = ApiServer::Start({"", "127.0.0.1", 0, std::chrono::seconds(2)}, [&](const ApiRequest& r) {
+  ApiServerOptions o;
+  o.timeout = std::chrono::seconds(2);
+  auto server = StartLoopback(o, [&](const ApiRequest& r) {
     ++calls;
     if (r.target == "/throw") throw std::runtime_error("boom");
     return ApiResponse{200, "{\"target\":\"" + r.target + "\"}"};
@@ -214,8 +233,18 @@ TEST(ApiServerTest, BoundsGarbageAndFailingHandlers) {
   }
   EXPECT_EQ(Http(base + "/b").status, 200);
   EXPECT_EQ(calls, 3);  // /a, /throw, /b
-  EXPECT_EQ(ApiServer::Start({"", "192.168.1.1", 0}, nullptr).status().code(), StatusCode::kInvalidArgument);
+  ApiServerOptions beyond;
+  beyond.tcp_address = "192.168.1.1";
+  beyond.tcp_token = kTestToken;
+  EXPECT_EQ(ApiServer::Start(beyond, nullptr).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ApiServer::Start({}, nullptr).status().code(), StatusCode::kInvalidArgument);
+  // Never a TCP listener without a token worth the name.
+  for (const char* token : {"", "short", "has a space in it, 1234"}) {
+    ApiServerOptions weak;
+    weak.tcp_address = "127.0.0.1";
+    weak.tcp_token = token;
+    EXPECT_EQ(ApiServer::Start(weak, nullptr).status().code(), StatusCode::kInvalidArgument) << token;
+  }
   (*server)->Stop();
   EXPECT_NE(Http(base + "/c").status, 200);
 }
@@ -252,11 +281,15 @@ std::string Exchange(std::uint16_t port, const std::string& requests) {
 // same kept-alive connection then read as the next answer; and then every
 // route answered HEAD 405. A HEAD is the GET of its target, less the body.
 TEST(ApiServerTest, AHeadIsAnsweredAsItsGetWithoutTheBody) {
-  auto server = ApiServer::Start({"", "127.0.0.1", 0},
-                                 [](const ApiRequest& r) { return ApiResponse{200, "{\"method\":\"" + r.method + "\"}"}; });
+  auto server = StartLoopback({}, [](const ApiRequest& r) {
+    return ApiResponse{200, "{\"method\":\"" + r.method + "\"}"};
+  });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  const std::string got = Exchange((*server)->tcp_port(), "HEAD /x HTTP/1.1\r\nHost: a\r\n\r\n"
-                                                          "GET /y HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  const std::string h = std::string("Host: 127.0.0.1\r\nAuthorization: Bearer ") + kTestToken + "\r\n";
+  const std::string got = Exchange((*server)->tcp_port(), "HEAD /x HTTP/1.1\r\n" + h +
+                                                              "\r\n"
+                                                              "GET /y HTTP/1.1\r\n" +
+                                                              h + "Connection: close\r\n\r\n");
   // The HEAD's header says the length the GET's body has, and the next
   // thing on the connection is the GET's status line.
   const std::size_t head_end = got.find("\r\n\r\n");
@@ -273,8 +306,10 @@ TEST(ServeTest, EveryGetRouteAnswersHead) {
   ServeProcess serve(cache.path(), {"--no-socket", "--listen", "127.0.0.1:0"});
   ASSERT_GT(serve.port(), 0) << serve.ready_line();
   for (const char* route : {"/v1/health", "/v1/filesets", "/v1/jobs", "/v1/pulls", "/metrics"}) {
-    const std::string got = Exchange(static_cast<std::uint16_t>(serve.port()),
-                                     std::string("HEAD ") + route + " HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    const std::string got =
+        Exchange(static_cast<std::uint16_t>(serve.port()),
+                 std::string("HEAD ") + route + " HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
+                     serve.token() + "\r\nConnection: close\r\n\r\n");
     EXPECT_EQ(got.compare(0, 15, "HTTP/1.1 200 OK"), 0) << route << ": " << got;
     const std::size_t end = got.find("\r\n\r\n");
     ASSERT_NE(end, std::string::npos) << route << ": " << got;
@@ -288,9 +323,11 @@ TEST(ServeTest, EveryGetRouteAnswersHead) {
 TEST(ApiServerTest, ConnectionsAreBounded) {
   // Idle connections are held far longer than the waits below, so only the
   // one closed here makes room.
-  ApiServerOptions o{"", "127.0.0.1", 0, std::chrono::seconds(60)};
+  ApiServerOptions o;
+  o.header_timeout = o.idle_timeout = o.timeout = std::chrono::seconds(60);
   o.max_connections = 4;
-  auto server = ApiServer::Start(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
+  o.reserved_connections = 1;
+  auto server = StartLoopback(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const std::uint16_t port = (*server)->tcp_port();
   const std::string base = "http://127.0.0.1:" + std::to_string(port);
@@ -306,8 +343,9 @@ TEST(ApiServerTest, ConnectionsAreBounded) {
 // Found by review: out of descriptors, the accept failed again at once, in a
 // loop, at 100% CPU. Now it pauses, and serves again once there is room.
 TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
-  auto server = ApiServer::Start({"", "127.0.0.1", 0, std::chrono::seconds(5)},
-                                 [](const ApiRequest&) { return ApiResponse{200, "{\"ok\":1}"}; });
+  ApiServerOptions o;
+  o.timeout = std::chrono::seconds(5);
+  auto server = StartLoopback(o, [](const ApiRequest&) { return ApiResponse{200, "{\"ok\":1}"}; });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const std::uint16_t port = (*server)->tcp_port();
   rlimit old{};
@@ -328,7 +366,9 @@ TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   if (child == 0) {
     for (int fd : filler) ::close(fd);
     const int fd = ConnectLoopback(port);
-    const char req[] = "GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    const char req[] =
+        "GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer test-token-0123456789abcdef\r\n"
+        "Connection: close\r\n\r\n";
     if (fd < 0 || ::write(fd, req, sizeof req - 1) != static_cast<ssize_t>(sizeof req - 1)) ::_exit(2);
     char buf[256];
     const ssize_t n = ::read(fd, buf, sizeof buf);
@@ -349,6 +389,587 @@ TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   int status = 0;
   ASSERT_TRUE(WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 10)) << "never served";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// --- Who may use the API (issue #24) ---
+
+// The status of the first answer in `got` ("HTTP/1.1 403 ..."); 0 for none.
+int StatusOf(const std::string& got) {
+  if (got.size() < 12 || got.compare(0, 5, "HTTP/") != 0) return 0;
+  return std::atoi(got.c_str() + 9);
+}
+
+// A request closing its connection: `head` is its header lines ("Name: v\r\n").
+std::string Request(const std::string& method, const std::string& target, const std::string& head,
+                    const std::string& body = "") {
+  return method + " " + target + " HTTP/1.1\r\n" + head +
+         (body.empty() ? "" : "Content-Length: " + std::to_string(body.size()) + "\r\n") +
+         "Connection: close\r\n\r\n" + body;
+}
+
+// Sends `requests` on one connection to the Unix socket at `path`, returns
+// all it answered until it closed.
+std::string ExchangeUnix(const std::string& path, const std::string& requests) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::write(fd, requests.data(), requests.size()) != static_cast<ssize_t>(requests.size())) {
+    if (fd >= 0) ::close(fd);
+    return "";
+  }
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return got;
+}
+
+// The HTTP status curl gets running as `uid` (no groups): "401", "000" when
+// it could not connect.
+std::string CurlAs(uid_t uid, const std::string& curl_args) {
+  const std::string id = std::to_string(uid);
+  return Shell("setpriv --reuid=" + id + " --regid=" + id +
+               " --clear-groups curl -s -o /dev/null -w '%{http_code}' "
+               "--noproxy '*' -m 10 " +
+               curl_args)
+      .out;
+}
+
+bool CanRunAsOtherUsers(std::string* why) {
+  if (::geteuid() != 0) {
+    *why = "needs root, to run clients as other users";
+    return false;
+  }
+  if (Shell("command -v setpriv && command -v curl").status != 0) {
+    *why = "needs setpriv (util-linux) and curl";
+    return false;
+  }
+  return true;
+}
+
+// Found by review (issue #24): with --listen, a second local user evicted
+// root's fileset, cancelled a job and started an exlr8d-stage running as
+// root over 127.0.0.1. Every request over TCP but GET /v1/health now needs
+// the bearer token, which only the server's user can read.
+TEST(ServeAccessTest, AnotherUserChangesAndReadsNothingOverTcpWithoutTheToken) {
+  std::string why;
+  if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
+  hubsim::FaultConfig slow;
+  slow.throttle_bps = 20'000;  // root's job runs all through the test
+  auto sim = StartSim(TinyRelease(), "", slow);
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0", "--stage-binary",
+                                    "/bin/false"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  ASSERT_FALSE(serve.token().empty()) << serve.ready_line();
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+  const std::string pull = R"({"repo":"exlr8/test","manifest":"home","tp":4,"rank":1})";
+  ASSERT_EQ(Http("http://exlr8d/v1/pulls", "POST", socket, pull).status, 202);
+  auto url = [&](const std::string& path) { return Quote(serve.base() + path); };
+  const std::string json = "-H 'Content-Type: application/json' ";
+  // nobody, as the report did it: changes...
+  EXPECT_EQ(CurlAs(65534, "-X DELETE " + url("/v1/jobs/1")), "401");
+  EXPECT_EQ(CurlAs(65534, "-X POST " + json + "-d '{\"repo\":\"exlr8/test\"}' " + url("/v1/evict")), "401");
+  EXPECT_EQ(CurlAs(65534, "-X POST " + json + "-d " + Quote(pull) + " " + url("/v1/stages")), "401");
+  EXPECT_EQ(CurlAs(65534, "-X POST " + json + "-d " + Quote(pull) + " " + url("/v1/pulls")), "401");
+  // ...with a guessed token...
+  EXPECT_EQ(
+      CurlAs(65534, "-H 'Authorization: Bearer " + std::string(64, '0') + "' -X DELETE " + url("/v1/jobs/1")),
+      "401");
+  // ...and reads: repo names, lease sockets, endpoints.
+  for (const char* route : {"/v1/jobs", "/v1/jobs/1", "/v1/filesets", "/v1/pulls", "/v1/stages", "/metrics"})
+    EXPECT_EQ(CurlAs(65534, url(route)), "401") << route;
+  EXPECT_EQ(CurlAs(65534, url("/v1/health")), "200");  // liveness only
+  // Nothing changed: root's job runs on, alone; no holder was started.
+  const JsonValue jobs = Parse(Http("http://exlr8d/v1/jobs", "GET", socket));
+  ASSERT_EQ(jobs.Find("jobs")->as_array().size(), 1u) << jobs.Find("jobs")->as_array().size();
+  const JsonValue& job = jobs.Find("jobs")->as_array()[0];
+  EXPECT_NE(job.Find("state")->as_string(), "cancelled");
+  EXPECT_EQ(job.Find("cancel_requested"), nullptr);
+  EXPECT_TRUE(Parse(Http("http://exlr8d/v1/stages", "GET", socket)).Find("stages")->as_array().empty());
+  // The token's owner does what nobody could.
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs/1", "DELETE").status, 202);
+}
+
+// Found by review (issue #24): what an HTML form sends (text/plain, a
+// foreign Origin) was queued, and a page of attacker.example resolving to
+// 127.0.0.1 (DNS rebinding) read every route. Each is refused with problem
+// details naming what was refused, before the token is even looked at.
+TEST(ServeAccessTest, RefusesCrossSiteRequestsAndForeignHosts) {
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--allow-host", "node7.example",
+                                    "--allow-host", "Api.Node7.example", "--stage-binary", "/bin/false"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const auto port = static_cast<std::uint16_t>(serve.port());
+  const std::string p = std::to_string(port);
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+  const std::string host = "Host: 127.0.0.1:" + p + "\r\n";
+  const std::string auth = "Authorization: Bearer " + serve.token() + "\r\n";
+  const std::string evict = R"({"repo":"exlr8/test"})";
+
+  // Exactly what a form on http://evil.example can send.
+  std::string got =
+      Exchange(port, Request("POST", "/v1/evict",
+                             host + "Origin: http://evil.example\r\nContent-Type: text/plain\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 403) << got;
+  EXPECT_THAT(got, HasSubstr("Origin 'http://evil.example' is not allowed"));
+  // Its body type is refused too, even with the token.
+  got = Exchange(port, Request("POST", "/v1/evict", host + auth + "Content-Type: text/plain\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 415) << got;
+  EXPECT_THAT(got, HasSubstr("Content-Type 'text/plain' is not accepted"));
+  got = Exchange(port, Request("POST", "/v1/evict",
+                               host + auth + "Content-Type: application/x-www-form-urlencoded\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 415) << got;
+  got = Exchange(port, Request("POST", "/v1/evict", host + auth, evict));
+  EXPECT_EQ(StatusOf(got), 415) << got;
+  EXPECT_THAT(got, HasSubstr("a body without Content-Type"));
+  // The refusal is problem details, with the old "error" member too.
+  {
+    HttpOptions o;
+    o.headers = {"Origin: http://evil.example", "Content-Type: text/plain"};
+    const HttpAnswer a = Http(serve.base() + "/v1/evict", "POST", "", evict, o);
+    EXPECT_EQ(a.status, 403);
+    EXPECT_EQ(a.content_type, "application/problem+json");
+    const JsonValue v = Parse(a);
+    ASSERT_TRUE(v.is_object() && v.Find("type") && v.Find("title") && v.Find("status") && v.Find("detail") &&
+                v.Find("error"))
+        << a.body;
+    EXPECT_EQ(v.Find("type")->as_string(), "about:blank");
+    EXPECT_EQ(v.Find("title")->as_string(), "Forbidden");
+    EXPECT_EQ(*v.Find("status")->as_uint64(), 403u);
+    EXPECT_THAT(v.Find("detail")->as_string(), HasSubstr("Origin"));
+    EXPECT_EQ(v.Find("error")->Find("code")->as_string(), "PermissionDenied");
+    EXPECT_EQ(v.Find("error")->Find("message")->as_string(), v.Find("detail")->as_string());
+  }
+
+  // DNS rebinding: every route, token or not.
+  for (const char* route :
+       {"/v1/health", "/v1/filesets", "/v1/jobs", "/v1/pulls", "/v1/stages", "/metrics"}) {
+    got = Exchange(port, Request("GET", route, "Host: attacker.example:" + p + "\r\n" + auth));
+    EXPECT_EQ(StatusOf(got), 403) << route << ": " << got;
+    EXPECT_THAT(got, HasSubstr("Host 'attacker.example:" + p + "' is not allowed")) << route;
+  }
+  for (const std::string& bad :
+       std::vector<std::string>{"node7.example.attacker.example", "127.0.0.1.nip.io:" + p, "10.0.0.1",
+                                "[::2]:" + p, "localhost:" + p + ":1", "[::1", ""}) {
+    got = Exchange(port, Request("GET", "/v1/health", "Host: " + bad + "\r\n"));
+    EXPECT_EQ(StatusOf(got), 403) << bad << ": " << got;
+  }
+  for (const std::string& good : std::vector<std::string>{
+           "127.0.0.1:" + p, "127.0.0.1", "127.8.9.10:" + p, "localhost:" + p, "LocalHost", "[::1]:" + p,
+           "[::1]", "node7.example:" + p, "NODE7.example", "api.node7.example"}) {
+    got = Exchange(port, Request("GET", "/v1/health", "Host: " + good + "\r\n"));
+    EXPECT_EQ(StatusOf(got), 200) << good << ": " << got;
+  }
+  // HTTP/1.1 needs a Host; HTTP/1.0 may go without.
+  got = Exchange(port, "GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(StatusOf(got), 400) << got;
+  EXPECT_THAT(got, HasSubstr("no Host header"));
+  got = Exchange(
+      port,
+      "GET /v1/health HTTP/1.1\r\nHost: localhost\r\nHost: attacker.example\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(StatusOf(got), 400) << got;
+  EXPECT_EQ(StatusOf(Exchange(port, "GET /v1/health HTTP/1.0\r\n\r\n")), 200);
+
+  // Origin: the listener's own only.
+  for (const std::string& own :
+       std::vector<std::string>{"http://127.0.0.1:" + p, "http://localhost:" + p, "http://[::1]:" + p}) {
+    got = Exchange(port, Request("GET", "/v1/jobs", host + auth + "Origin: " + own + "\r\n"));
+    EXPECT_EQ(StatusOf(got), 200) << own << ": " << got;
+  }
+  for (const std::string& foreign :
+       std::vector<std::string>{"http://127.0.0.1:1", "https://127.0.0.1:" + p, "http://127.0.0.1", "null",
+                                "http://evil.example:" + p, "http://localhost:" + p + "/x"}) {
+    got = Exchange(port, Request("GET", "/v1/jobs", host + auth + "Origin: " + foreign + "\r\n"));
+    EXPECT_EQ(StatusOf(got), 403) << foreign << ": " << got;
+  }
+  // A preflight gets no CORS grant.
+  got = Exchange(port, Request("OPTIONS", "/v1/evict",
+                               host + "Origin: http://evil.example\r\n"
+                                      "Access-Control-Request-Method: POST\r\n"));
+  EXPECT_EQ(StatusOf(got), 403) << got;
+  EXPECT_THAT(got, Not(HasSubstr("Access-Control-Allow")));
+  // Fetch metadata: a request a page of another site made.
+  got = Exchange(port, Request("GET", "/v1/jobs", host + auth + "Sec-Fetch-Site: cross-site\r\n"));
+  EXPECT_EQ(StatusOf(got), 403) << got;
+  got = Exchange(port, Request("GET", "/v1/jobs", host + auth + "Sec-Fetch-Site: same-site\r\n"));
+  EXPECT_EQ(StatusOf(got), 403) << got;
+  got = Exchange(port, Request("GET", "/v1/jobs", host + auth + "Sec-Fetch-Site: none\r\n"));
+  EXPECT_EQ(StatusOf(got), 200) << got;
+
+  // The socket: no page may reach it either (a proxy passing a browser's
+  // request on), but curl's default body type still works there.
+  got = ExchangeUnix(socket, Request("POST", "/v1/evict",
+                                     "Host: localhost\r\nOrigin: http://evil.example\r\n"
+                                     "Content-Type: application/json\r\n",
+                                     evict));
+  EXPECT_EQ(StatusOf(got), 403) << got;
+  got = ExchangeUnix(socket, Request("POST", "/v1/evict", "Host: x\r\nContent-Type: text/plain\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 415) << got;
+  HttpOptions form;
+  form.headers = {"Content-Type: application/x-www-form-urlencoded"};
+  EXPECT_EQ(Http("http://exlr8d/v1/evict", "POST", socket, evict, form).status, 202);
+  got = ExchangeUnix(socket, Request("POST", "/v1/evict", "Host: x\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 202) << got;
+  // With everything right, over TCP too.
+  got = Exchange(port, Request("POST", "/v1/evict",
+                               host + auth + "Content-Type: application/json; charset=utf-8\r\n", evict));
+  EXPECT_EQ(StatusOf(got), 202) << got;
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
+// The token: made at the first start (0600, 32 random bytes in hex) and
+// kept; or the operator's file, refused when others may read it. Only
+// GET/HEAD /v1/health goes without it over TCP; the socket never needs it.
+TEST(ServeAccessTest, TheTcpListenerNeedsTheTokenOfItsFile) {
+  TempDir cache;
+  const fs::path made = cache.path() / "exlr8d.api-token";
+  std::string first;
+  {
+    ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0"});
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    EXPECT_THAT(serve.ready_line(), HasSubstr("; API token in " + made.string() + ")"));
+    EXPECT_EQ(serve.token_file(), made.string());
+    struct stat st {};
+    ASSERT_EQ(::lstat(made.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    first = serve.token();
+    EXPECT_EQ(first.size(), 64u);
+    EXPECT_EQ(first.find_first_not_of("0123456789abcdef"), std::string::npos) << first;
+    EXPECT_EQ(st.st_size, 65);  // and a newline
+
+    HttpOptions none;
+    none.token = false;
+    HttpAnswer a = Http(serve.base() + "/v1/jobs", "GET", "", "", none);
+    EXPECT_EQ(a.status, 401) << a.body;
+    EXPECT_THAT(a.headers["www-authenticate"], HasSubstr("Bearer"));
+    EXPECT_THAT(a.body, HasSubstr("Authorization: Bearer TOKEN"));
+    HttpOptions wrong;
+    wrong.token = false;
+    wrong.headers = {"Authorization: Bearer " + first.substr(0, 63) + "0"};
+    if (first.back() == '0') wrong.headers = {"Authorization: Bearer " + first.substr(0, 63) + "1"};
+    a = Http(serve.base() + "/v1/jobs", "GET", "", "", wrong);
+    EXPECT_EQ(a.status, 401);
+    EXPECT_THAT(a.body, HasSubstr("not this server's"));
+    wrong.headers = {"Authorization: Bearer " + first + "0"};  // longer
+    EXPECT_EQ(Http(serve.base() + "/v1/jobs", "GET", "", "", wrong).status, 401);
+    wrong.headers = {"Authorization: Basic " + first};
+    EXPECT_EQ(Http(serve.base() + "/v1/jobs", "GET", "", "", wrong).status, 401);
+    HttpOptions lower;
+    lower.token = false;
+    lower.headers = {"Authorization: bearer   " + first};
+    EXPECT_EQ(Http(serve.base() + "/v1/jobs", "GET", "", "", lower).status, 200);
+    EXPECT_EQ(Http(serve.base() + "/metrics", "GET", "", "", none).status, 401);
+    EXPECT_EQ(Http(serve.base() + "/metrics").status, 200);
+    EXPECT_EQ(Http(serve.base() + "/v1/health", "GET", "", "", none).status, 200);
+    EXPECT_EQ(Http(serve.base() + "/v1/health", "HEAD", "", "", none).status, 200);
+    EXPECT_EQ(Http(serve.base() + "/v1/health", "POST", "", "{}", none).status, 401);
+    EXPECT_EQ(Http(serve.base() + "/v1/health?x=1", "GET", "", "", none).status, 200);
+    EXPECT_EQ(Http(serve.base() + "/v1/healthz", "GET", "", "", none).status, 401);
+    EXPECT_EQ(Http("http://x/v1/jobs", "GET", (cache.path() / "exlr8d.sock").string()).status, 200);
+    EXPECT_EQ(serve.Stop(), 0);
+  }
+  {
+    ServeProcess again(cache.path(), {"--no-socket", "--listen", "127.0.0.1:0"});
+    ASSERT_GT(again.port(), 0) << again.ready_line();
+    EXPECT_EQ(again.token(), first);  // kept, never made anew
+  }
+
+  // The operator's file.
+  TempDir files;
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const fs::path path = files.path() / name;
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), mode);
+    return path.string();
+  };
+  auto run = [&](const std::string& file, const std::string& more = "") {
+    return Shell("timeout 20 " + Exlr8d() + " serve --cache " + Quote(files.path().string()) +
+                 " --no-socket --listen 127.0.0.1:0 --api-token-file " + Quote(file) + more);
+  };
+  const std::string open_file = write("open", "operator-token-0123456789\n", 0644);
+  ShellRun r = run(open_file);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("API token file " + open_file +
+                               " has mode 0644: group and others must have no access"));
+  r = run(write("group", "operator-token-0123456789\n", 0640));
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = run(files.path().string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("is not a regular file"));
+  r = run(write("empty", "", 0600));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("is empty"));
+  r = run(write("short", "abc\n", 0600));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("too short"));
+  r = run(write("two", "operator-token-0123456789 second\n", 0600));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("not printable ASCII"));
+  r = run((files.path() / "missing").string());
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("missing"));
+  r = Shell("timeout 20 " + Exlr8d() + " serve --cache " + Quote(files.path().string()) +
+            " --api-token-file " + Quote(open_file));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--api-token-file is for --listen"));
+  const std::string good = write("good", "operator-token-0123456789\r\n", 0400);
+  TempDir other;
+  ServeProcess serve(other.path(), {"--no-socket", "--listen", "127.0.0.1:0", "--api-token-file", good});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  EXPECT_EQ(serve.token_file(), good);
+  HttpOptions o;
+  o.token = false;
+  o.headers = {"Authorization: Bearer operator-token-0123456789"};
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs", "GET", "", "", o).status, 200);
+  EXPECT_FALSE(fs::exists(other.path() / "exlr8d.api-token"));  // none made beside the operator's
+}
+
+// A child running as `uid` (no groups, or only gid 0 with `root_group`)
+// that keeps `count` connections to `connect_to` open, idle, opening a new
+// one 50 ms after the server closes one, until killed. It writes to `report`
+// an int once it has made its first `count` connections: how many of them
+// the server still held a second later. Only system calls after fork.
+template <class Connect>
+pid_t HoldConnectionsAs(uid_t uid, bool root_group, int count, int report, Connect connect_to) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const gid_t groups[] = {0};
+  if (::setgroups(root_group ? 1 : 0, groups) != 0 || ::setresgid(uid, uid, uid) != 0 ||
+      ::setresuid(uid, uid, uid) != 0)
+    ::_exit(3);
+  constexpr int kMax = 512;
+  int fds[kMax];
+  for (int i = 0; i < kMax; ++i) fds[i] = -1;
+  if (count > kMax) ::_exit(4);
+  // Held: nothing to read (no 503, no end of stream) yet.
+  auto held = [&](int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return fd >= 0 && ::poll(&p, 1, 0) == 0;
+  };
+  for (int i = 0; i < count; ++i) fds[i] = connect_to();
+  const timespec settle{1, 0};
+  ::nanosleep(&settle, nullptr);
+  int n = 0;
+  for (int i = 0; i < count; ++i) n += held(fds[i]) ? 1 : 0;
+  if (::write(report, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) ::_exit(5);
+  const timespec pause{0, 50'000'000};
+  for (;;) {
+    ::nanosleep(&pause, nullptr);
+    for (int i = 0; i < count; ++i) {
+      if (held(fds[i])) continue;
+      if (fds[i] >= 0) ::close(fds[i]);
+      fds[i] = connect_to();
+    }
+  }
+}
+
+// A connection to the Unix socket at `path` (-1 when refused).
+int ConnectUnix(const char* path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// What a HoldConnectionsAs child reports (-1 for nothing within 20 s).
+int ReadReport(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  int n = 0;
+  if (::poll(&p, 1, 20'000) != 1 || ::read(fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;
+  return n;
+}
+
+struct Children {
+  std::vector<pid_t> pids;
+  ~Children() {
+    for (pid_t pid : pids) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Found by review (issue #24): the 256 connection slots were shared, so 300
+// idle TCP connections of an unprivileged user made 0 of 25 requests on the
+// Unix socket succeed over 30 s. Each listener has its own slots, and a
+// user its own share of them.
+TEST(ServeAccessTest, IdleConnectionsOfOneUserLockNobodyOut) {
+  std::string why;
+  if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const auto port = static_cast<std::uint16_t>(serve.port());
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  Children children;
+  children.pids.push_back(
+      HoldConnectionsAs(65534, false, 300, report[1], [port] { return ConnectLoopback(port); }));
+  const int held = ReadReport(report[0]);
+  ASSERT_GE(held, 0) << "the child made no report";
+  EXPECT_EQ(held, 32) << "one user's share of the TCP listener (ApiServerOptions::max_connections_per_peer)";
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+  const auto start = std::chrono::steady_clock::now();
+  int served = 0;
+  for (int i = 0; i < 25; ++i) served += Http("http://x/v1/health", "GET", socket).status == 200 ? 1 : 0;
+  EXPECT_EQ(served, 25);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  // The TCP listener still serves root, and another user.
+  EXPECT_EQ(Http(serve.base() + "/v1/jobs").status, 200);
+  EXPECT_EQ(CurlAs(65533, "-H " + Quote("Authorization: Bearer " + serve.token()) + " " +
+                              Quote(serve.base() + "/v1/jobs")),
+            "200");
+  ::close(report[0]);
+  ::close(report[1]);
+}
+
+// The bounds of one listener in process: per peer (the uid SO_PEERCRED
+// names), a reserve for root and the server's own user, and the socket's
+// slots apart from the TCP port's. A connection turned away is told why.
+TEST(ApiServerTest, ConnectionsAreBoundedPerListenerAndPerUser) {
+  std::string why;
+  if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);  // others may reach the socket: its mode decides
+  ApiServerOptions o;
+  o.unix_socket = (dir.path() / "api.sock").string();
+  o.max_connections = 8;
+  o.max_connections_per_peer = 3;
+  o.reserved_connections = 2;
+  o.header_timeout = o.idle_timeout = std::chrono::seconds(60);
+  auto server = StartLoopback(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string path = o.unix_socket;
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  Children children;
+  auto connect = [&path] { return ConnectUnix(path.c_str()); };
+  children.pids.push_back(HoldConnectionsAs(65534, true, 5, report[1], connect));
+  EXPECT_EQ(ReadReport(report[0]), 3) << "uid 65534: its 3";
+  children.pids.push_back(HoldConnectionsAs(65533, true, 5, report[1], connect));
+  EXPECT_EQ(ReadReport(report[0]), 3) << "uid 65533: its 3";
+  children.pids.push_back(HoldConnectionsAs(65532, true, 2, report[1], connect));
+  EXPECT_EQ(ReadReport(report[0]), 0) << "uid 65532: 6 of 8 are open, the last 2 are root's";
+  // Root takes the reserve...
+  std::vector<int> mine = {ConnectUnix(path.c_str()), ConnectUnix(path.c_str())};
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int fd : mine) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "root's connection was closed";
+  }
+  // ...and then the listener is full, and says so.
+  const std::string got = ExchangeUnix(path, Request("GET", "/x", "Host: x\r\n"));
+  EXPECT_EQ(StatusOf(got), 503) << got;
+  EXPECT_THAT(got, HasSubstr("all 8 connections of this listener are in use"));
+  // The TCP listener has slots of its own.
+  EXPECT_EQ(Http("http://127.0.0.1:" + std::to_string((*server)->tcp_port()) + "/x").status, 200);
+  for (int fd : mine) ::close(fd);
+  ::close(report[0]);
+  ::close(report[1]);
+}
+
+// Seconds until the server closes `fd` (reads and drops what it answers),
+// sending `trickle` one byte every 200 ms meanwhile; -1 after 20 s.
+double SecondsUntilClosed(int fd, const std::string& trickle = "") {
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t sent = 0;
+  for (;;) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed > 20) return -1;
+    if (sent < trickle.size() && ::send(fd, &trickle[sent], 1, MSG_NOSIGNAL) == 1) ++sent;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) == 1) {
+      char buf[512];
+      if (::read(fd, buf, sizeof buf) <= 0) return elapsed;
+    }
+  }
+}
+
+// A header sent a byte at a time (slowloris) is cut off at header_timeout
+// however steadily it comes; a kept-alive connection waits idle_timeout for
+// its next request; neither is the per-read timeout.
+TEST(ApiServerTest, AHeaderAndAnIdleConnectionHaveDeadlinesOfTheirOwn) {
+  ApiServerOptions o;
+  o.header_timeout = std::chrono::seconds(1);
+  o.idle_timeout = std::chrono::seconds(3);
+  o.timeout = std::chrono::seconds(30);
+  auto server = StartLoopback(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::uint16_t port = (*server)->tcp_port();
+  int fd = ConnectLoopback(port);
+  const double slow =
+      SecondsUntilClosed(fd, "GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + std::string(200, 'a'));
+  ::close(fd);
+  EXPECT_GE(slow, 0.8);
+  EXPECT_LE(slow, 2.5) << "the header's deadline did not hold";
+  // Kept alive after an answer: closed once idle for idle_timeout.
+  fd = ConnectLoopback(port);
+  const std::string request =
+      std::string("GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ") + kTestToken + "\r\n\r\n";
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const double idle = SecondsUntilClosed(fd);
+  ::close(fd);
+  EXPECT_GE(idle, 2.5);
+  EXPECT_LE(idle, 4.5);
+}
+
+// Found by review (issue #24): on a cache it may not write, serve said
+// "another exlr8d serve runs on this cache".
+TEST(ServeAccessTest, ACacheItCannotWriteIsNamedAsSuch) {
+  std::string why;
+  if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
+  TempDir cache;
+  ASSERT_EQ(::chmod(cache.path().c_str(), 0755), 0);  // root's, readable by all
+  const ShellRun r = Shell("setpriv --reuid=65534 --regid=65534 --clear-groups timeout 20 " + Exlr8d() +
+                           " serve --cache " + Quote(cache.path().string()));
+  EXPECT_EQ(r.status, 5) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("open lock file " + (cache.path() / "exlr8d.serve.lock").string() +
+                               ": Permission denied"));
+  EXPECT_THAT(r.out, HasSubstr("must be writable"));
+  EXPECT_THAT(r.out, Not(HasSubstr("another exlr8d serve")));
+}
+
+// 405 says in Allow what the route takes; 202 says in Location where the
+// job or holder it started is followed.
+TEST(ServeTest, AnswersSayWhatIsAllowedAndWhereToFollow) {
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--stage-binary", "/bin/false"});
+  ASSERT_THAT(serve.ready_line(), HasSubstr("listening on unix:"));
+  const std::string socket = (cache.path() / "exlr8d.sock").string();
+  const std::pair<const char*, const char*> routes[] = {{"/v1/health", "GET, HEAD"},
+                                                        {"/v1/filesets", "GET, HEAD"},
+                                                        {"/v1/ranks", "GET, HEAD"},
+                                                        {"/v1/pulls", "GET, HEAD, POST"},
+                                                        {"/v1/pulls/1", "GET, HEAD, DELETE"},
+                                                        {"/v1/jobs", "GET, HEAD"},
+                                                        {"/v1/jobs/1", "GET, HEAD, DELETE"},
+                                                        {"/v1/verify", "POST"},
+                                                        {"/v1/evict", "POST"},
+                                                        {"/v1/stages", "GET, HEAD, POST"},
+                                                        {"/v1/stages/1", "GET, HEAD, DELETE"},
+                                                        {"/metrics", "GET, HEAD"}};
+  for (const auto& [route, allow] : routes) {
+    HttpAnswer a = Http(std::string("http://x") + route, "PUT", socket, "{}");
+    EXPECT_EQ(a.status, 405) << route << ": " << a.body;
+    EXPECT_EQ(a.headers["allow"], allow) << route;
+    EXPECT_THAT(a.body, HasSubstr(std::string("(allowed: ") + allow)) << route;
+  }
+  HttpAnswer a = Http("http://x/v1/evict", "POST", socket, R"({"repo":"exlr8/test"})");
+  ASSERT_EQ(a.status, 202) << a.body;
+  EXPECT_EQ(a.headers["location"], "/v1/jobs/1");
+  EXPECT_EQ(Http("http://x" + a.headers["location"], "GET", socket).status, 200);
+  a = Http("http://x/v1/stages", "POST", socket,
+           R"({"repo":"exlr8/test","manifest":"home","tp":2,"rank":1})");
+  ASSERT_EQ(a.status, 202) << a.body;
+  EXPECT_EQ(a.headers["location"], "/v1/stages/1");
+  EXPECT_EQ(Http("http://x" + a.headers["location"], "GET", socket).status, 200);
 }
 
 TEST(PrometheusTextTest, WritesFamiliesOnceAndEscapesLabels) {

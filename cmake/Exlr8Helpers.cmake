@@ -9,6 +9,7 @@ function(exlr8_set_warnings target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor
       -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>,$<BOOL:${EXLR8_THREAD_SAFETY}>>:-Wthread-safety>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${EXLR8_WERROR}>>:-Werror>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${EXLR8_WERROR}>>:-Werror=all-warnings>)
   if(EXLR8_SANITIZE)
@@ -17,7 +18,8 @@ function(exlr8_set_warnings target)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
   if(EXLR8_TSAN)
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer -Wno-tsan>)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>
+      $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-tsan>)
     target_link_options(${target} PRIVATE -fsanitize=thread)
   endif()
 endfunction()
@@ -38,15 +40,29 @@ function(exlr8_library name)
   endif()
 endfunction()
 
+# exlr8_test_code_options(target): the optimisation level of test code
+# (tests, the hub simulator, fuzz drivers) when EXLR8_TEST_OPTIMIZE is set.
+# scripts/test.sh builds them with -O0: test sources are two thirds of the
+# build's compile time, and what they test (the product libraries) keeps
+# the build type's level.
+function(exlr8_test_code_options target)
+  if(EXLR8_TEST_OPTIMIZE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${EXLR8_TEST_OPTIMIZE}>)
+  endif()
+endfunction()
+
 # exlr8_add_test(name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [PREFIX p])
 # One GoogleTest executable; each TEST() becomes a ctest test (named with
-# PREFIX in front, when the same tests are built twice).
+# PREFIX in front, when the same tests are built twice). Labels pick the
+# tier (docs/TESTING.md): none is the default tier; `full` only in
+# `scripts/test.sh --full`; `gpu` skips without a device.
 function(exlr8_add_test name)
   cmake_parse_arguments(A "" "TIMEOUT;PREFIX" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
   add_executable(${name} ${A_SOURCES})
+  exlr8_test_code_options(${name})
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main Threads::Threads)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE

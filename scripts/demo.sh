@@ -9,6 +9,7 @@
 #   scripts/demo.sh              setup + build + demo (work files in ./out/demo)
 #   EXLR8_SKIP_SETUP=1 ...       skip apt-get
 #   EXLR8_CMAKE_ARGS="..."       more cmake arguments (scripts/test.sh: -DEXLR8_WERROR=ON)
+#   EXLR8_DEMO_BIN=DIR ...       use the exlr8, exlr8d and exlr8-hubsim in DIR, build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${EXLR8_DEMO_DIR:-$PWD/out/demo}
@@ -20,17 +21,21 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   say "setup (Debian packages)"
   scripts/setup.sh
 fi
-say "build (Release) in build-release/"
-# shellcheck disable=SC2086  # EXLR8_CMAKE_ARGS is a list of arguments
-cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON ${EXLR8_CMAKE_ARGS:-} >/dev/null
 mkdir -p "$work"
-if ! cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim > "$work/build.log" 2>&1; then
-  cat "$work/build.log"
-  exit 1
+if [[ -n "${EXLR8_DEMO_BIN:-}" ]]; then
+  bin=$EXLR8_DEMO_BIN
+  say "binaries from $bin"
+else
+  say "build (Release) in build-release/"
+  # shellcheck disable=SC2086  # EXLR8_CMAKE_ARGS is a list of arguments
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DEXLR8_BUILD_TESTS=ON ${EXLR8_CMAKE_ARGS:-} >/dev/null
+  if ! cmake --build build-release -j"$jobs" --target exlr8 exlr8d exlr8-hubsim > "$work/build.log" 2>&1; then
+    cat "$work/build.log"
+    exit 1
+  fi
+  echo "  built exlr8, exlr8d, exlr8-hubsim"
+  bin=$PWD/build-release/bin
 fi
-echo "  built exlr8, exlr8d, exlr8-hubsim"
-
-bin=$PWD/build-release/bin
 
 rm -rf "$work/release" "$work/cache" "$work/ports"
 say "synthesize a release: 4 MoE layers x 16 experts, hidden 1024, widths 2/3/4, shared expert 3/4"

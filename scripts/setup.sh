@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   libcurl4-openssl-dev      # range fetcher (libcurl multi)
   libboost1.81-dev          # Beast, Asio, JSON (REST, hub simulator)
   libssl-dev                # SHA-256 / SHA-1 through EVP

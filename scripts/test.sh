@@ -1,74 +1,134 @@
 #!/usr/bin/env bash
-# Sets up, builds from scratch and runs every test. This is the README's test
-# command and what CI runs (.ci/run).
+# The README's test command and what CI runs (.ci/run): installs what the
+# build needs, builds from scratch and runs a tier of the tests.
 #
-#   scripts/test.sh            full run: setup, build, ctest, sanitizer tests (ASan+UBSan, TSan), the demo
-#                              on its Release build, bounded fuzzing; every build with -DEXLR8_WERROR=ON
-#   EXLR8_SKIP_SETUP=1 ...     skip apt-get (dependencies already installed)
-#   EXLR8_JOBS=N ...           parallel build/test jobs (default: nproc)
+#   scripts/test.sh          the default tier, about 12 minutes on 2 cores:
+#                              build/       g++, -O2, test code -O0; every
+#                                           unit and integration test
+#                                           (ctest -LE full), the fuzz replays
+#                              build-asan/  ASan + UBSan over format/ and the
+#                                           other parsers, with their fuzz replays
+#                              build-tsan/  clang, ThreadSanitizer and
+#                                           -Wthread-safety over the threaded parts
+#                              the quick start's demo on build/'s binaries
+#   scripts/test.sh --full   the default tier, then the long one: the tests
+#                            labelled `full` (Python compatibility, release
+#                            sweeps with faults), the crash loop with 100
+#                            kills, the timing-sensitive tests 3 times over,
+#                            every threaded test under TSan, the demo on its
+#                            own Release build (-O3), libFuzzer for 60 s a target
+#
+#   EXLR8_SKIP_SETUP=1   skip apt-get (dependencies already installed)
+#   EXLR8_JOBS=N         parallel build and test jobs (default: nproc)
+#
+# Every build has -DEXLR8_WERROR=ON. The slowest tests of each ctest run are
+# printed at its end (and the JUnit report is in out/). docs/TESTING.md says
+# which tests run where.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=${EXLR8_JOBS:-$(nproc)}
+full=0
+case "${1:-}" in
+  --full) full=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
+esac
 start=$(date +%s)
-
 step() { printf '\n==== %s (%ss)\n' "$*" "$(($(date +%s) - start))"; }
+mkdir -p "$root/out"
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+# ctest over one build tree, then its slowest tests.
+run_ctest() {
+  local dir=$1 name=$2
+  shift 2
+  local status=0
+  ctest --test-dir "$dir" --output-on-failure -j"$((jobs * 2))" --timeout 600 \
+    --output-junit "$root/out/ctest-$name.xml" "$@" || status=$?
+  python3 scripts/slowest_tests.py "$root/out/ctest-$name.xml" 5 || true
+  return $status
+}
 
 if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   step "setup"
   scripts/setup.sh
 fi
 
-step "build (RelWithDebInfo) in build/"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_WERROR=ON >/dev/null
+step "build (g++ -O2, test code -O0) in build/"
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+  -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
 cmake --build build -j"$jobs"
 
-step "tests"
-ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+step "tests (ctest -LE full)"
+EXLR8_TEST_TIER=default run_ctest build default -LE full
 
-step "format/ unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF >/dev/null
-make -C build-asan/tests/format -j"$jobs" --no-print-directory >/dev/null
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan/tests/format --output-on-failure -j"$jobs"
+step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+# format/ whole (every reader of release bytes), the hub's protocol checks
+# and the REST API's query strings, with their fuzz replays.
+asan_targets=(status_test json_test safetensors_test safetensors_writer_test release_writer_test expert_index_test
+              manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
+              fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query)
+cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
+  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
+cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}" >/dev/null
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
 
-step "the pull engine's threaded parts under ThreadSanitizer (build-tsan/)"
+step "threaded parts under ThreadSanitizer, lock annotations checked (clang, build-tsan/)"
 # The fetch thread, the write workers, the committers and the planner meet
-# in these; each test runs real transfers over loopback. The pulls run the
-# real consumers on several write workers at once (and the exlr8d command,
-# also built with ThreadSanitizer). The scrub hashes on several threads; the
-# holder's step reporter writes from a thread of its own. pull_tls_test's
-# pulls multiplex on HTTP/2, where backpressure blocks the fetch thread.
+# in these, over real transfers on loopback; the scrub hashes on several
+# threads; the holder's step reporter and the lease server have threads of
+# their own. -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test pull_tls_test)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
-  >/dev/null
-cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" pull_test serve_jobs_test serve_stages_test exlr8d \
-  >/dev/null
+            pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test)
+tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
+tsan_build=("${tsan_tests[@]}")
+((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)
+cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
+  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
+cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}" >/dev/null
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
 done
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
-  --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
-# `exlr8d serve` (built with ThreadSanitizer) running, cancelling and resuming
-# jobs, and starting and releasing holders, while its API thread answers: a
-# race report aborts the server, which the tests see in its exit status.
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_jobs_test --gtest_brief=1
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/serve_stages_test --gtest_brief=1
 
+# The README's first quick-start command on build/'s binaries: the pull,
+# verify, decode and serve a user sees.
+step "the quick start's demo (scripts/demo.sh on build/'s binaries)"
+EXLR8_SKIP_SETUP=1 EXLR8_DEMO_BIN="$root/build/bin" EXLR8_DEMO_DIR="$root/out/demo" scripts/demo.sh \
+  >"$root/out/demo.log" 2>&1 || { cat "$root/out/demo.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
+tail -4 "$root/out/demo.log"
 
-# The README's first quick-start command, as a user runs it: its Release
-# build (-O3 warns where RelWithDebInfo does not: a Release-only warning once
-# broke it unseen) and the main job against the hub stand-in.
-mkdir -p "$root/out"
-step "the quick start's main job (scripts/demo.sh: Release build in build-release/, pull, verify, serve)"
-EXLR8_SKIP_SETUP=1 EXLR8_CMAKE_ARGS=-DEXLR8_WERROR=ON EXLR8_DEMO_DIR="$root/out/demo" scripts/demo.sh >"$root/out/demo.log" 2>&1 ||
-  { cat "$root/out/demo.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
-tail -6 "$root/out/demo.log"
+if ((full)); then
+  step "full tier: tests labelled full, the crash loop with 100 kills"
+  run_ctest build full -L full
+  EXLR8_CRASH_KILLS=100 run_ctest build crash -R '^PullCrashTest\.KillNineAtRandomMomentsThenResume$'
+  step "full tier: timing-sensitive tests 3 times over"
+  run_ctest build timing -L timing -E PullCrashTest --repeat until-fail:3
 
-if [[ -x scripts/fuzz.sh ]] && command -v clang++ >/dev/null; then
-  step "bounded libFuzzer runs (build-fuzz/)"
-  EXLR8_FUZZ_SECONDS=${EXLR8_FUZZ_SECONDS:-15} scripts/fuzz.sh --ci
+  step "full tier: the whole-daemon tests under ThreadSanitizer"
+  TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
+    --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
+  # `exlr8d serve` (built with TSan) running, cancelling and resuming jobs
+  # and starting holders while its API thread answers: a race report
+  # aborts the server, which the tests see in its exit status.
+  for t in pull_tls_test serve_jobs_test serve_stages_test; do
+    TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
+  done
+
+  # -O3 warns where -O2 does not: a Release-only warning once broke the
+  # quick start unseen.
+  step "full tier: the demo on its own Release build (build-release/, -O3)"
+  EXLR8_SKIP_SETUP=1 EXLR8_CMAKE_ARGS=-DEXLR8_WERROR=ON EXLR8_DEMO_DIR="$root/out/demo-release" scripts/demo.sh \
+    >"$root/out/demo-release.log" 2>&1 || { cat "$root/out/demo-release.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
+  tail -2 "$root/out/demo-release.log"
+
+  if command -v clang++ >/dev/null; then
+    step "full tier: libFuzzer, 60 s a target (build-fuzz/)"
+    EXLR8_FUZZ_SECONDS=${EXLR8_FUZZ_SECONDS:-60} scripts/fuzz.sh --ci
+  fi
 fi
 
 step "all tests passed"

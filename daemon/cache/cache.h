@@ -303,6 +303,12 @@ class Cache {
   // place are for `exlr8d verify`, which reads them). Returns the bytes
   // forgotten.
   Result<std::uint64_t> ForgetLostBytes(FilesetId fileset);
+  // The size of the file's data in the cache directory now, by one stat
+  // (no reading); nullopt when it is not there (deleted, never written, or
+  // deleted while this process held it open). Every data file is created at
+  // its listed size, so another size means it was changed behind the
+  // cache's back. Works on a read-only view. NotFound for an unknown id.
+  Result<std::optional<std::uint64_t>> SizeOnDisk(FileId file);
   // Cuts a data file grown past its listed size back to it (the bytes past
   // the end are not the release's; the stage refuses such a file). Its
   // recorded bytes stay. A scrub that repairs calls it.

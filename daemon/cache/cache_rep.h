@@ -184,6 +184,8 @@ struct Cache::Rep {
   }
 
   Result<FileId> PutFileLocked(FilesetId fileset, const NewFile& f) EXLR8_REQUIRES(mu);
+  // Cache::SizeOnDisk of the file `row` describes.
+  Result<std::optional<std::uint64_t>> SizeOnDisk(FileId id, const FileRow& row) EXLR8_REQUIRES(mu);
 
   Status CheckFilesetExists(FilesetId fileset) EXLR8_REQUIRES(mu) {
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT 1 FROM filesets WHERE id = ?"));

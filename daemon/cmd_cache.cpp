@@ -98,7 +98,9 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
   if (!cache_dir.ok()) return ReportError(prog, cache_dir.status());
   const std::string& dir = *cache_dir;
   if (!HasCacheIndex(dir)) return ReportError(prog, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
-  auto cache = Cache::Open(dir);
+  CacheOptions options;
+  options.use_reserve = true;  // unpin before gc on a full disk
+  auto cache = Cache::Open(dir, options);
   if (!cache.ok()) return ReportError(prog, cache.status());
   auto set = FindFilesetArg(**cache, args);
   if (!set.ok()) return ReportError(prog, set.status());

@@ -57,7 +57,9 @@ int RunGcCommand(const std::vector<std::string>& argv) {
     std::printf("%s: no exlr8d cache there, nothing to evict\n", dir.c_str());
     return 0;
   }
-  auto cache = Cache::Open(dir);
+  CacheOptions options;
+  options.use_reserve = true;  // what frees a full disk must work on one
+  auto cache = Cache::Open(dir, options);
   if (!cache.ok()) return ReportError(kProg, cache.status());
   if (args.Has("repo")) {
     auto set = FindFilesetArg(**cache, args);

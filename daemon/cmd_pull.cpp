@@ -228,6 +228,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.offline = args->Flag("offline") || HubOfflineFromEnvironment();
     opt.dry_run = args->Flag("dry-run");
     opt.make_room = args->Flag("make-room");
+    cache_opt.use_reserve = opt.make_room;  // it frees space, so it must work on a full disk
     return CheckPullOptions(opt);
   };
   if (Status s = parse(); !s.ok()) return ReportError("exlr8d pull", s);

@@ -38,6 +38,11 @@ answers while a pull or 'exlr8d serve' owns it) and fetches nothing.
                       else ~/.cache/exlr8)
   --json              print the status as JSON (as GET /v1/ranks does)
 
+Only bytes the files still hold count: each file of the plan is looked at
+(its size, not its contents), so one truncated, grown or deleted since the
+pull makes the rank incomplete, named with what changed. Bytes changed in
+place are for 'exlr8d verify', which reads them.
+
 Exit status: 0 complete; 1 not complete (the first thing missing is named:
 'exlr8d pull' fetches exactly what is missing); 2 usage; 3 never pulled, or
 the manifest or an index file is not in the cache.
@@ -99,6 +104,9 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
     line("halves", st->halves_verified, st->halves);
     std::printf("  %-14s %s of %s verified\n", "bytes", HumanBytes(st->bytes_verified).c_str(),
                 HumanBytes(st->bytes_planned).c_str());
+    if (st->files_changed > 0)
+      std::printf("  %-14s %llu file%s not as pulled (truncated, grown or deleted)\n", "changed",
+                  static_cast<unsigned long long>(st->files_changed), st->files_changed == 1 ? "" : "s");
     if (!st->complete()) std::printf("  first missing  %s\n", st->first_missing.c_str());
   }
   return st->complete() ? kExitOk : kExitVerifyFailed;

@@ -164,7 +164,9 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   // Nothing to check where no cache is (and none is made there).
   if (!HasCacheIndex(dir))
     return ReportError(kProg, NotFoundError("no exlr8d cache in " + dir + " (no exlr8d.db)"));
-  auto cache = check_only ? Cache::OpenReadOnly(dir) : Cache::Open(dir);
+  CacheOptions cache_options;
+  cache_options.use_reserve = true;  // forgetting what failed needs room in the index, on a full disk too
+  auto cache = check_only ? Cache::OpenReadOnly(dir) : Cache::Open(dir, cache_options);
   if (!cache.ok()) {
     Status s = cache.status();
     if (s.code() == StatusCode::kFailedPrecondition && !check_only)

@@ -118,6 +118,7 @@ std::string RankStatusJson(const RankQuery& q, const RankStatus& st) {
   count("halves_verified", st.halves_verified);
   count("bytes_planned", st.bytes_planned);
   count("bytes_verified", st.bytes_verified);
+  count("files_changed", st.files_changed);
   o += ",\"first_missing\":";
   if (st.first_missing.empty()) {
     o += "null";

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <map>
@@ -31,7 +32,23 @@ Status ValidateHash(const std::optional<std::string>& hash, std::size_t hex_digi
 }  // namespace
 
 Cache::Cache(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
-Cache::~Cache() = default;
+Cache::~Cache() {
+  if (rep_->read_only) return;
+  // The index first: closing it checkpoints its WAL, which may grow the
+  // database. Then the reserve this Cache released, as much of it as is
+  // free: a command that freed nothing (unpin, verify) leaves a full disk
+  // as full as it found it, with the room for the next one (gc) to work.
+  {
+    MutexLock l(&rep_->mu);
+    rep_->db.reset();
+  }
+  bool released = false;
+  {
+    std::lock_guard<std::mutex> l(rep_->reserve_mu);
+    released = rep_->released_reserve;
+  }
+  rep_->RestoreReserve(/*keep_free=*/released ? 0 : rep_->options.reserve_bytes);
+}
 
 const std::filesystem::path& Cache::dir() const { return rep_->dir; }
 
@@ -46,6 +63,15 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
   EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait));
+  // On a full disk, room for the index before SQLite needs it: opening may
+  // already write (its shared-memory file, a checkpoint that grows the
+  // database).
+  if (rep->options.use_reserve && rep->options.reserve_bytes > 0) {
+    struct statvfs vfs;
+    if (::fstatvfs(rep->root_fd.get(), &vfs) == 0 &&
+        static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < rep->options.reserve_bytes)
+      (void)rep->ReleaseReserve();
+  }
 
   MutexLock l(&rep->mu);
   EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open((rep->dir / kCacheDbName).string()));
@@ -63,16 +89,20 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   EXLR8_RETURN_IF_ERROR(db->PersistWal());  // for read-only views of other users
   EXLR8_RETURN_IF_ERROR(ApplyMigrations(db, BuiltinMigrations()));
   // We hold the lock, so no process runs the pulls still marked running.
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("UPDATE pulls SET state = 'failed', error = 'interrupted: the "
-                                                   "exlr8d that ran it stopped', finished = ?1, updated = ?1 "
-                                                   "WHERE state = 'running'"));
-  EXLR8_RETURN_IF_ERROR(q.Bind(1, rep->Now()).Run());
+  // Not on a full disk (found by review: after a pull failed for lack of
+  // space, gc, unpin, verify and list all failed on this UPDATE): the rows
+  // are then treated as failed without it (Rep::IsStalePull).
+  if (Status marked = rep->MarkStalePulls(); !marked.ok() && marked.code() != StatusCode::kResourceExhausted)
+    return marked;
   // What an eviction a crash interrupted left on disk (its rows gone, some
   // of its files not yet): no rerun of that eviction finds the fileset
   // again, so the first owner after it removes them (found by review: they
   // stayed until a gc that evicted something). Best effort: a failure here
   // is said again by the next eviction, which sweeps too.
   (void)rep->RemoveOrphanDirs();
+  // Made when there is room to spare; one released above waits until the
+  // work is done (~Cache).
+  rep->RestoreReserve(/*keep_free=*/rep->options.reserve_bytes);
   return std::unique_ptr<Cache>(new Cache(std::move(rep)));
 }
 

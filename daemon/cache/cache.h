@@ -75,6 +75,25 @@ struct CacheOptions {
   // `list` loop failed 4 pulls in 30); a pull that owns the cache for an
   // hour still gets its clear error after this.
   std::chrono::milliseconds lock_wait{2000};
+  // Room for the index on a full file system. SQLite needs space of its own
+  // to change anything (WAL frames, and a checkpoint may grow the database),
+  // even to delete rows, so a disk filled by a pull would lock out the very
+  // commands that free it. Every owner keeps <dir>/exlr8d.reserve, a file
+  // of this many bytes allocated on disk (fallocate, fdatasync), made out
+  // of what is free beyond another reserve_bytes (never the last of the
+  // disk). It is released (deleted) when the index needs it: by Open with
+  // `use_reserve` when less than this much is free, and by an eviction
+  // whose transaction finds the disk full (it is then tried once more).
+  // Released, it is not counted as free (FreeBytes); Gc and Evict make it
+  // again from what they freed, and the destructor takes back, from what
+  // is free, what this Cache released. 0 = none.
+  std::uint64_t reserve_bytes = 16ull << 20;
+  // For a command that must work on a full file system because it frees
+  // space or is how an operator gets there (gc, pull --make-room, pin,
+  // unpin, verify): Open releases the reserve first when less than
+  // reserve_bytes is free. A plain pull leaves it alone (it would only
+  // fill it), and fails for lack of space as before.
+  bool use_reserve = false;
 };
 
 // Verified bytes [offset, offset + length) of one file.
@@ -182,9 +201,13 @@ class Cache {
  public:
   // Opens (creating) the cache in `dir`: takes <dir>/exlr8d.lock, opens and
   // migrates <dir>/exlr8d.db, and marks pulls left 'running' by a dead
-  // process as 'failed'. FailedPrecondition naming the lock file and the
-  // holder's pid if another Cache (this or another process) holds it, or if
-  // the index is newer than this binary.
+  // process as 'failed'. That mark needs room on disk; on a full one it is
+  // left for later (an eviction that frees space tries again), and until
+  // then this Cache treats every 'running' pull it did not start as
+  // interrupted: reported 'failed', and no bar to eviction. FailedPrecondition
+  // naming the lock file and the holder's pid if another Cache (this or
+  // another process) holds it, or if the index is newer than this binary.
+  // The reserve: see CacheOptions::reserve_bytes.
   // The returned Cache holds the lock until destroyed.
   static Result<std::unique_ptr<Cache>> Open(std::filesystem::path dir, CacheOptions options = {});
   ~Cache();
@@ -197,7 +220,8 @@ class Cache {
   // and every call that would change something fails with
   // FailedPrecondition and changes nothing; the Get/List/Covers/
   // VerifiedExtents/OpenVerified readers work. Pulls of a process that died
-  // stay 'running' here until the next Open marks them failed. NotFound
+  // stay 'running' here until an owner opens the cache. Needs no room on
+  // disk beyond what SQLite's shared-memory file already holds. NotFound
   // when `dir` holds no cache; FailedPrecondition when its index is at
   // another schema version than this binary's.
   static Result<std::unique_ptr<Cache>> OpenReadOnly(std::filesystem::path dir);
@@ -303,6 +327,12 @@ class Cache {
   // place are for `exlr8d verify`, which reads them). Returns the bytes
   // forgotten.
   Result<std::uint64_t> ForgetLostBytes(FilesetId fileset);
+  // The size of the file's data in the cache directory now, by one stat
+  // (no reading); nullopt when it is not there (deleted, never written, or
+  // deleted while this process held it open). Every data file is created at
+  // its listed size, so another size means it was changed behind the
+  // cache's back. Works on a read-only view. NotFound for an unknown id.
+  Result<std::optional<std::uint64_t>> SizeOnDisk(FileId file);
   // Cuts a data file grown past its listed size back to it (the bytes past
   // the end are not the release's; the stage refuses such a file). Its
   // recorded bytes stay. A scrub that repairs calls it.
@@ -329,7 +359,9 @@ class Cache {
 
   // ---- space ----
 
-  // Free bytes for an unprivileged writer on the cache's file system.
+  // Free bytes for an unprivileged writer on the cache's file system, less
+  // the reserve this Cache released and has not made again (that room is
+  // kept for the index: CacheOptions::reserve_bytes).
   Result<std::uint64_t> FreeBytes();
   // Sum of all verified extents.
   Result<std::uint64_t> RecordedBytes();

@@ -221,6 +221,32 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   return txn.Commit();
 }
 
+Result<std::optional<std::uint64_t>> Cache::Rep::SizeOnDisk(FileId id, const FileRow& row) {
+  if (std::shared_ptr<DataFile> open = FindOpen(id)) {
+    struct stat st;
+    if (::fstat(open->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + open->shown);
+    if (st.st_nlink > 0) return std::optional<std::uint64_t>(static_cast<std::uint64_t>(st.st_size));
+    // Deleted while open: what it held is gone (writes to it would land
+    // nowhere), whatever the path names by now.
+    MutexLock open_lock(&open_mu);
+    open_files.erase(id);
+    return std::optional<std::uint64_t>();
+  }
+  Result<BeneathFile> f = OpenBeneath(root_fd.get(), row.rel, /*create=*/false, shown, /*read_only=*/true);
+  if (f.status().code() == StatusCode::kNotFound) return std::optional<std::uint64_t>();
+  if (!f.ok()) return f.status();
+  struct stat st;
+  if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + shown + "/" + row.rel);
+  return std::optional<std::uint64_t>(static_cast<std::uint64_t>(st.st_size));
+}
+
+Result<std::optional<std::uint64_t>> Cache::SizeOnDisk(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.mu);
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  return r.SizeOnDisk(file, row);
+}
+
 Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
@@ -239,26 +265,8 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
     }
     for (FileId id : ids) {
       EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
-      std::uint64_t on_disk = 0;  // bytes of the file that exist
-      if (std::shared_ptr<DataFile> open = r.FindOpen(id)) {
-        struct stat st;
-        if (::fstat(open->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + open->shown);
-        on_disk = static_cast<std::uint64_t>(st.st_size);
-        if (st.st_nlink == 0) {  // deleted while open: writes to it would land nowhere
-          on_disk = 0;
-          MutexLock open_lock(&r.open_mu);
-          r.open_files.erase(id);
-        }
-      } else {
-        Result<BeneathFile> f = OpenBeneath(r.root_fd.get(), row.rel, /*create=*/false, r.shown, /*read_only=*/true);
-        if (f.ok()) {
-          struct stat st;
-          if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + r.shown + "/" + row.rel);
-          on_disk = static_cast<std::uint64_t>(st.st_size);
-        } else if (f.status().code() != StatusCode::kNotFound) {
-          return f.status();
-        }
-      }
+      EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> size, r.SizeOnDisk(id, row));
+      const std::uint64_t on_disk = size.value_or(0);  // bytes of the file that exist
       if (on_disk < row.size) lost.push_back({id, on_disk, row.size - on_disk});
     }
   }

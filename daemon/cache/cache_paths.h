@@ -23,6 +23,8 @@ namespace exlr8 {
 
 inline constexpr std::string_view kCacheDbName = "exlr8d.db";
 inline constexpr std::string_view kCacheLockName = "exlr8d.lock";
+// Room kept for the index on a full disk (CacheOptions::reserve_bytes).
+inline constexpr std::string_view kCacheReserveName = "exlr8d.reserve";
 inline constexpr std::size_t kMaxPathComponent = 255;  // bytes, NAME_MAX
 inline constexpr std::size_t kMaxRepoPath = 4096;      // bytes, PATH_MAX
 inline constexpr std::size_t kMaxRepoIdPart = 96;      // the Hub's limit for org and name

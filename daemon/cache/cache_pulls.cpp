@@ -1,5 +1,6 @@
 #include "daemon/cache/cache.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,35 @@ Result<PullState> ParsePullState(std::string_view s) {
   return CorruptionError("unknown pull state '" + EscapeForMessage(s) + "' in exlr8d.db");
 }
 
+constexpr std::string_view kInterrupted = "interrupted: the exlr8d that ran it stopped";
+
 }  // namespace
+
+// ---- pulls a dead process left 'running' ----
+
+Status Cache::Rep::MarkStalePulls() {
+  if (stale_pulls_marked) return Status::Ok();
+  std::string own;  // ids: integers, safe in the text
+  for (PullId id : own_pulls) own += (own.empty() ? "" : ", ") + std::to_string(id);
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         db->Prepare("UPDATE pulls SET state = 'failed', error = ?2, finished = ?1, "
+                                     "updated = ?1 WHERE state = 'running' AND id NOT IN (" +
+                                     own + ")"));
+  EXLR8_RETURN_IF_ERROR(q.Bind(1, Now()).Bind(2, kInterrupted).Run());
+  stale_pulls_marked = true;
+  return Status::Ok();
+}
+
+Result<std::set<FilesetId>> Cache::Rep::FilesetsBeingPulled() {
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         db->Prepare("SELECT id, fileset_id FROM pulls WHERE state = 'running'"));
+  std::set<FilesetId> out;
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    if (!IsStalePull(q.Int(0))) out.insert(q.Int(1));
+  }
+}
 
 // ---- pulls ----
 
@@ -58,6 +87,7 @@ Result<PullId> Cache::StartPull(const PullSpec& spec) {
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
   EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, spec.fileset).Run());
   EXLR8_RETURN_IF_ERROR(txn.Commit());
+  r.own_pulls.insert(id);
   return id;
 }
 
@@ -94,7 +124,14 @@ Status Cache::FinishPull(PullId pull, PullState state, std::string_view error) {
   MutexLock l(&r.mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("UPDATE pulls SET state = ?1, error = ?2, finished = ?3, "
                                                      "updated = ?3 WHERE id = ?4 AND state = 'running'"));
-  EXLR8_RETURN_IF_ERROR(q.Bind(1, PullStateName(state)).Bind(2, error).Bind(3, r.Now()).Bind(4, pull).Run());
+  // Over in this process whether or not its end is recorded (a full disk):
+  // a row left 'running' is then reported interrupted, and bars no eviction.
+  r.own_pulls.erase(pull);
+  if (Status s = q.Bind(1, PullStateName(state)).Bind(2, error).Bind(3, r.Now()).Bind(4, pull).Run();
+      !s.ok()) {
+    r.stale_pulls_marked = false;  // the next eviction marks it
+    return s;
+  }
   if (r.db->Changes() == 0)
     return FailedPreconditionError(r.shown + ": pull " + std::to_string(pull) + " is unknown or already finished");
   return Status::Ok();
@@ -129,6 +166,11 @@ Result<std::vector<PullInfo>> Cache::Rep::QueryPulls(std::string_view where, std
     p.started_ms = q.Int(14);
     p.updated_ms = q.Int(15);
     if (!q.IsNull(16)) p.finished_ms = q.Int(16);
+    if (p.state == PullState::kRunning && IsStalePull(p.id)) {  // as MarkStalePulls would have left it
+      p.state = PullState::kFailed;
+      p.error = kInterrupted;
+      p.finished_ms = p.updated_ms;
+    }
     out.push_back(std::move(p));
   }
 }

@@ -184,6 +184,8 @@ struct Cache::Rep {
   }
 
   Result<FileId> PutFileLocked(FilesetId fileset, const NewFile& f) EXLR8_REQUIRES(mu);
+  // Cache::SizeOnDisk of the file `row` describes.
+  Result<std::optional<std::uint64_t>> SizeOnDisk(FileId id, const FileRow& row) EXLR8_REQUIRES(mu);
 
   Status CheckFilesetExists(FilesetId fileset) EXLR8_REQUIRES(mu) {
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT 1 FROM filesets WHERE id = ?"));
@@ -336,9 +338,43 @@ struct Cache::Rep {
   // most `target` or nothing evictable is left.
   Result<GcResult> EvictDownTo(std::uint64_t target) EXLR8_REQUIRES(mu);
   // Deletes the filesets' rows in one durable transaction, then their data
-  // directories (and any other orphans), and adds them to `result`.
+  // directories (and any other orphans), and adds them to `result`. A
+  // transaction that finds the disk full releases the reserve and is tried
+  // once more; with space freed, stale pulls are marked (MarkStalePulls).
   Status EvictFilesets(const std::vector<std::pair<FilesetId, std::uint64_t>>& victims, GcResult* result)
       EXLR8_REQUIRES(mu);
+
+  // ---- pulls a dead process left 'running' (cache_pulls.cpp) ----
+
+  // Pulls this Cache started and has not finished. For the owner (it holds
+  // the lock), a 'running' row not among them is a pull whose process died.
+  std::set<PullId> own_pulls EXLR8_GUARDED_BY(mu);
+  // Whether such rows were marked 'failed' in the index. Open tries, and so
+  // does every eviction until it works: on a full disk the UPDATE fails,
+  // and the rows are treated as failed without it (IsStalePull).
+  bool stale_pulls_marked EXLR8_GUARDED_BY(mu) = false;
+  Status MarkStalePulls() EXLR8_REQUIRES(mu);
+  // A row in state 'running' whose pull no process runs: false in a
+  // read-only view, which cannot know.
+  bool IsStalePull(PullId id) const EXLR8_REQUIRES(mu) { return !read_only && !own_pulls.contains(id); }
+  // The filesets with a pull running now (stale rows left out).
+  Result<std::set<FilesetId>> FilesetsBeingPulled() EXLR8_REQUIRES(mu);
+
+  // ---- the reserve (CacheOptions::reserve_bytes; cache_space.cpp) ----
+
+  // Deletes the reserve if there is one; true if it did. Best effort.
+  bool ReleaseReserve();
+  // Makes the reserve reserve_bytes large again (creating it, or completing
+  // one cut short) out of the free space, leaving at least `keep_free` of
+  // it; never shrinks it. Best effort: the reserve is a safety margin, not
+  // a precondition of anything.
+  void RestoreReserve(std::uint64_t keep_free);
+  // What of the reserve this Cache released is not there again: room kept
+  // for the index, so Cache::FreeBytes does not count it free (a pull
+  // with --make-room evicts for its data instead of filling it).
+  std::uint64_t ReserveOwed();
+  std::mutex reserve_mu;          // one release or restore at a time
+  bool released_reserve = false;  // by this Cache; guarded by reserve_mu
 };
 
 }  // namespace exlr8

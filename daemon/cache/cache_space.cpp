@@ -1,6 +1,7 @@
 #include "daemon/cache/cache.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -20,7 +21,9 @@ namespace exlr8 {
 Result<std::uint64_t> Cache::FreeBytes() {
   struct statvfs vfs;
   if (::fstatvfs(rep_->root_fd.get(), &vfs) != 0) return ErrnoStatus(errno, "statvfs " + rep_->shown);
-  return static_cast<std::uint64_t>(vfs.f_bavail) * static_cast<std::uint64_t>(vfs.f_frsize);
+  const std::uint64_t free =
+      static_cast<std::uint64_t>(vfs.f_bavail) * static_cast<std::uint64_t>(vfs.f_frsize);
+  return free - std::min(free, rep_->ReserveOwed());
 }
 
 const std::optional<std::uint64_t>& Cache::byte_budget() const { return rep_->options.byte_budget; }
@@ -59,6 +62,8 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
   const bool over_budget = budget && (committed > *budget || bytes_needed > *budget - committed);
   if (bytes_needed <= available && !over_budget) return Status::Ok();
   std::string msg = "need " + HumanBytes(bytes_needed) + ", " + HumanBytes(free) + " free on " + rep_->shown;
+  if (const std::uint64_t owed = rep_->ReserveOwed(); owed > 0)
+    msg += " besides " + HumanBytes(owed) + " kept for the index";
   if (budget) {
     msg += " (budget " + HumanBytes(*budget) + ", " + HumanBytes(used) + " used";
   } else {
@@ -73,7 +78,9 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
 Result<GcResult> Cache::Gc(std::uint64_t budget) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   MutexLock l(&rep_->mu);
-  return rep_->EvictDownTo(budget);
+  Result<GcResult> r = rep_->EvictDownTo(budget);
+  rep_->RestoreReserve(/*keep_free=*/rep_->options.reserve_bytes);
+  return r;
 }
 
 Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* own) {
@@ -111,6 +118,7 @@ Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
     std::set<std::pair<std::string, std::string>> held;  // repo, commit
     for (const ProcessPinInfo& p : live) held.emplace(p.repo, p.commit);
     const std::set<FilesetId> claimed = ClaimedFilesets();
+    EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, FilesetsBeingPulled());
     EXLR8_ASSIGN_OR_RETURN(
         SqliteStmt q,
         db->Prepare("SELECT s.id, "
@@ -118,13 +126,12 @@ Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
                     "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
                     "FROM filesets s "
                     "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
-                    "AND NOT EXISTS (SELECT 1 FROM pulls u WHERE u.fileset_id = s.id AND u.state = 'running') "
                     "ORDER BY s.last_used ASC, s.id ASC"));
     std::uint64_t left = total;
     while (left > target) {
       EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
-      if (held.count({q.Text(2), q.Text(3)}) || claimed.count(q.Int(0))) continue;
+      if (held.count({q.Text(2), q.Text(3)}) || claimed.count(q.Int(0)) || pulled.count(q.Int(0))) continue;
       const auto bytes = static_cast<std::uint64_t>(q.Int(1));
       left -= std::min(left, bytes);
       victims.emplace_back(q.Int(0), bytes);
@@ -156,13 +163,12 @@ Result<GcResult> Cache::Evict(FilesetId fileset) {
     return FailedPreconditionError(name + " is held by " + holders +
                                    "; the pin goes when that process exits (stop it first)");
   }
-  EXLR8_ASSIGN_OR_RETURN(std::int64_t running,
-                         r.db->QueryInt("SELECT COUNT(*) FROM pulls WHERE fileset_id = " + std::to_string(fileset) +
-                                        " AND state = 'running'"));
-  if (running > 0 || rep_->ClaimedFilesets().count(fileset))
+  EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, r.FilesetsBeingPulled());
+  if (pulled.count(fileset) || rep_->ClaimedFilesets().count(fileset))
     return FailedPreconditionError(name + " has a pull running");
   GcResult result;
   EXLR8_RETURN_IF_ERROR(r.EvictFilesets({{fileset, set.bytes_cached}}, &result));
+  r.RestoreReserve(/*keep_free=*/r.options.reserve_bytes);
   EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
   return result;
 }
@@ -171,13 +177,20 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
   if (!victims.empty()) {
     // Rows first, durably (synchronous=FULL); files after. A crash in
     // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
-    EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
-    for (const auto& [id, bytes] : victims) {
-      del.Reset();
-      EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
-    }
-    EXLR8_RETURN_IF_ERROR(txn.Commit());
+    auto delete_rows = [&]() -> Status {
+      EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
+      EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
+      for (const auto& [id, bytes] : victims) {
+        del.Reset();
+        EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
+      }
+      return txn.Commit();
+    };
+    Status deleted = delete_rows();
+    // SQLite needs room even to delete (WAL frames): on a full disk the
+    // reserve is what lets an eviction free the rest.
+    if (deleted.code() == StatusCode::kResourceExhausted && ReleaseReserve()) deleted = delete_rows();
+    EXLR8_RETURN_IF_ERROR(deleted);
     std::set<FilesetId> gone;
     for (const auto& [id, bytes] : victims) {
       gone.insert(id);
@@ -187,7 +200,70 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
     MutexLock open_lock(&open_mu);
     std::erase_if(open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
   }
-  return RemoveOrphanDirs();
+  EXLR8_RETURN_IF_ERROR(RemoveOrphanDirs());
+  (void)MarkStalePulls();  // the room a full disk denied it at Open, if any is free now
+  return Status::Ok();
+}
+
+// ---- the reserve ----
+
+bool Cache::Rep::ReleaseReserve() {
+  std::lock_guard<std::mutex> l(reserve_mu);
+  const std::string name(kCacheReserveName);
+  struct stat st;
+  // Only a regular file of ours; anything else there is left alone.
+  if (::fstatat(root_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+    return false;
+  if (::unlinkat(root_fd.get(), name.c_str(), 0) != 0) return false;
+  released_reserve = true;
+  return true;
+}
+
+std::uint64_t Cache::Rep::ReserveOwed() {
+  const std::uint64_t want = options.reserve_bytes;
+  std::lock_guard<std::mutex> l(reserve_mu);
+  if (!released_reserve || want == 0) return 0;
+  struct stat st;
+  if (::fstatat(root_fd.get(), std::string(kCacheReserveName).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISREG(st.st_mode))
+    return want;
+  const std::uint64_t have =
+      std::min(static_cast<std::uint64_t>(st.st_size), static_cast<std::uint64_t>(st.st_blocks) * 512);
+  return want - std::min(want, have);
+}
+
+void Cache::Rep::RestoreReserve(std::uint64_t keep_free) {
+  const std::uint64_t want = options.reserve_bytes;
+  if (want == 0 || read_only) return;
+  std::lock_guard<std::mutex> l(reserve_mu);
+  const std::string name(kCacheReserveName);
+  std::uint64_t have = 0;  // allocated bytes of the reserve now
+  struct stat st;
+  if (::fstatat(root_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISREG(st.st_mode)) return;  // not ours
+    have = std::min(static_cast<std::uint64_t>(st.st_size), static_cast<std::uint64_t>(st.st_blocks) * 512);
+  }
+  if (have >= want) return;
+  struct statvfs vfs;
+  if (::fstatvfs(root_fd.get(), &vfs) != 0) return;
+  const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (free <= keep_free) return;
+  const std::uint64_t size = have + std::min(want - have, free - keep_free);
+  UniqueFd fd(::openat(root_fd.get(), name.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return;
+  // Allocated, not sparse: a hole would free nothing when deleted.
+  int rc = ::fallocate(fd.get(), 0, 0, static_cast<off_t>(size));
+  if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {  // written out instead
+    const std::vector<std::byte> zeros(1 << 20);
+    Status written = Status::Ok();
+    for (std::uint64_t at = 0; at < size && written.ok(); at += zeros.size())
+      written = PwriteAll(fd.get(), at,
+                          std::span(zeros).first(std::min<std::uint64_t>(zeros.size(), size - at)), name);
+    rc = written.ok() ? 0 : -1;
+  }
+  // Durable, so that a crash does not leave the cache without it: the
+  // allocation (fdatasync) and the name (fsync of the directory).
+  if (rc == 0 && ::fdatasync(fd.get()) == 0) (void)::fsync(root_fd.get());
 }
 
 Status Cache::Rep::RemoveOrphanDirs() {

@@ -164,10 +164,25 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
     auto it = planned.by_path.find(pf.path);
     if (it == planned.by_path.end()) return InternalError(pf.path + ": in the plan but not in the cache's listing");
     const FileInfo& f = *it->second;
+    // What the file holds now (found by review: after `truncate -s 1000` of
+    // a cached width file the rank was "complete"; verify, the next pull and
+    // the stage all caught it). Bytes past its end are not there.
+    std::uint64_t held = f.size;
+    if (f.bytes_cached > 0 || f.whole_verified) {
+      EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> on_disk, cache.SizeOnDisk(f.id));
+      if (!on_disk || *on_disk != f.size) {
+        ++st.files_changed;
+        held = std::min(f.size, on_disk.value_or(0));
+        missing(!on_disk ? f.path + " is recorded in the index but not in the cache directory (deleted?)"
+                         : f.path + " is " + std::to_string(*on_disk) +
+                               " bytes in the cache directory, listed " + std::to_string(f.size) + " (" +
+                               (*on_disk < f.size ? "truncated" : "grown") + " since it was pulled)");
+      }
+    }
     if (pf.whole) {
       ++st.files;
       st.bytes_planned += f.size;
-      if (f.whole_verified) {
+      if (f.whole_verified && held == f.size) {
         ++st.files_verified;
         st.bytes_verified += f.size;
       } else {
@@ -177,6 +192,7 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
     }
     // One query per file (halves: hundreds of thousands at GLM-5.3 scale).
     EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> verified, cache.VerifiedExtents(f.id));
+    if (held < f.size) verified = SubtractExtents(verified, {{held, f.size - held}});
     ++st.headers;
     EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> header, CachedHeaderSize(cache, f, verified));
     if (header) st.bytes_planned += *header;

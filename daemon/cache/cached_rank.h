@@ -53,7 +53,10 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& filese
 
 // How much of a rank's plan the cache holds as verified: the whole files
 // (dense, vocab, config, index files, manifests), the width files' headers
-// and the halves. Only recorded (verified) bytes count.
+// and the halves. Only recorded (verified) bytes count, and only those the
+// files still hold: each file of the plan with recorded bytes is looked at
+// (one stat, no reading; Cache::SizeOnDisk). Bytes changed in place are for
+// `exlr8d verify`, which reads them.
 struct RankStatus {
   std::string commit;
   std::uint64_t files = 0, files_verified = 0;      // whole files
@@ -62,6 +65,12 @@ struct RankStatus {
   // Bytes of the plan; headers count once their size is known, that is
   // once their first 8 bytes are verified.
   std::uint64_t bytes_planned = 0, bytes_verified = 0;
+  // Files of the plan with recorded bytes whose size in the cache directory
+  // is not their listed size, or that are gone (truncated, grown or deleted
+  // behind the cache's back): the stage refuses such a file, and the next
+  // pull forgets what they lost and mends them. Bytes past a truncated
+  // file's end do not count as verified above.
+  std::uint64_t files_changed = 0;
   // The first thing missing, named with its file and offset ("" when none).
   std::string first_missing;
   // False while the manifest or an index file is not verified in the cache
@@ -69,7 +78,8 @@ struct RankStatus {
   // above are all 0 and first_missing names that file.
   bool planned = true;
   bool complete() const {
-    return planned && files_verified == files && headers_verified == headers && halves_verified == halves;
+    return planned && files_verified == files && headers_verified == headers && halves_verified == halves &&
+           files_changed == 0;
   }
 };
 

@@ -33,7 +33,9 @@
 namespace exlr8 {
 namespace {
 
+using ::exlr8::testing::FillUp;
 using ::exlr8::testing::TempDir;
+using ::exlr8::testing::TmpfsMount;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -242,6 +244,113 @@ TEST(CacheCommandsTest, BadNamesAndABusyCacheAreClearErrors) {
 
 // A pull no one could serve is refused before anything starts: no cache
 // directory made, no progress line, one error naming the option.
+// The latest pull of fileset `repo` as `exlr8d list --json` shows it.
+const JsonValue* LatestPull(const JsonValue& list, const std::string& repo) {
+  for (const JsonValue& set : list.Find("filesets")->as_array())
+    if (set.Find("repo")->as_string() == repo) return set.Find("latest_pull");
+  return nullptr;
+}
+
+// Found by review: after a pull ended with exit 6 on a full file system,
+// `gc --budget`, `gc --repo`, `pull --make-room`, `unpin`, `verify` and
+// `list` all exited 6: the dead pull's row stayed 'running', every command
+// tried to mark it failed first, and SQLite had no room for that UPDATE.
+// Each command here meets a file system filled to the last byte.
+TEST(CacheCommandsTest, CommandsThatFreeSpaceWorkOnAFullDisk) {
+  TmpfsMount mnt("64m");
+  if (!mnt.mounted())
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << mnt.error() << "); needs CAP_SYS_ADMIN";
+  const fs::path cache = mnt.path() / "cache";
+  const fs::path filler = mnt.path() / "filler";
+  const std::string c = " --cache " + Quote(cache.string());
+  auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/test", "exlr8/a", "exlr8/b", "exlr8/c", "exlr8/d"});
+  // Four filesets, least recently used first.
+  std::map<std::string, fs::path> roots;
+  for (const char* repo : {"exlr8/a", "exlr8/b", "exlr8/c", "exlr8/d"}) {
+    PullOptions o = Options(*sim, "home", 4, 0);
+    o.repo = repo;
+    auto s = Pull(cache, o);
+    ASSERT_TRUE(s.ok()) << repo << ": " << s.status().ToString();
+    roots[repo] = s->root;
+  }
+  ASSERT_EQ(Shell(Exlr8d() + " pin --repo exlr8/a" + c).status, 0);
+  {  // c's pull died: its row stays 'running' (as when a pull's end could not be recorded)
+    auto owner = Cache::Open(cache);
+    ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+    const FilesetId set =
+        *(*owner)->PutFileset("exlr8/c", "main", *(*owner)->LookupCommit("exlr8/c", "main"));
+    ASSERT_TRUE((*owner)->StartPull({set, "exlr8-manifest-home.json", 4, 1}).ok());
+  }
+  EXPECT_TRUE(fs::exists(cache / "exlr8d.reserve"));
+  ASSERT_TRUE(FillUp(filler));
+
+  // A pull fails cleanly, and leaves the reserve to the commands below.
+  const std::string rank =
+      " --repo exlr8/test --manifest home --tp 4 --rank 0 --no-progress --endpoint " + sim->hub_url() + c;
+  const ShellRun full_pull = Shell(Exlr8d() + " pull" + rank);
+  EXPECT_EQ(full_pull.status, 6) << full_pull.out;
+  EXPECT_TRUE(fs::exists(cache / "exlr8d.reserve"));
+
+  // list: the dead pull is reported as what it is.
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun list = Shell(Exlr8d() + " list --json" + c);
+  ASSERT_EQ(list.status, 0) << list.out;
+  auto listed = ParseJson(list.out);
+  ASSERT_TRUE(listed.ok()) << list.out;
+  EXPECT_EQ(listed->Find("filesets")->as_array().size(), 4u) << list.out;
+  const JsonValue* dead = LatestPull(*listed, "exlr8/c");
+  ASSERT_TRUE(dead != nullptr && dead->is_object()) << list.out;
+  EXPECT_EQ(dead->Find("state")->as_string(), "failed");
+  EXPECT_THAT(dead->Find("error")->as_string(), HasSubstr("interrupted"));
+
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun check = Shell(Exlr8d() + " verify --check-only --no-progress" + c);
+  EXPECT_EQ(check.status, 0) << check.out;
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun verify = Shell(Exlr8d() + " verify --no-progress" + c);
+  EXPECT_EQ(verify.status, 0) << verify.out;
+  EXPECT_FALSE(ListJson(cache).Find("filesets")->as_array()[0].Find("verified")->is_null());  // recorded
+
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun unpin = Shell(Exlr8d() + " unpin --repo exlr8/a" + c);
+  EXPECT_EQ(unpin.status, 0) << unpin.out;
+  EXPECT_THAT(unpin.out, HasSubstr("unpinned exlr8/a@main"));
+  EXPECT_TRUE(Pins(ListJson(cache)).empty());
+  // Freeing nothing, it gave the room it borrowed back to the reserve.
+  EXPECT_TRUE(fs::exists(cache / "exlr8d.reserve"));
+
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun by_name = Shell(Exlr8d() + " gc --repo exlr8/b" + c);
+  EXPECT_EQ(by_name.status, 0) << by_name.out;
+  EXPECT_THAT(by_name.out, HasSubstr("evicted exlr8/b@main"));
+  EXPECT_FALSE(fs::exists(roots["exlr8/b"]));
+
+  // pull --make-room evicts for the rank (a, least recently used first),
+  // not into the room kept for the index.
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun make_room = Shell(Exlr8d() + " pull --make-room" + rank);
+  EXPECT_EQ(make_room.status, 0) << make_room.out;
+  EXPECT_THAT(make_room.out, HasSubstr("made room"));
+  EXPECT_FALSE(fs::exists(roots["exlr8/a"]));
+  EXPECT_EQ(Shell(Exlr8d() + " status --repo exlr8/test --manifest home --tp 4 --rank 0" + c).status, 0);
+  EXPECT_TRUE(fs::exists(cache / "exlr8d.reserve"));
+
+  // c's dead pull keeps nothing from eviction.
+  ASSERT_TRUE(FillUp(filler));
+  const ShellRun budget = Shell(Exlr8d() + " gc --budget 1" + c);
+  EXPECT_EQ(budget.status, 0) << budget.out;
+  EXPECT_THAT(budget.out, HasSubstr("0 B remain cached"));
+  EXPECT_FALSE(fs::exists(roots["exlr8/c"]));
+  EXPECT_FALSE(fs::exists(roots["exlr8/d"]));
+  EXPECT_TRUE(ListJson(cache).Find("filesets")->as_array().empty());
+
+  // The index is sound: the rank pulled again into it, and checked clean.
+  fs::remove(filler);
+  ASSERT_EQ(Shell(Exlr8d() + " pull" + rank).status, 0);
+  const ShellRun clean = Shell(Exlr8d() + " verify --no-progress" + c);
+  EXPECT_EQ(clean.status, 0) << clean.out;
+}
+
 // Found by review: a rank pulled with a local manifest (a custom width mix)
 // could not be checked: status looked the path up in the release only.
 TEST(CacheCommandsTest, StatusChecksARankPulledWithALocalManifest) {

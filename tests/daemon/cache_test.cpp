@@ -33,6 +33,7 @@ using testing::kCommitC;
 using testing::kCommitD;
 using testing::Pattern;
 using testing::TempDir;
+using testing::TmpfsMount;
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
@@ -681,27 +682,6 @@ TEST(CacheTest, CheckSpaceCountsWhatOtherPullsClaimed) {
   EXPECT_EQ(fx.cache->CheckSpace(1, b.get()).code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(fx.cache->CheckSpace(1, huge.get()).ok());
 }
-
-// Mounts a tmpfs of `size` on a scratch directory; skips when not permitted.
-class TmpfsMount {
- public:
-  explicit TmpfsMount(const char* size) {
-    const std::string opts = std::string("size=") + size;
-    mounted_ = ::mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, opts.c_str()) == 0;
-    if (!mounted_) error_ = std::strerror(errno);
-  }
-  ~TmpfsMount() {
-    if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& error() const { return error_; }
-  const std::filesystem::path& path() const { return dir_.path(); }
-
- private:
-  TempDir dir_;
-  bool mounted_ = false;
-  std::string error_;
-};
 
 TEST(CacheTest, DiskFullIsResourceExhaustedAndNothingRecorded) {
   TmpfsMount fs("2m");

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "format/json.h"
 #include "format/layout.h"
@@ -155,6 +156,95 @@ TEST(CachedRankTest, TheStatusCommandSaysWhetherARankIsThere) {
                 .status,
             3);
   EXPECT_EQ(Shell(status + " --rank 4").status, 2);  // not a rank of TP 4
+}
+
+// The first file of the fileset of `kind` with recorded bytes, as the
+// rank's pull left it.
+FileInfo FirstCachedFile(const fs::path& cache, ReleaseFileKind kind) {
+  auto view = Cache::OpenReadOnly(cache);
+  EXPECT_TRUE(view.ok()) << view.status().ToString();
+  if (!view.ok()) return {};
+  auto set = FindPulledFileset(**view, "exlr8/test", "main");
+  EXPECT_TRUE(set.ok()) << set.status().ToString();
+  if (!set.ok()) return {};
+  auto files = (*view)->ListFiles(set->id);
+  EXPECT_TRUE(files.ok()) << files.status().ToString();
+  if (!files.ok()) return {};
+  for (const FileInfo& f : *files)
+    if (ClassifyReleasePath(f.path).kind == kind && f.bytes_cached > 0) return f;
+  ADD_FAILURE() << "no cached file of that kind";
+  return {};
+}
+
+// Found by review: after `truncate -s 1000` of a cached width file, `exlr8d
+// status` said "complete" (exit 0); verify, the next pull and the stage all
+// caught it. The status looks at each file's size now: a file truncated,
+// grown or deleted since the pull makes the rank incomplete, named with
+// what changed, and the next pull mends it.
+TEST(CachedRankTest, AFileTruncatedGrownOrDeletedSinceThePullMakesTheRankIncomplete) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  const FileInfo width = FirstCachedFile(cache.path(), ReleaseFileKind::kExpertWidth);
+  ASSERT_GT(width.size, 1000u);
+  const fs::path width_path = pulled->root / width.path;
+  ASSERT_EQ(::truncate(width_path.c_str(), 1000), 0);
+
+  const std::string status = Exlr8d() + " status --cache " + Quote(cache.path().string()) +
+                             " --repo exlr8/test --manifest home --tp 2 --rank 1";
+  const ShellRun truncated = Shell(status);
+  EXPECT_EQ(truncated.status, 1) << truncated.out;
+  EXPECT_THAT(truncated.out, HasSubstr("NOT complete"));
+  EXPECT_THAT(truncated.out, HasSubstr("changed        1 file not as pulled"));
+  EXPECT_THAT(truncated.out,
+              HasSubstr("first missing  " + width.path + " is 1000 bytes in the cache directory, " +
+                        "listed " + std::to_string(width.size) + " (truncated since it was pulled)"));
+  auto st = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_FALSE(st->complete());
+  EXPECT_EQ(st->files_changed, 1u);
+  EXPECT_LT(st->bytes_verified, pulled->bytes_planned);  // what lay past byte 1000 is gone
+  EXPECT_LT(st->halves_verified, st->halves);
+  const ShellRun json = Shell(status + " --json");
+  EXPECT_EQ(json.status, 1) << json.out;
+  auto v = ParseJson(json.out);
+  ASSERT_TRUE(v.ok()) << json.out;
+  EXPECT_FALSE(v->Find("complete")->as_bool());
+  EXPECT_EQ(*v->Find("files_changed")->as_uint64(), 1u);
+  EXPECT_THAT(v->Find("first_missing")->as_string(), HasSubstr(width.path + " is 1000 bytes"));
+
+  // A whole file deleted besides.
+  const FileInfo dense = FirstCachedFile(cache.path(), ReleaseFileKind::kDense);
+  ASSERT_TRUE(fs::remove(pulled->root / dense.path));
+  st = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_FALSE(st->complete());
+  EXPECT_EQ(st->files_changed, 2u);
+  EXPECT_EQ(st->files_verified + 1, st->files);
+
+  // The next pull forgets what was lost and fetches it again.
+  auto again = Pull(cache.path(), Options(*sim, "home", 2, 1));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_GT(again->bytes_fetched, 0u);
+  const ShellRun mended = Shell(status);
+  EXPECT_EQ(mended.status, 0) << mended.out;
+  EXPECT_THAT(mended.out, HasSubstr("TP 2 rank 1: complete"));
+
+  // Grown past its listed size: every recorded byte is still there, but
+  // the stage refuses a file of another size. The next pull cuts it back.
+  ASSERT_EQ(::truncate(width_path.c_str(), static_cast<off_t>(width.size + 1)), 0);
+  st = StatusOf(cache.path(), "home", 2, 1);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_FALSE(st->complete());
+  EXPECT_EQ(st->files_changed, 1u);
+  EXPECT_EQ(st->bytes_verified, pulled->bytes_planned);
+  EXPECT_THAT(st->first_missing, HasSubstr(width.path + " is " + std::to_string(width.size + 1) +
+                                           " bytes in the cache directory, listed " +
+                                           std::to_string(width.size) + " (grown since it was pulled)"));
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  EXPECT_EQ(fs::file_size(width_path), width.size);
+  EXPECT_EQ(Shell(status).status, 0);
 }
 
 }  // namespace

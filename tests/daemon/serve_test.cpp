@@ -119,6 +119,44 @@ TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   EXPECT_FALSE(fs::exists(socket));
 }
 
+// Found by review: after `truncate -s 1000` of a cached width file, GET
+// /v1/ranks said "complete":true. What the files no longer hold is not
+// there: complete false, the file named with what changed.
+TEST(ServeTest, RanksSayARankWithATruncatedFileIsNotComplete) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 3, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ServeProcess serve(cache.path());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::string query = serve.base() + "/v1/ranks?repo=exlr8%2Ftest&manifest=home&tp=3&rank=1";
+  ASSERT_TRUE(Parse(Http(query)).Find("rank")->Find("complete")->as_bool());
+
+  std::string width;  // a width file the rank read from
+  for (const fs::directory_entry& e : fs::directory_iterator(s->root / "experts")) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".k") != std::string::npos && fs::file_size(e.path()) > 1000) {
+      width = "experts/" + name;
+      break;
+    }
+  }
+  ASSERT_FALSE(width.empty());
+  ASSERT_EQ(::truncate((s->root / width).c_str(), 1000), 0);
+  const HttpAnswer after = Http(query);
+  ASSERT_EQ(after.status, 200) << after.body;
+  const JsonValue answer = Parse(after);
+  const JsonValue* rank = answer.Find("rank");
+  ASSERT_NE(rank, nullptr) << after.body;
+  EXPECT_FALSE(rank->Find("complete")->as_bool()) << after.body;
+  EXPECT_LT(*rank->Find("bytes_verified")->as_uint64(), s->bytes_planned);
+  ASSERT_TRUE(rank->Find("first_missing")->is_string()) << after.body;
+  EXPECT_THAT(rank->Find("first_missing")->as_string(),
+              HasSubstr(width + " is 1000 bytes in the cache directory"));
+  ASSERT_NE(rank->Find("files_changed"), nullptr) << after.body;
+  EXPECT_EQ(*rank->Find("files_changed")->as_uint64(), 1u);
+  EXPECT_EQ(serve.Stop(), 0);
+}
+
 // While a slow pull runs (owning the cache), the API shows it running, with
 // its progress and rate, and then its end.
 TEST(ServeTest, ShowsAPullWhileItRuns) {

@@ -41,10 +41,11 @@ function(exlr8_library name)
 endfunction()
 
 # exlr8_test_code_options(target): the optimisation level of test code
-# (tests, the hub simulator, fuzz drivers) when EXLR8_TEST_OPTIMIZE is set.
-# scripts/test.sh builds them with -O0: test sources are two thirds of the
-# build's compile time, and what they test (the product libraries) keeps
-# the build type's level.
+# (tests, their support library, fuzz drivers) when EXLR8_TEST_OPTIMIZE is
+# set. scripts/test.sh builds them with -O1: test sources are two thirds of
+# the build's compile time, and what they test (the product libraries, and
+# the hub simulator, which serves every pull's bytes) keeps the build
+# type's level. Not -O0: tests compare cached bytes one by one.
 function(exlr8_test_code_options target)
   if(EXLR8_TEST_OPTIMIZE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${EXLR8_TEST_OPTIMIZE}>)

@@ -3,7 +3,7 @@
 # build needs, builds from scratch and runs a tier of the tests.
 #
 #   scripts/test.sh          the default tier, about 12 minutes on 2 cores:
-#                              build/       g++, -O2, test code -O0; every
+#                              build/       g++, -O2, test code -O1; every
 #                                           unit and integration test
 #                                           (ctest -LE full), the fuzz replays
 #                              build-asan/  ASan + UBSan over format/ and the
@@ -57,9 +57,9 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   scripts/setup.sh
 fi
 
-step "build (g++ -O2, test code -O0) in build/"
+step "build (g++ -O2, test code -O1) in build/"
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
-  -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
+  -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
 cmake --build build -j"$jobs"
 
 step "tests (ctest -LE full)"
@@ -72,7 +72,7 @@ asan_targets=(status_test json_test safetensors_test safetensors_writer_test rel
               manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
               fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query)
 cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
-  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
+  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
 cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}" >/dev/null
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
 
@@ -88,7 +88,7 @@ tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)
 cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
-  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O0 >/dev/null
+  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}" >/dev/null
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1

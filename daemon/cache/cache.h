@@ -288,7 +288,14 @@ class Cache {
   // `prefixes` are recorded in the same transaction, after the same syncs.
   // A prefix is a resume point only: it never counts as present. An extent
   // with whole_file must be exactly [0, size) (InvalidArgument otherwise).
-  Status CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes = {});
+  // `on_recorded`, when given, runs once the transaction has committed,
+  // still under the lock that CheckSpace and MakeRoom hold while they sum
+  // the recorded bytes and the claims: a pull takes the bytes just recorded
+  // off its claim there (SpaceClaim), so that no check counts them twice
+  // (recorded and still claimed) or not at all. It does not run on error;
+  // it must be quick and must not call into the Cache.
+  Status CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes = {},
+                        const std::function<void()>& on_recorded = {});
 
   // The caller checked the whole file against its hash: fdatasync it, then
   // record [0, size) and set whole_verified. A size-0 file is created empty.
@@ -365,14 +372,26 @@ class Cache {
   Result<std::uint64_t> FreeBytes();
   // Sum of all verified extents.
   Result<std::uint64_t> RecordedBytes();
+  // What a claim still holds (see SpaceClaim).
+  struct ClaimedBytes {
+    // Claimed and not written yet: still to come out of the free space.
+    std::uint64_t unwritten = 0;
+    // Claimed and not recorded yet, written or not: still to join
+    // RecordedBytes(), so counted against the budget.
+    std::uint64_t unrecorded = 0;
+  };
   // Space promised to work in progress. Several pulls may run on one Cache
   // at once (`exlr8d serve`); each checks the space for its own plan before
   // it writes, and without claims two of them could each find room for
   // itself and together overrun the disk or the budget. A pull registers a
-  // claim whose `remaining` says how many bytes it may still write; every
-  // other caller's CheckSpace counts those as taken. Unregistered when
-  // destroyed. `remaining` is called from any thread, under the claims'
-  // lock: it must be quick and must not call into the Cache.
+  // claim whose `remaining` says how many of the bytes it claimed (checked
+  // space for) it has not written yet, and not recorded yet; CheckSpace
+  // and MakeRoom count those as taken. The unrecorded part may drop only in
+  // a CommitVerified's `on_recorded`, as the same bytes join the recorded
+  // sum: a check sums both under that lock, so it never counts a byte twice
+  // nor misses one. Unregistered when destroyed. `remaining` is called from
+  // any thread, under the index lock and the claims' lock: it must be
+  // quick and must not call into the Cache.
   class SpaceClaim {
    public:
     ~SpaceClaim();
@@ -390,12 +409,17 @@ class Cache {
     std::uint64_t id_;
   };
   // REQUIRES: the claim does not outlive this Cache.
-  std::unique_ptr<SpaceClaim> ClaimSpace(std::function<std::uint64_t()> remaining);
+  std::unique_ptr<SpaceClaim> ClaimSpace(std::function<ClaimedBytes()> remaining);
 
   // OK if `bytes_needed` more bytes fit on disk and within the budget,
-  // besides what other claims than `own` still hold; ResourceExhausted
-  // "need X GB, Y GB free on <dir> (budget Z GB, W GB used; V GB promised
-  // to pulls running now)" otherwise.
+  // besides what every claim still holds, `own` (the caller's) included:
+  // on disk, the free space less every claim's unwritten bytes; within the
+  // budget, the recorded bytes plus every claim's unrecorded ones, summed
+  // at one moment (see SpaceClaim). A pull claims first, then checks with
+  // bytes_needed 0. ResourceExhausted "need X GB, Y GB free on <dir>
+  // (budget Z GB, W GB used; V GB promised to pulls running now)"
+  // otherwise, where X is bytes_needed plus what `own` still holds and V
+  // what the other claims do.
   Status CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own = nullptr);
   // Evicts unpinned filesets without a running pull (or a live claim),
   // least recently used first, until RecordedBytes() <= budget or nothing
@@ -404,8 +428,8 @@ class Cache {
   // directories that no fileset row refers to (from a crash mid-eviction).
   Result<GcResult> Gc(std::uint64_t budget);
   // What Gc evicts, as much of it as `bytes_needed` needs to fit (on disk
-  // and within the budget, besides other claims than `own`, as CheckSpace
-  // counts): `exlr8d pull --make-room`. Evicts nothing when it fits; may
+  // and within the budget, besides every claim, `own` included, as
+  // CheckSpace counts): `exlr8d pull --make-room`. Evicts nothing when it fits; may
   // not free enough (CheckSpace after it says).
   Result<GcResult> MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* own = nullptr);
   // Evicts one fileset now, whatever its place in LRU order: its rows

@@ -87,7 +87,8 @@ Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::by
   return Status::Ok();
 }
 
-Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes) {
+Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes,
+                             const std::function<void()>& on_recorded) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
   std::map<FileId, std::vector<Extent>> by_file;
@@ -104,7 +105,13 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
     prefix_of[p.file] = p.bytes;
     by_file[p.file];  // its file is synced with the others
   }
-  if (by_file.empty()) return Status::Ok();
+  if (by_file.empty()) {  // nothing to record
+    if (on_recorded) {
+      MutexLock l(&r.mu);
+      on_recorded();
+    }
+    return Status::Ok();
+  }
 
   // 1. resolve and check every extent
   std::vector<std::shared_ptr<DataFile>> files;
@@ -158,7 +165,9 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
     touch.Reset();
     EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
   }
-  return txn.Commit();
+  EXLR8_RETURN_IF_ERROR(txn.Commit());
+  if (on_recorded) on_recorded();  // under mu still: see CheckSpace
+  return Status::Ok();
 }
 
 Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }

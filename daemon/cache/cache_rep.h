@@ -95,9 +95,9 @@ struct Cache::Rep {
   // without mu or after it (eviction reads the claimed filesets), never
   // before it: nothing that holds claims_mu calls into the Cache.
   std::mutex claims_mu;
-  std::map<std::uint64_t, std::function<std::uint64_t()>> claims;  // guarded by claims_mu
-  std::map<std::uint64_t, FilesetId> claim_filesets;                // guarded by claims_mu
-  std::uint64_t next_claim = 1;                                     // guarded by claims_mu
+  std::map<std::uint64_t, std::function<Cache::ClaimedBytes()>> claims;  // guarded by claims_mu
+  std::map<std::uint64_t, FilesetId> claim_filesets;                     // guarded by claims_mu
+  std::uint64_t next_claim = 1;                                          // guarded by claims_mu
 
   // The filesets that claims say are being written: never evicted.
   std::set<FilesetId> ClaimedFilesets() {
@@ -107,13 +107,22 @@ struct Cache::Rep {
     return out;
   }
 
-  // Bytes every claim but `own` may still write.
-  std::uint64_t ClaimedByOthers(std::uint64_t own) {
+  // What the claim `own` (0: none) and every other claim still hold. Under
+  // mu, so that no commit moves bytes from a claim to the recorded sum
+  // while the caller reads both (CommitVerified's on_recorded).
+  struct ClaimSums {
+    Cache::ClaimedBytes own, others;
+  };
+  ClaimSums SumClaims(std::uint64_t own) EXLR8_REQUIRES(mu) {
     std::lock_guard<std::mutex> l(claims_mu);
-    std::uint64_t sum = 0;
-    for (const auto& [id, remaining] : claims)
-      if (id != own) sum += remaining();
-    return sum;
+    ClaimSums sums;
+    for (const auto& [id, remaining] : claims) {
+      const Cache::ClaimedBytes held = remaining();
+      Cache::ClaimedBytes& into = id == own ? sums.own : sums.others;
+      into.unwritten += held.unwritten;
+      into.unrecorded += held.unrecorded;
+    }
+    return sums;
   }
 
   // Directories (relative, "" = root) holding a data file opened by this

@@ -44,7 +44,7 @@ void Cache::SpaceClaim::SetFileset(FilesetId fileset) {
   cache_->rep_->claim_filesets[id_] = fileset;
 }
 
-std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<std::uint64_t()> remaining) {
+std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<ClaimedBytes()> remaining) {
   std::lock_guard<std::mutex> l(rep_->claims_mu);
   const std::uint64_t id = rep_->next_claim++;
   rep_->claims.emplace(id, std::move(remaining));
@@ -52,16 +52,29 @@ std::unique_ptr<Cache::SpaceClaim> Cache::ClaimSpace(std::function<std::uint64_t
 }
 
 Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
+  std::uint64_t used = 0;
+  Rep::ClaimSums claims;
+  {
+    // The recorded bytes and the claims at one moment: a commit moves
+    // bytes from a claim to the recorded sum under this lock.
+    MutexLock l(&rep_->mu);
+    EXLR8_ASSIGN_OR_RETURN(used, rep_->RecordedBytes());
+    claims = rep_->SumClaims(own != nullptr ? own->id_ : 0);
+  }
+  // The free space after the claims: what is written meanwhile is then
+  // counted twice at worst, never not at all.
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
-  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, RecordedBytes());
-  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
-  // What others still write comes out of the free space and into the cache.
-  const std::uint64_t available = free - std::min(free, promised);
-  const std::uint64_t committed = used + promised;
+  // What claims still write comes out of the free space, and what they
+  // still record into the cache.
+  const std::uint64_t available = free - std::min(free, claims.others.unwritten);
+  const std::uint64_t disk_needed = bytes_needed + claims.own.unwritten;
+  const std::uint64_t committed = used + claims.others.unrecorded;
+  const std::uint64_t budget_needed = bytes_needed + claims.own.unrecorded;
   const std::optional<std::uint64_t>& budget = rep_->options.byte_budget;
-  const bool over_budget = budget && (committed > *budget || bytes_needed > *budget - committed);
-  if (bytes_needed <= available && !over_budget) return Status::Ok();
-  std::string msg = "need " + HumanBytes(bytes_needed) + ", " + HumanBytes(free) + " free on " + rep_->shown;
+  const bool over_budget = budget && (committed > *budget || budget_needed > *budget - committed);
+  if (disk_needed <= available && !over_budget) return Status::Ok();
+  std::string msg = "need " + HumanBytes(over_budget ? budget_needed : disk_needed) + ", " +
+                    HumanBytes(free) + " free on " + rep_->shown;
   if (const std::uint64_t owed = rep_->ReserveOwed(); owed > 0)
     msg += " besides " + HumanBytes(owed) + " kept for the index";
   if (budget) {
@@ -69,7 +82,9 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
   } else {
     msg += " (no budget";
   }
-  if (promised > 0) msg += "; " + HumanBytes(promised) + " promised to pulls running now";
+  if (const std::uint64_t promised = over_budget ? claims.others.unrecorded : claims.others.unwritten;
+      promised > 0)
+    msg += "; " + HumanBytes(promised) + " promised to pulls running now";
   if (over_budget) msg += "; over budget: run gc or raise the budget";
   msg += ")";
   return ResourceExhaustedError(std::move(msg));
@@ -87,16 +102,18 @@ Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* o
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   // The same sums as CheckSpace, solved for the recorded bytes that leave
   // room for `bytes_needed`.
-  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
-  const std::uint64_t promised = rep_->ClaimedByOthers(own != nullptr ? own->id_ : 0);
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, rep_->RecordedBytes());
+  const Rep::ClaimSums claims = rep_->SumClaims(own != nullptr ? own->id_ : 0);
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
   std::uint64_t target = used;
-  const std::uint64_t available = free - std::min(free, promised);
+  const std::uint64_t available = free - std::min(free, claims.others.unwritten);
+  const std::uint64_t disk_needed = bytes_needed + claims.own.unwritten;
   // On disk: an evicted fileset frees at least its verified bytes.
-  if (bytes_needed > available) target = used - std::min(used, bytes_needed - available);
+  if (disk_needed > available) target = used - std::min(used, disk_needed - available);
   if (const std::optional<std::uint64_t>& budget = rep_->options.byte_budget) {
-    const std::uint64_t wanted = promised + bytes_needed;  // both may exceed the budget alone
+    // All of them may exceed the budget alone.
+    const std::uint64_t wanted = claims.others.unrecorded + claims.own.unrecorded + bytes_needed;
     target = std::min(target, *budget - std::min(*budget, wanted));
   }
   if (target >= used) {
@@ -177,9 +194,12 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
   if (!victims.empty()) {
     // Rows first, durably (synchronous=FULL); files after. A crash in
     // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
+    // The index, read here under mu (which the lambda's body, unannotated,
+    // cannot show -Wthread-safety).
+    SqliteDb* const index = db.get();
     auto delete_rows = [&]() -> Status {
-      EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
-      EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
+      EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(index));
+      EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, index->Prepare("DELETE FROM filesets WHERE id = ?"));
       for (const auto& [id, bytes] : victims) {
         del.Reset();
         EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());

@@ -18,6 +18,11 @@
 // step, were recorded only when the whole pull ended, so every kill -9 cost
 // all of them again.)
 //
+// Space. With `recorded`, each commit adds to it the space its extents
+// were claimed with (Cache::SpaceClaim; Add's `claimed`) in the same step
+// that records them (CommitVerified's on_recorded), so the claim's owner
+// can count every byte as claimed or as recorded, never both.
+//
 // Thread rules: Add, NotePrefix, CommitSoon and Flush may be called from
 // any thread (the write workers; one producer lock, taken before the
 // committer's; the committer only ever tries the producer lock, so it never
@@ -28,6 +33,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon/cache/cache.h"
@@ -45,10 +52,15 @@ namespace exlr8 {
 class CommitBatcher {
  public:
   // `on_commit` runs after each successful commit (e.g. to update the pull's
-  // counters in the cache). REQUIRES: `cache` outlives the batcher.
+  // counters in the cache). `recorded`: see Space above; null = not counted.
+  // REQUIRES: `cache` and `recorded` outlive the batcher.
   CommitBatcher(Cache& cache, std::chrono::milliseconds interval, std::uint64_t max_bytes,
-                std::function<void()> on_commit = {})
-      : cache_(cache), interval_(interval), max_bytes_(max_bytes), on_commit_(std::move(on_commit)),
+                std::function<void()> on_commit = {}, std::atomic<std::uint64_t>* recorded = nullptr)
+      : cache_(cache),
+        interval_(interval),
+        max_bytes_(max_bytes),
+        on_commit_(std::move(on_commit)),
+        recorded_(recorded),
         last_(std::chrono::steady_clock::now()) {}
 
   // Waits for a running background commit. Extents not yet flushed are not
@@ -67,10 +79,14 @@ class CommitBatcher {
   // Queues a verified extent; hands the batch to the committer when due.
   // Returns the error of an earlier background commit, if one failed (that
   // batch is then dropped; a rerun fetches its bytes again).
-  Status Add(const VerifiedExtent& extent) {
+  // `claimed`: the space claimed for it (its length, but for the part of a
+  // whole file resumed from an earlier run's prefix, which was not).
+  Status Add(const VerifiedExtent& extent) { return Add(extent, extent.length); }
+  Status Add(const VerifiedExtent& extent, std::uint64_t claimed) {
     std::lock_guard producer(producer_mu_);
     pending_.push_back(extent);
     pending_bytes_ += extent.length;
+    pending_claimed_ += claimed;
     return MaybeHandOver(/*may_wait=*/true);
   }
 
@@ -117,7 +133,8 @@ class CommitBatcher {
     batch.swap(pending_);
     const std::vector<DurablePrefix> prefixes = TakePrefixes();
     pending_bytes_ = 0;
-    EXLR8_RETURN_IF_ERROR(cache_.CommitVerified(batch, prefixes));
+    const std::uint64_t claimed = std::exchange(pending_claimed_, 0);
+    EXLR8_RETURN_IF_ERROR(cache_.CommitVerified(batch, prefixes, Recorded(claimed)));
     if (on_commit_) on_commit_();
     return Status::Ok();
   }
@@ -154,6 +171,7 @@ class CommitBatcher {
     handed_.swap(pending_);
     pending_.clear();
     handed_prefixes_ = TakePrefixes();
+    handed_claimed_ = std::exchange(pending_claimed_, 0);
     pending_bytes_ = 0;
     flagged_ = false;
     urgent_ = false;
@@ -179,6 +197,12 @@ class CommitBatcher {
   void HandOverFromCommitter() {
     std::unique_lock producer(producer_mu_, std::try_to_lock);
     if (producer.owns_lock()) (void)MaybeHandOver(/*may_wait=*/false);
+  }
+
+  // CommitVerified's on_recorded for a batch claimed with `claimed` bytes.
+  std::function<void()> Recorded(std::uint64_t claimed) const {
+    if (recorded_ == nullptr || claimed == 0) return {};
+    return [recorded = recorded_, claimed] { recorded->fetch_add(claimed, std::memory_order_relaxed); };
   }
 
   std::vector<DurablePrefix> TakePrefixes() {
@@ -214,8 +238,9 @@ class CommitBatcher {
       batch.swap(handed_);
       std::vector<DurablePrefix> prefixes;
       prefixes.swap(handed_prefixes_);
+      const std::uint64_t claimed = std::exchange(handed_claimed_, 0);
       lock.unlock();
-      Status s = cache_.CommitVerified(batch, prefixes);
+      Status s = cache_.CommitVerified(batch, prefixes, Recorded(claimed));
       if (s.ok() && on_commit_) on_commit_();
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = std::move(s);
@@ -235,6 +260,7 @@ class CommitBatcher {
   std::chrono::milliseconds interval_;
   std::uint64_t max_bytes_;
   std::function<void()> on_commit_;
+  std::atomic<std::uint64_t>* recorded_;
   // The producers' state, under producer_mu_.
   std::mutex producer_mu_;
   std::chrono::steady_clock::time_point last_;
@@ -242,6 +268,7 @@ class CommitBatcher {
   std::map<FileId, std::uint64_t> prefixes_;  // noted since the last hand-over
   std::map<FileId, std::uint64_t> noted_;     // last prefix noted per file
   std::uint64_t pending_bytes_ = 0;
+  std::uint64_t pending_claimed_ = 0;  // space claimed for pending_
   bool urgent_ = false;   // CommitSoon: due whatever its size and age
   bool flagged_ = false;  // queued_ was set for what is pending now
   // Shared with the committer thread, under mu_.
@@ -250,6 +277,7 @@ class CommitBatcher {
   std::condition_variable done_cv_;  // a background commit ended
   std::vector<VerifiedExtent> handed_;
   std::vector<DurablePrefix> handed_prefixes_;
+  std::uint64_t handed_claimed_ = 0;  // space claimed for handed_
   bool busy_ = false;
   bool queued_ = false;  // extents wait that were not handed over: the committer watches the clock
   bool stop_ = false;

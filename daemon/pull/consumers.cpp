@@ -112,7 +112,8 @@ void WholeFileConsumer::CheckLoop() {
 }
 
 Status WholeFileConsumer::Accepted(const WholeFileTarget& t) {
-  EXLR8_RETURN_IF_ERROR(batch_.Add({t.file, 0, t.size, /*whole_file=*/true}));
+  // A resumed prefix was written, and not claimed, by an earlier run.
+  EXLR8_RETURN_IF_ERROR(batch_.Add({t.file, 0, t.size, /*whole_file=*/true}, t.size - t.resume_from));
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
   counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(verified_mu_);

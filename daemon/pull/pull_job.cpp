@@ -121,45 +121,49 @@ struct PullJob::Rep {
 
   Rep(Cache& c, PullOptions o) : cache(c), opt(std::move(o)) {}
 
-  // The space this pull may still write, claimed in the Cache so that
-  // other pulls running on it at once count it as taken: every byte it
-  // checked space for, less what it has written (and verified) since. Every
-  // byte it writes is claimed once, so at the end the two are equal.
+  // The space this pull claimed in the Cache, so that other pulls running
+  // on it at once count it as taken: every byte it checked space for.
+  // Every byte it writes is claimed once, so at the end `claimed` equals
+  // the bytes written. Those written and verified since (counters) need no
+  // more free space; those recorded since count as the cache's own bytes,
+  // and `recorded` grows under the cache's index lock as they are recorded
+  // (the batches' commits), so no check counts a byte both as recorded and
+  // as claimed, nor as neither.
   std::atomic<std::uint64_t> claimed{0};
+  std::atomic<std::uint64_t> recorded{0};
   std::unique_ptr<Cache::SpaceClaim> space_claim;  // while Run runs; declared after `counters`
-  std::uint64_t StillToWrite() const {
+  Cache::ClaimedBytes Outstanding() const {
     const std::uint64_t c = claimed.load(std::memory_order_relaxed);
-    return c - std::min(c, counters.bytes_written_verified.load(std::memory_order_relaxed));
+    const std::uint64_t w = counters.bytes_written_verified.load(std::memory_order_relaxed);
+    const std::uint64_t r = recorded.load(std::memory_order_relaxed);
+    return {c - std::min(c, w), c - std::min(c, r)};
   }
-  // Checks that `adds` more bytes fit besides what other pulls claimed and
-  // what this one claimed before and has not made recorded yet, then
-  // claims them. With make_room, a shortfall first evicts what gc would
-  // (never this fileset: the claim names it), then is checked again.
+  // Claims `adds` more bytes, then checks that all this pull claimed and
+  // has not recorded fits besides what other pulls claimed (the cache's
+  // sums: the claim is never read apart from the recorded bytes). A
+  // shortfall takes the bytes back. With make_room, a shortfall first
+  // evicts what gc would (never this fileset: the claim names it), then is
+  // checked again.
   Status CheckAndClaimSpace(std::uint64_t adds) {
-    // Claimed and not written yet: needs free space (and counts against the
-    // budget). Written: on disk already, so out of the free space, but it
-    // counts against the budget only once recorded, and it may not be yet
-    // (found by review: a pull's whole files, index files and headers,
-    // written but not yet recorded, were counted nowhere, and a pull grew
-    // the cache past --budget). So, under a budget, this pull's batches are
-    // made recorded first; what was written before is then in the cache's
-    // sum, what was not is in `outstanding`.
-    const std::uint64_t outstanding = StillToWrite();
-    if (cache.byte_budget() && streams != nullptr) EXLR8_RETURN_IF_ERROR(FlushBatches(*streams));
-    const std::uint64_t needed = adds + outstanding;
-    Status fits = cache.CheckSpace(needed, space_claim.get());
-    if (!fits.ok() && fits.code() == StatusCode::kResourceExhausted && opt.make_room) {
-      EXLR8_ASSIGN_OR_RETURN(GcResult gone, cache.MakeRoom(needed, space_claim.get()));
-      evicted.insert(evicted.end(), gone.evicted.begin(), gone.evicted.end());
-      bytes_evicted += gone.bytes_freed;
-      fits = cache.CheckSpace(needed, space_claim.get());
-      if (!fits.ok())
-        return fits.WithContext("after evicting " + std::to_string(gone.evicted.size()) + " unpinned fileset" +
-                                (gone.evicted.size() == 1 ? "" : "s") + " (--make-room)");
-    }
-    EXLR8_RETURN_IF_ERROR(fits);
+    if (!space_claim) return cache.CheckSpace(adds);  // a dry run writes nothing
     claimed.fetch_add(adds, std::memory_order_relaxed);
-    return Status::Ok();
+    Status fits = cache.CheckSpace(0, space_claim.get());
+    if (!fits.ok() && fits.code() == StatusCode::kResourceExhausted && opt.make_room) {
+      Result<GcResult> gone = cache.MakeRoom(0, space_claim.get());
+      if (gone.ok()) {
+        evicted.insert(evicted.end(), gone->evicted.begin(), gone->evicted.end());
+        bytes_evicted += gone->bytes_freed;
+        fits = cache.CheckSpace(0, space_claim.get());
+        if (!fits.ok())
+          fits = fits.WithContext("after evicting " + std::to_string(gone->evicted.size()) +
+                                  " unpinned fileset" + (gone->evicted.size() == 1 ? "" : "s") +
+                                  " (--make-room)");
+      } else {
+        fits = gone.status();
+      }
+    }
+    if (!fits.ok()) claimed.fetch_sub(adds, std::memory_order_relaxed);
+    return fits;
   }
   std::vector<FilesetId> evicted;  // by make_room, on the Run() thread
   std::uint64_t bytes_evicted = 0;
@@ -389,7 +393,8 @@ Status PullJob::Rep::RunStep(RangeConsumer& consumer, const ConsumerBase& base) 
 }
 
 CommitBatcher& PullJob::Rep::StepBatch() {
-  streams->step_batches.push_back(std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes));
+  streams->step_batches.push_back(
+      std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, nullptr, &recorded));
   return *streams->step_batches.back();
 }
 
@@ -703,8 +708,8 @@ Status PullJob::Rep::StartFiles(const std::vector<std::string>& whole, std::uint
     (t.resume_from > 0 ? resumed : fresh).push_back(std::move(t));
   }
   EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(st.file_bytes));
-  st.files_batch =
-      std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
+  st.files_batch = std::make_unique<CommitBatcher>(
+      cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); }, &recorded);
   const int cap = BackgroundCap();
   st.files = std::make_unique<WholeFileConsumer>(*fetcher, cache, *st.files_batch, counters, std::move(fresh));
   if (opt.background_jobs != 0) session->Submit(*st.files, FetchSession::kBackground, cap);
@@ -746,8 +751,8 @@ Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused, Stream
   // (What the files streaming meanwhile still write is this pull's own
   // outstanding claim, counted with the halves.)
   EXLR8_RETURN_IF_ERROR(CheckAndClaimSpace(half_bytes));
-  st.halves_batch =
-      std::make_unique<CommitBatcher>(cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); });
+  st.halves_batch = std::make_unique<CommitBatcher>(
+      cache, opt.commit_interval, opt.commit_bytes, [this] { ReportProgress(); }, &recorded);
   st.halves = std::make_unique<HalfConsumer>(*fetcher, cache, *st.halves_batch, counters, st.work);
   session->Submit(*st.halves, FetchSession::kForeground);
   return Status::Ok();
@@ -839,7 +844,7 @@ Result<PullSummary> PullJob::Run() {
     Rep& r;
     ~Unclaim() { r.space_claim.reset(); }
   } unclaim{r};
-  if (!r.opt.dry_run) r.space_claim = r.cache.ClaimSpace([&r] { return r.StillToWrite(); });
+  if (!r.opt.dry_run) r.space_claim = r.cache.ClaimSpace([&r] { return r.Outstanding(); });
   auto body = [&]() -> Result<PullSummary> {
     EXLR8_RETURN_IF_ERROR(CheckPullOptions(r.opt));
     EXLR8_RETURN_IF_ERROR(r.ResolveAndList());

@@ -656,31 +656,92 @@ TEST(CacheTest, CheckSpaceAgainstBudgetAndDisk) {
 }
 
 // Pulls running at once claim what they will still write; each one's check
-// counts the others' claims as taken, on the budget and on the disk.
-TEST(CacheTest, CheckSpaceCountsWhatOtherPullsClaimed) {
+// counts every claim as taken, its own included, on the budget and on the
+// disk.
+TEST(CacheTest, CheckSpaceCountsWhatPullsClaimed) {
   CacheOptions options;
   options.byte_budget = 1000;
   Fixture fx(2000, options);
   fx.WriteVerified(0, 200);
   std::atomic<std::uint64_t> a_left{500};
-  auto a = fx.cache->ClaimSpace([&] { return a_left.load(); });
-  auto b = fx.cache->ClaimSpace([] { return std::uint64_t{0}; });
-  EXPECT_TRUE(fx.cache->CheckSpace(800, a.get()).ok());  // its own claim is not counted against it
+  auto a = fx.cache->ClaimSpace([&] { return Cache::ClaimedBytes{a_left.load(), a_left.load()}; });
+  auto b = fx.cache->ClaimSpace([] { return Cache::ClaimedBytes{}; });
   EXPECT_TRUE(fx.cache->CheckSpace(300, b.get()).ok());  // 200 used + 500 claimed + 300 = the budget
   const Status over = fx.cache->CheckSpace(301, b.get());
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("need 301 B"), std::string::npos) << over.message();
   EXPECT_NE(over.message().find("500 B promised to pulls running now"), std::string::npos) << over.message();
   EXPECT_EQ(fx.cache->CheckSpace(301).code(), StatusCode::kResourceExhausted);  // no claim: every one counts
-  a_left = 100;  // a wrote most of it
+  // Its own claim counts against a pull too, as what it needs.
+  EXPECT_TRUE(fx.cache->CheckSpace(300, a.get()).ok());
+  const Status own = fx.cache->CheckSpace(301, a.get());
+  EXPECT_EQ(own.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(own.message().find("need 801 B"), std::string::npos) << own.message();
+  EXPECT_EQ(own.message().find("promised"), std::string::npos) << own.message();
+  a_left = 100;  // most of a's claim is done
   EXPECT_TRUE(fx.cache->CheckSpace(700, b.get()).ok());
   a.reset();  // a ended
   EXPECT_TRUE(fx.cache->CheckSpace(800, b.get()).ok());
   EXPECT_FALSE(fx.cache->CheckSpace(801, b.get()).ok());
-  // On the disk too: a claim as large as the free space leaves nothing.
+  // Written and not yet recorded: the budget's still, the disk's no more.
+  auto written = fx.cache->ClaimSpace([] { return Cache::ClaimedBytes{0, 300}; });
+  EXPECT_TRUE(fx.cache->CheckSpace(500, b.get()).ok());
+  EXPECT_FALSE(fx.cache->CheckSpace(501, b.get()).ok());
+  written.reset();
+  // On the disk: a claim as large as the free space leaves nothing.
   const std::uint64_t free = *fx.cache->FreeBytes();
-  auto huge = fx.cache->ClaimSpace([free] { return free; });
-  EXPECT_EQ(fx.cache->CheckSpace(1, b.get()).code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(fx.cache->CheckSpace(1, huge.get()).ok());
+  auto huge = fx.cache->ClaimSpace([free] { return Cache::ClaimedBytes{free, 0}; });
+  const Status disk = fx.cache->CheckSpace(1, b.get());
+  EXPECT_EQ(disk.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(disk.message().find("free on"), std::string::npos) << disk.message();
+  EXPECT_EQ(disk.message().find("over budget"), std::string::npos) << disk.message();
+}
+
+// The claim a commit takes bytes off (CommitVerified's on_recorded) and
+// the recorded sum change together for every check: a check while commits
+// run never counts a byte twice (recorded and still claimed), which failed
+// pulls that fit their budget, nor not at all, which let them exceed it.
+TEST(CacheTest, ACheckNeverCountsBytesTwiceWhileTheyAreRecorded) {
+  constexpr std::uint64_t kChunk = 1000, kChunks = 100;
+  CacheOptions options;
+  options.byte_budget = kChunk * kChunks;
+  Fixture fx(kChunk * kChunks, options);
+  std::atomic<std::uint64_t> claimed{kChunk * kChunks}, recorded{0};
+  auto claim = fx.cache->ClaimSpace([&] { return Cache::ClaimedBytes{0, claimed.load() - recorded.load()}; });
+  for (std::uint64_t i = 0; i < kChunks; ++i)
+    ASSERT_TRUE(fx.cache->WriteAt(fx.file, i * kChunk, Pattern(fx.file, i * kChunk, kChunk)).ok());
+  std::atomic<bool> done{false};
+  std::thread committer([&] {
+    for (std::uint64_t i = 0; i < kChunks; ++i) {
+      const VerifiedExtent e{fx.file, i * kChunk, kChunk};
+      const Status s = fx.cache->CommitVerified({&e, 1}, {}, [&] { recorded += kChunk; });
+      if (!s.ok()) {
+        ADD_FAILURE() << s.ToString();
+        break;
+      }
+    }
+    done = true;
+  });
+  int checks = 0, wrong = 0;
+  while (!done.load() || checks == 0) {
+    // The whole budget is taken at every moment: not one byte more fits.
+    if (!fx.cache->CheckSpace(0, claim.get()).ok() || fx.cache->CheckSpace(1, claim.get()).ok()) ++wrong;
+    ++checks;
+  }
+  committer.join();
+  EXPECT_EQ(wrong, 0) << "of " << checks << " checks";
+  EXPECT_EQ(recorded.load(), kChunk * kChunks);
+  EXPECT_EQ(*fx.cache->RecordedBytes(), kChunk * kChunks);
+  // Nothing to record still runs it (the batch held only empty extents).
+  bool ran = false;
+  const VerifiedExtent empty{fx.file, 0, 0};
+  EXPECT_TRUE(fx.cache->CommitVerified({&empty, 1}, {}, [&] { ran = true; }).ok());
+  EXPECT_TRUE(ran);
+  // Nor on error.
+  ran = false;
+  const VerifiedExtent outside{fx.file, kChunk * kChunks, 1};
+  EXPECT_FALSE(fx.cache->CommitVerified({&outside, 1}, {}, [&] { ran = true; }).ok());
+  EXPECT_FALSE(ran);
 }
 
 TEST(CacheTest, DiskFullIsResourceExhaustedAndNothingRecorded) {
@@ -1007,7 +1068,7 @@ TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
   const FilesetId d = make("org/d", kCommitD);  // newest
   ASSERT_TRUE(cache->Pin(a).ok());
   std::atomic<std::uint64_t> b_left{0};
-  auto writing_b = cache->ClaimSpace([&] { return b_left.load(); });
+  auto writing_b = cache->ClaimSpace([&] { return Cache::ClaimedBytes{b_left.load(), b_left.load()}; });
   writing_b->SetFileset(b);
 
   GcResult r = *cache->MakeRoom(1000);  // 4000 of the 4000 budget used
@@ -1021,7 +1082,7 @@ TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
   // Another pull's claim counts as taken, as in CheckSpace: 500 promised
   // leaves 500 of the budget, so 1000 more needs d gone.
   b_left = 500;
-  auto mine = cache->ClaimSpace([] { return std::uint64_t{0}; });
+  auto mine = cache->ClaimSpace([] { return Cache::ClaimedBytes{}; });
   r = *cache->MakeRoom(1000, mine.get());
   EXPECT_EQ(r.evicted, std::vector<FilesetId>{d});
   EXPECT_TRUE(cache->CheckSpace(1000, mine.get()).ok());

@@ -3,29 +3,28 @@
 // lessee; the holder sees them come and go.
 #include "daemon/stage/lease_server.h"
 
-#include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "daemon/cache/posix.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/connection_holder_util.h"
 #include "tests/daemon/serve_test_util.h"  // WaitFor
 
 namespace exlr8 {
 namespace {
 
+using ::exlr8::testing::ConnectionHolder;
 using ::exlr8::testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -39,11 +38,18 @@ UniqueFd Connect(const fs::path& socket) {
   return fd;
 }
 
-// Reads to the end of the holder's stream; the connection stays open.
+// Reads to the end of the holder's stream, or until nothing came for 10 s;
+// the connection stays open.
 std::string ReadDescription(int fd) {
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10'000) != 1) break;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
   return text;
 }
 
@@ -130,33 +136,6 @@ TEST(LeaseServerTest, LesseesAreBounded) {
   EXPECT_EQ(ReadDescription(again.get()), "{}");
 }
 
-// A child running as `uid` (with gid 0 among its groups, as a member of the
-// socket's group) that connects `count` times and reads each connection to
-// its end, keeping them open; it writes to `report` how many got the
-// description (the others were closed unanswered), then waits to be killed.
-// Only system calls after fork.
-pid_t LeaseAs(uid_t uid, const char* socket, int count, int report) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const gid_t groups[] = {0};
-  if (::setgroups(1, groups) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0)
-    ::_exit(3);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket, std::strlen(socket) + 1);
-  int served = 0;
-  for (int i = 0; i < count; ++i) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) continue;
-    char buf[64];
-    ssize_t total = 0;
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) total += n;
-    served += total > 0 ? 1 : 0;
-  }
-  if (::write(report, &served, sizeof served) != static_cast<ssize_t>(sizeof served)) ::_exit(5);
-  for (;;) ::pause();
-}
-
 // Found by review (issue #24): one member of the socket's group could hold
 // every connection, locking the other lessees out (and holding a release
 // off). A user gets kMaxLesseesPerUser; root and the holder's user keep a
@@ -168,15 +147,15 @@ TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
   const fs::path socket = dir.path() / "lease.sock";
   auto server = LeaseServer::Start(socket, "{}");
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  std::vector<pid_t> children;
+  // Lessees of other users (gid 0 among their groups, as members of the
+  // socket's group), each keeping its connections until destroyed.
+  std::vector<std::unique_ptr<ConnectionHolder>> lessees;
   auto served = [&](uid_t uid, int count) {
-    children.push_back(LeaseAs(uid, socket.c_str(), count, report[1]));
-    pollfd p{report[0], POLLIN, 0};
-    int n = -1;
-    if (::poll(&p, 1, 20'000) != 1 || ::read(report[0], &n, sizeof n) != static_cast<ssize_t>(sizeof n))
-      return -1;
+    lessees.push_back(std::make_unique<ConnectionHolder>(
+        std::vector<std::string>{"--uid", std::to_string(uid), "--root-group", "--unix", socket.string(),
+                                 "lease", std::to_string(count)}));
+    const int n = lessees.back()->Report();
+    EXPECT_GE(n, 0) << "uid " << uid << ": " << lessees.back()->why();
     return n;
   };
   constexpr int kPerUser = static_cast<int>(LeaseServer::kMaxLesseesPerUser);
@@ -194,12 +173,7 @@ TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
     EXPECT_EQ(ReadDescription(mine.back().get()), "{}") << i;
   }
   EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kMaxLessees; }, 5));
-  for (pid_t pid : children) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-  ::close(report[0]);
-  ::close(report[1]);
+  lessees.clear();  // killed and reaped
   // Their connections closed with them: room again.
   EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kReservedLessees; }, 5));
 }

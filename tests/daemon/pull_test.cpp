@@ -474,14 +474,24 @@ TEST(PullTest, APullNeverLeavesTheCacheOverItsBudget) {
     ASSERT_TRUE(c.ok());
     EXPECT_LE(*(*c)->RecordedBytes(), budget) << "budget " << budget << " of " << plan;
   }
-  // Room for the plan (and for what a header's claim counts before its size
-  // is known: up to the file's first half) is enough.
-  TempDir cache;
-  CacheOptions roomy;
-  roomy.byte_budget = plan + plan / 10;
-  auto s = Pull(cache.path(), Options(*sim, "home", 4, 1), roomy);
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  EXPECT_TRUE(s->complete);
+  // Room for the plan is enough: in this release each header ends where
+  // its file's first half begins, so what a header's claim counts before
+  // its size is known (up to that half) is the header. Several pulls, as
+  // the whole files stream and are recorded while the planner claims
+  // (found in CI: a check counted the bytes recorded meanwhile twice, as
+  // recorded and as still claimed, and failed pulls that fit).
+  for (int i = 0; i < 5; ++i) {
+    TempDir cache;
+    CacheOptions exact;
+    exact.byte_budget = plan;
+    auto s = Pull(cache.path(), Options(*sim, "home", 4, 1), exact);
+    ASSERT_TRUE(s.ok()) << "pull " << i << ": " << s.status().ToString();
+    EXPECT_TRUE(s->complete);
+    ExpectSpaceAccountingExact(*s);
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(*(*c)->RecordedBytes(), plan);
+  }
 }
 
 // --make-room: a pull that does not fit the budget evicts the least

@@ -4,7 +4,6 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
-#include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,6 +28,7 @@
 #include "daemon/cache/cache.h"
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/connection_holder_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/serve_test_util.h"
 #include "tests/daemon/shell_util.h"
@@ -36,6 +36,7 @@
 namespace exlr8 {
 namespace {
 
+using ::exlr8::testing::ConnectionHolder;
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -299,20 +300,31 @@ int ConnectLoopback(std::uint16_t port) {
   return -1;
 }
 
+// What the server answers on `fd` after `requests` until it closes (or
+// nothing more comes for 10 s); closes `fd`. A server that answers and
+// closes before the requests are all sent (a 503 of a connection over a
+// bound) may fail the send: what it answered is still read, and the send
+// raises no SIGPIPE, which would kill the test process without a word.
+std::string SendAndReadAll(int fd, const std::string& requests) {
+  if (fd < 0) return "";
+  (void)::send(fd, requests.data(), requests.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10'000) != 1) break;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
 // Sends `requests` on one connection to 127.0.0.1:port and returns all the
 // server answered until it closed.
 std::string Exchange(std::uint16_t port, const std::string& requests) {
-  const int fd = ConnectLoopback(port);
-  if (fd < 0) return "";
-  if (::write(fd, requests.data(), requests.size()) != static_cast<ssize_t>(requests.size())) {
-    ::close(fd);
-    return "";
-  }
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return got;
+  return SendAndReadAll(ConnectLoopback(port), requests);
 }
 
 // Found by review: a HEAD got its answer's body too, which a client on the
@@ -398,10 +410,12 @@ TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
   ASSERT_EQ(errno, EMFILE);
   // A client with descriptors of its own: its connection waits in the
-  // backlog, and each accept of it fails.
+  // backlog, and each accept of it fails. (Only system calls after fork; it
+  // ends within 20 s whatever happens.)
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::alarm(20);
     for (int fd : filler) ::close(fd);
     const int fd = ConnectLoopback(port);
     const char req[] =
@@ -425,7 +439,12 @@ TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
   EXPECT_LT(spent, std::chrono::milliseconds(200)) << "the accept loop spun";
   int status = 0;
-  ASSERT_TRUE(WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 10)) << "never served";
+  const bool ended = WaitFor([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 10);
+  if (!ended) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  ASSERT_TRUE(ended) << "never served";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
@@ -445,23 +464,21 @@ std::string Request(const std::string& method, const std::string& target, const 
          "Connection: close\r\n\r\n" + body;
 }
 
-// Sends `requests` on one connection to the Unix socket at `path`, returns
-// all it answered until it closed.
-std::string ExchangeUnix(const std::string& path, const std::string& requests) {
+// A connection to the Unix socket at `path` (-1 when refused).
+int ConnectUnix(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::write(fd, requests.data(), requests.size()) != static_cast<ssize_t>(requests.size())) {
-    if (fd >= 0) ::close(fd);
-    return "";
-  }
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return got;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// Sends `requests` on one connection to the Unix socket at `path`, returns
+// all it answered until it closed.
+std::string ExchangeUnix(const std::string& path, const std::string& requests) {
+  return SendAndReadAll(ConnectUnix(path), requests);
 }
 
 // The HTTP status curl gets running as `uid` (no groups): "401", "000" when
@@ -766,74 +783,6 @@ TEST(ServeAccessTest, TheTcpListenerNeedsTheTokenOfItsFile) {
   EXPECT_FALSE(fs::exists(other.path() / "exlr8d.api-token"));  // none made beside the operator's
 }
 
-// A child running as `uid` (no groups, or only gid 0 with `root_group`)
-// that keeps `count` connections to `connect_to` open, idle, opening a new
-// one 50 ms after the server closes one, until killed. It writes to `report`
-// an int once it has made its first `count` connections: how many of them
-// the server still held a second later. Only system calls after fork.
-template <class Connect>
-pid_t HoldConnectionsAs(uid_t uid, bool root_group, int count, int report, Connect connect_to) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const gid_t groups[] = {0};
-  if (::setgroups(root_group ? 1 : 0, groups) != 0 || ::setresgid(uid, uid, uid) != 0 ||
-      ::setresuid(uid, uid, uid) != 0)
-    ::_exit(3);
-  constexpr int kMax = 512;
-  int fds[kMax];
-  for (int i = 0; i < kMax; ++i) fds[i] = -1;
-  if (count > kMax) ::_exit(4);
-  // Held: nothing to read (no 503, no end of stream) yet.
-  auto held = [&](int fd) {
-    pollfd p{fd, POLLIN, 0};
-    return fd >= 0 && ::poll(&p, 1, 0) == 0;
-  };
-  for (int i = 0; i < count; ++i) fds[i] = connect_to();
-  const timespec settle{1, 0};
-  ::nanosleep(&settle, nullptr);
-  int n = 0;
-  for (int i = 0; i < count; ++i) n += held(fds[i]) ? 1 : 0;
-  if (::write(report, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) ::_exit(5);
-  const timespec pause{0, 50'000'000};
-  for (;;) {
-    ::nanosleep(&pause, nullptr);
-    for (int i = 0; i < count; ++i) {
-      if (held(fds[i])) continue;
-      if (fds[i] >= 0) ::close(fds[i]);
-      fds[i] = connect_to();
-    }
-  }
-}
-
-// A connection to the Unix socket at `path` (-1 when refused).
-int ConnectUnix(const char* path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-  if (fd >= 0) ::close(fd);
-  return -1;
-}
-
-// What a HoldConnectionsAs child reports (-1 for nothing within 20 s).
-int ReadReport(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  int n = 0;
-  if (::poll(&p, 1, 20'000) != 1 || ::read(fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;
-  return n;
-}
-
-struct Children {
-  std::vector<pid_t> pids;
-  ~Children() {
-    for (pid_t pid : pids) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
 // Found by review (issue #24): the 256 connection slots were shared, so 300
 // idle TCP connections of an unprivileged user made 0 of 25 requests on the
 // Unix socket succeed over 30 s. Each listener has its own slots, and a
@@ -844,14 +793,9 @@ TEST(ServeAccessTest, IdleConnectionsOfOneUserLockNobodyOut) {
   TempDir cache;
   ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0"});
   ASSERT_GT(serve.port(), 0) << serve.ready_line();
-  const auto port = static_cast<std::uint16_t>(serve.port());
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  Children children;
-  children.pids.push_back(
-      HoldConnectionsAs(65534, false, 300, report[1], [port] { return ConnectLoopback(port); }));
-  const int held = ReadReport(report[0]);
-  ASSERT_GE(held, 0) << "the child made no report";
+  ConnectionHolder holder({"--uid", "65534", "--tcp", std::to_string(serve.port()), "hold", "300"});
+  const int held = holder.Report();
+  ASSERT_GE(held, 0) << holder.why();
   EXPECT_EQ(held, 32) << "one user's share of the TCP listener (ApiServerOptions::max_connections_per_peer)";
   const std::string socket = (cache.path() / "exlr8d.sock").string();
   const auto start = std::chrono::steady_clock::now();
@@ -864,8 +808,6 @@ TEST(ServeAccessTest, IdleConnectionsOfOneUserLockNobodyOut) {
   EXPECT_EQ(CurlAs(65533, "-H " + Quote("Authorization: Bearer " + serve.token()) + " " +
                               Quote(serve.base() + "/v1/jobs")),
             "200");
-  ::close(report[0]);
-  ::close(report[1]);
 }
 
 // The bounds of one listener in process: per peer (the uid SO_PEERCRED
@@ -885,21 +827,23 @@ TEST(ApiServerTest, ConnectionsAreBoundedPerListenerAndPerUser) {
   auto server = StartLoopback(o, [](const ApiRequest&) { return ApiResponse{200, "{}"}; });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const std::string path = o.unix_socket;
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  Children children;
-  auto connect = [&path] { return ConnectUnix(path.c_str()); };
-  children.pids.push_back(HoldConnectionsAs(65534, true, 5, report[1], connect));
-  EXPECT_EQ(ReadReport(report[0]), 3) << "uid 65534: its 3";
-  children.pids.push_back(HoldConnectionsAs(65533, true, 5, report[1], connect));
-  EXPECT_EQ(ReadReport(report[0]), 3) << "uid 65533: its 3";
-  children.pids.push_back(HoldConnectionsAs(65532, true, 2, report[1], connect));
-  EXPECT_EQ(ReadReport(report[0]), 0) << "uid 65532: 6 of 8 are open, the last 2 are root's";
+  // Each holds its connections (gid 0 among its groups) until destroyed.
+  auto hold = [&path](uid_t uid, int count) {
+    return std::make_unique<ConnectionHolder>(std::vector<std::string>{
+        "--uid", std::to_string(uid), "--root-group", "--unix", path, "hold", std::to_string(count)});
+  };
+  const auto a = hold(65534, 5);
+  EXPECT_EQ(a->Report(), 3) << "uid 65534: its 3 " << a->why();
+  const auto b = hold(65533, 5);
+  EXPECT_EQ(b->Report(), 3) << "uid 65533: its 3 " << b->why();
+  const auto c = hold(65532, 2);
+  EXPECT_EQ(c->Report(), 0) << "uid 65532: 6 of 8 are open, the last 2 are root's " << c->why();
   // Root takes the reserve...
-  std::vector<int> mine = {ConnectUnix(path.c_str()), ConnectUnix(path.c_str())};
+  std::vector<int> mine = {ConnectUnix(path), ConnectUnix(path)};
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   for (int fd : mine) {
     pollfd p{fd, POLLIN, 0};
+    EXPECT_GE(fd, 0) << "root could not connect";
     EXPECT_EQ(::poll(&p, 1, 0), 0) << "root's connection was closed";
   }
   // ...and then the listener is full, and says so.
@@ -908,9 +852,8 @@ TEST(ApiServerTest, ConnectionsAreBoundedPerListenerAndPerUser) {
   EXPECT_THAT(got, HasSubstr("all 8 connections of this listener are in use"));
   // The TCP listener has slots of its own.
   EXPECT_EQ(Http("http://127.0.0.1:" + std::to_string((*server)->tcp_port()) + "/x").status, 200);
-  for (int fd : mine) ::close(fd);
-  ::close(report[0]);
-  ::close(report[1]);
+  for (int fd : mine)
+    if (fd >= 0) ::close(fd);
 }
 
 // Seconds until the server closes `fd` (reads and drops what it answers),

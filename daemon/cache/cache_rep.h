@@ -20,12 +20,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/base/file_lock.h"
+#include "daemon/base/mutex.h"
+#include "daemon/base/posix.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/file_lock.h"
-#include "daemon/cache/mutex.h"
-#include "daemon/cache/posix.h"
-#include "daemon/cache/sqlite_db.h"
 
 namespace exlr8 {
 namespace cache_internal {

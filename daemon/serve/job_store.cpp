@@ -4,10 +4,10 @@
 #include <chrono>
 #include <functional>
 
+#include "daemon/base/migrations.h"
+#include "daemon/base/mutex.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/migrations.h"
-#include "daemon/cache/mutex.h"
-#include "daemon/cache/sqlite_db.h"
 #include "daemon/hub/hub_protocol.h"
 #include "serve_schema_sql.h"
 

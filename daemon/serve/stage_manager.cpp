@@ -12,8 +12,8 @@
 #include <chrono>
 #include <fstream>
 
+#include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/posix.h"
 #include "daemon/stage/lease_server.h"
 #include "format/layout.h"
 

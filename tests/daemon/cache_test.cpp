@@ -19,9 +19,10 @@
 #include <fstream>
 #include <thread>
 
+#include "daemon/base/migrations.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/migrations.h"
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/cache/cache_schema.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
@@ -519,26 +520,6 @@ TEST(CacheTest, MigratesEmptyDbAndReopensIdempotently) {
   const Result<std::unique_ptr<Cache>> newer = Cache::Open(tmp.path());
   EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(newer.status().message().find("newer"), std::string::npos) << newer.status().message();
-}
-
-TEST(CacheTest, MigrationsApplyInOrderAndRollBackOnFailure) {
-  TempDir tmp;
-  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "m.db").string()).value();
-  const Migration two[] = {{1, "001_a.sql", "CREATE TABLE a (x INTEGER);"},
-                           {2, "002_b.sql", "CREATE TABLE b (y INTEGER); INSERT INTO a VALUES (7);"}};
-  ASSERT_TRUE(ApplyMigrations(db.get(), std::span(two, 1)).ok());
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 1);
-  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // only 002 runs
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
-  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // nothing runs
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
-  const Migration broken[] = {two[0], two[1], {3, "003_bad.sql", "CREATE TABLE c (z); INSERT INTO nope VALUES (1);"}};
-  const Status s = ApplyMigrations(db.get(), broken);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("003_bad.sql"), std::string::npos) << s.message();
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'c'"), 0);  // rolled back
 }
 
 TEST(CacheTest, LookupCommitForOfflineMode) {

@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "daemon/cache/process_pin.h"
 #include "daemon/stage/stage_state.h"
 #include "tests/daemon/cache_test_util.h"

@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/api/api_server.h"
 #include "daemon/api/api_token.h"
 #include "daemon/api/status_api.h"

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/api/cache_report.h"
 #include "daemon/base/posix.h"
 #include "daemon/cache/cached_rank.h"

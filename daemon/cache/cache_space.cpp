@@ -178,6 +178,7 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
     // Rows first, durably (synchronous=FULL); files after. A crash in
     // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
     auto delete_rows = [&]() -> Status {
+      mu.AssertHeld();  // called only below, under the caller's lock; the analysis does not follow lambdas
       EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
       EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
       for (const auto& [id, bytes] : victims) {

@@ -52,11 +52,6 @@ struct FileRow {
   std::string rel;
 };
 
-inline std::int64_t SystemNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace cache_internal
 
 struct Cache::Rep {
@@ -166,7 +161,7 @@ struct Cache::Rep {
   }
 
   std::int64_t Now() EXLR8_REQUIRES(mu) {
-    return options.now_ms ? options.now_ms() : cache_internal::SystemNowMs();
+    return options.clock->NowUnixMs();
   }
 
   Result<FileRow> LoadFile(FileId file) EXLR8_REQUIRES(mu) {

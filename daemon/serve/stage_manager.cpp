@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 
+#include "daemon/base/clock.h"
 #include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/stage/lease_server.h"
@@ -24,11 +24,6 @@ namespace {
 
 constexpr std::size_t kMaxRequestBytes = 64 << 10;
 constexpr std::size_t kLogTailBytes = 2048;
-
-std::int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string RequestJson(const StageRequest& r, std::int64_t created_ms) {
   std::string o = "{\"repo\":";
@@ -259,7 +254,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
     out.close();
     std::filesystem::rename(last_id.string() + ".tmp", last_id, ec);
   }
-  const std::string request_text = RequestJson(request, NowMs());
+  const std::string request_text = RequestJson(request, Clock::Real().NowUnixMs());
   {
     std::ofstream out(dir / "request.json");
     out << request_text;

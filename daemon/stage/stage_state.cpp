@@ -9,6 +9,8 @@
 #include <array>
 #include <chrono>
 
+#include "daemon/base/clock.h"
+
 namespace exlr8 {
 namespace {
 
@@ -56,9 +58,7 @@ Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::file
 }
 
 Status StageStateWriter::Set(std::string_view state, std::string_view members) {
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const std::int64_t now_ms = Clock::Real().NowUnixMs();
   std::string text = "{\"state\":";
   AppendJsonString(text, state);
   text += ",\"pid\":" + std::to_string(::getpid()) + ",\"updated\":" + std::to_string(now_ms);

@@ -23,11 +23,13 @@
 #include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/cache_schema.h"
+#include "tests/daemon/base/fake_clock.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
 namespace {
 
+using testing::FakeClock;
 using testing::kCommitA;
 using testing::kCommitB;
 using testing::kCommitC;
@@ -709,13 +711,13 @@ FilesetId FilesetWithVerifiedBytes(Cache& cache, const char* repo, const char* c
 
 TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   TempDir tmp;
-  std::int64_t now = 1000;
+  FakeClock clock(1000);
   CacheOptions options;
-  options.now_ms = [&now] { return now; };
+  options.clock = &clock;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
     const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
-    ++now;
+    clock.Advance(std::chrono::milliseconds(1));
     return fs;
   };
   const FilesetId a = make("org/a", kCommitA);  // t=1000, oldest, pinned
@@ -972,14 +974,14 @@ TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
 // fileset, nor one a live claim writes (a pull's own, before its row).
 TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
   TempDir tmp;
-  std::int64_t now = 1000;
+  FakeClock clock(1000);
   CacheOptions options;
-  options.now_ms = [&now] { return now; };
+  options.clock = &clock;
   options.byte_budget = 4000;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
     const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
-    ++now;
+    clock.Advance(std::chrono::milliseconds(1));
     return fs;
   };
   const FilesetId a = make("org/a", kCommitA);  // oldest, pinned

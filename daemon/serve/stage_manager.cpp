@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "daemon/base/atomic_file.h"
 #include "daemon/base/clock.h"
 #include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
@@ -248,11 +249,9 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
     return FailedPreconditionError(addr.status().message() + ": the cache directory is too deep for the stage's "
                                    "lease socket; run exlr8d serve with a shorter --cache");
   }
-  {
-    std::ofstream out(last_id.string() + ".tmp");
-    out << next << "\n";
-    out.close();
-    std::filesystem::rename(last_id.string() + ".tmp", last_id, ec);
+  if (Status s = WriteFileAtomically(last_id, std::to_string(next) + "\n", Durability::kDurable); !s.ok()) {
+    std::filesystem::remove(dir, ec);
+    return s;
   }
   const std::string request_text = RequestJson(request, Clock::Real().NowUnixMs());
   {

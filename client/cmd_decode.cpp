@@ -4,8 +4,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "client/commands.h"
 #include "client/dense_verify.h"
 #include "client/file_source.h"

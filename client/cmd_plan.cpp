@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "client/commands.h"
 #include "client/local_release.h"
 #include "format/plan_json.h"

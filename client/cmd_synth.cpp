@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <set>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "client/file_sink.h"
 
 namespace exlr8 {

@@ -15,7 +15,7 @@
 namespace exlr8 {
 
 // `args` are the words after "synth". Returns the process exit status of
-// client/cli.h (0 success or --help, 2 bad arguments, 4 I/O error, 6 out of
+// client/cli/cli.h (0 success or --help, 2 bad arguments, 4 I/O error, 6 out of
 // space); errors are printed by ReportError("exlr8 synth", ...).
 // Also declared in client/commands.h (called by client/main.cpp).
 int RunSynth(const std::vector<std::string>& args);

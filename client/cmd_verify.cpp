@@ -5,8 +5,8 @@
 #include <map>
 #include <memory>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "client/commands.h"
 #include "client/file_source.h"
 #include "client/local_release.h"

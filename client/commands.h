@@ -1,5 +1,5 @@
 // The subcommands of `exlr8`. Each takes the arguments after its name and
-// returns the process exit status (client/cli.h).
+// returns the process exit status (client/cli/cli.h).
 #pragma once
 
 #include <string>

@@ -2,7 +2,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "client/commands.h"
 
 namespace {

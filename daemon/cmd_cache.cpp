@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/api/cache_report.h"
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"
 #include "daemon/fileset_arg.h"

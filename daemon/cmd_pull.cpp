@@ -8,8 +8,8 @@
 #include <iostream>
 #include <thread>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/commands.h"
 #include "daemon/hub/hub_client.h"
 #include "daemon/progress.h"

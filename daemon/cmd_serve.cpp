@@ -15,18 +15,18 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/api/api_server.h"
 #include "daemon/api/api_token.h"
 #include "daemon/api/status_api.h"
-#include "daemon/cache/file_lock.h"
+#include "daemon/base/file_lock.h"
 #include "daemon/commands.h"
 #include "daemon/hub/hub_client.h"
-#include "daemon/systemd_notify.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
 #include "daemon/serve/stage_manager.h"
+#include "daemon/systemd_notify.h"
 
 namespace exlr8 {
 

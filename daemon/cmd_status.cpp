@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/api/cache_report.h"
+#include "daemon/base/posix.h"
 #include "daemon/cache/cached_rank.h"
-#include "daemon/cache/posix.h"
 #include "daemon/commands.h"
 #include "format/layout.h"
 #include "format/manifest.h"

@@ -1,5 +1,5 @@
 // Subcommands of `exlr8d`. Each takes the arguments after its name and
-// returns the process exit status (client/cli.h).
+// returns the process exit status (client/cli/cli.h).
 #pragma once
 
 #include <filesystem>

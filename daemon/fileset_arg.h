@@ -2,7 +2,7 @@
 // --commit (pin, unpin, verify).
 #pragma once
 
-#include "client/args.h"
+#include "client/cli/args.h"
 #include "daemon/cache/cache.h"
 #include "format/status.h"
 

@@ -5,7 +5,7 @@
 #include <malloc.h>
 #endif
 
-#include "client/cli.h"
+#include "client/cli/cli.h"
 #include "daemon/commands.h"
 
 namespace {

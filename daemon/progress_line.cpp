@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "client/cli.h"
+#include "client/cli/cli.h"
 
 namespace exlr8 {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 
 namespace exlr8 {
 

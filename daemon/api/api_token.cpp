@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 
 namespace exlr8 {
 

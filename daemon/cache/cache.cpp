@@ -9,7 +9,7 @@
 #include <string>
 
 #include "daemon/cache/cache_rep.h"
-#include "daemon/cache/migrations.h"
+#include "daemon/cache/cache_schema.h"
 
 // Cache: opening the index, filesets and files. The data (cache_extents.cpp),
 // space and eviction (cache_space.cpp) and pull records (cache_pulls.cpp)

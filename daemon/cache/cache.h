@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/base/clock.h"
 #include "daemon/cache/extent_set.h"
 #include "daemon/cache/process_pin.h"
 #include "format/byte_source.h"
@@ -60,9 +61,10 @@ struct CacheOptions {
   // refuses work beyond it; Gc(budget) is how a caller gets back under it.
   // nullopt = only the file system's free space limits the cache.
   std::optional<std::uint64_t> byte_budget;
-  // Milliseconds since the Unix epoch; tests inject a fake clock to make LRU
-  // order deterministic. Default: the system clock. Called under the lock.
-  std::function<std::int64_t()> now_ms;
+  // The times the cache records (last use, pulls, pins) are its
+  // NowUnixMs(); tests inject a FakeClock to make LRU order deterministic.
+  // Called under the lock. Must outlive the Cache.
+  Clock* clock = &Clock::Real();
   // Write-behind: once this many bytes of a file were written since its last
   // kick, WriteAt asks the kernel to start writing its dirty pages back
   // (sync_file_range SYNC_FILE_RANGE_WRITE, no wait). The disk then writes

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "format/json.h"  // EscapeForMessage
 #include "format/status.h"
 

@@ -20,12 +20,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/base/file_lock.h"
+#include "daemon/base/mutex.h"
+#include "daemon/base/posix.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/file_lock.h"
-#include "daemon/cache/mutex.h"
-#include "daemon/cache/posix.h"
-#include "daemon/cache/sqlite_db.h"
 
 namespace exlr8 {
 namespace cache_internal {
@@ -51,11 +51,6 @@ struct FileRow {
   std::uint64_t size = 0;
   std::string rel;
 };
-
-inline std::int64_t SystemNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace cache_internal
 
@@ -175,7 +170,7 @@ struct Cache::Rep {
   }
 
   std::int64_t Now() EXLR8_REQUIRES(mu) {
-    return options.now_ms ? options.now_ms() : cache_internal::SystemNowMs();
+    return options.clock->NowUnixMs();
   }
 
   Result<FileRow> LoadFile(FileId file) EXLR8_REQUIRES(mu) {

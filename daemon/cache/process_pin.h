@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "format/status.h"
 
 namespace exlr8 {

@@ -11,10 +11,10 @@
 #include <set>
 #include <thread>
 
+#include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/cache/cached_rank.h"
 #include "daemon/cache/extent_set.h"
-#include "daemon/cache/posix.h"
 #include "daemon/pull/commit_batcher.h"
 #include "daemon/pull/consumers.h"
 #include "daemon/pull/fetch_session.h"

@@ -1,13 +1,13 @@
 #include "daemon/serve/job_store.h"
 
 #include <array>
-#include <chrono>
 #include <functional>
 
+#include "daemon/base/clock.h"
+#include "daemon/base/migrations.h"
+#include "daemon/base/mutex.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/migrations.h"
-#include "daemon/cache/mutex.h"
-#include "daemon/cache/sqlite_db.h"
 #include "daemon/hub/hub_protocol.h"
 #include "serve_schema_sql.h"
 
@@ -18,11 +18,6 @@ namespace {
 constexpr std::array<std::string_view, 5> kStateNames = {"queued", "running", "done", "failed", "cancelled"};
 constexpr std::array<std::string_view, 3> kKindNames = {"pull", "verify", "evict"};
 constexpr std::size_t kMaxFieldBytes = 1000;
-
-std::int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Result<JobState> ParseState(const std::string& name) {
   for (std::size_t i = 0; i < kStateNames.size(); ++i)
@@ -123,7 +118,7 @@ struct JobStore::Rep {
                    const std::string& wrong_state) EXLR8_EXCLUDES(mu) {
     MutexLock l(&mu);
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare(sql));
-    q.Bind(1, NowMs()).Bind(2, id);
+    q.Bind(1, Clock::Real().NowUnixMs()).Bind(2, id);
     if (bind) bind(q);
     EXLR8_RETURN_IF_ERROR(q.Run());
     if (db->Changes() == 1) return Status::Ok();
@@ -163,7 +158,7 @@ Result<JobId> JobStore::Add(const JobRequest& r) {
                                            "state, created, updated, kind, make_room) VALUES (?1, ?2, ?3, ?4, ?5, "
                                            "?6, ?7, 'queued', ?8, ?8, ?9, ?10)"));
   q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
-  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, NowMs()).Bind(9, JobKindName(r.kind));
+  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, Clock::Real().NowUnixMs()).Bind(9, JobKindName(r.kind));
   q.Bind(10, std::int64_t{r.make_room ? 1 : 0});
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(rep_->db.get()));
   EXLR8_ASSIGN_OR_RETURN(std::int64_t waiting,
@@ -286,7 +281,7 @@ Result<int> JobStore::RequeueInterrupted() {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
                          rep_->db->Prepare("UPDATE jobs SET state = 'queued', updated = ?1 WHERE state = 'running'"));
-  q.Bind(1, NowMs());
+  q.Bind(1, Clock::Real().NowUnixMs());
   EXLR8_RETURN_IF_ERROR(q.Run());
   return static_cast<int>(rep_->db->Changes());
 }

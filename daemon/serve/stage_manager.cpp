@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 
+#include "daemon/base/atomic_file.h"
+#include "daemon/base/clock.h"
+#include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/posix.h"
 #include "daemon/stage/lease_server.h"
 #include "format/layout.h"
 
@@ -24,11 +25,6 @@ namespace {
 
 constexpr std::size_t kMaxRequestBytes = 64 << 10;
 constexpr std::size_t kLogTailBytes = 2048;
-
-std::int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string RequestJson(const StageRequest& r, std::int64_t created_ms) {
   std::string o = "{\"repo\":";
@@ -253,13 +249,11 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
     return FailedPreconditionError(addr.status().message() + ": the cache directory is too deep for the stage's "
                                    "lease socket; run exlr8d serve with a shorter --cache");
   }
-  {
-    std::ofstream out(last_id.string() + ".tmp");
-    out << next << "\n";
-    out.close();
-    std::filesystem::rename(last_id.string() + ".tmp", last_id, ec);
+  if (Status s = WriteFileAtomically(last_id, std::to_string(next) + "\n", Durability::kDurable); !s.ok()) {
+    std::filesystem::remove(dir, ec);
+    return s;
   }
-  const std::string request_text = RequestJson(request, NowMs());
+  const std::string request_text = RequestJson(request, Clock::Real().NowUnixMs());
   {
     std::ofstream out(dir / "request.json");
     out << request_text;

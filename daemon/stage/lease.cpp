@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "format/json.h"
 
 namespace exlr8 {

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "daemon/stage/lease_server.h"
 #include "daemon/stage/rank_reader.h"
 #include "format/status.h"

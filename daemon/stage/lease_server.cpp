@@ -16,7 +16,7 @@
 #include <optional>
 #include <thread>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 
 namespace exlr8 {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "client/args.h"
-#include "client/cli.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/signal_watcher.h"
 #include "daemon/stage/gpu_stage.h"

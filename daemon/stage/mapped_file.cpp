@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 
 namespace exlr8 {
 

@@ -9,6 +9,9 @@
 #include <array>
 #include <chrono>
 
+#include "daemon/base/atomic_file.h"
+#include "daemon/base/clock.h"
+
 namespace exlr8 {
 namespace {
 
@@ -56,24 +59,16 @@ Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::file
 }
 
 Status StageStateWriter::Set(std::string_view state, std::string_view members) {
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const std::int64_t now_ms = Clock::Real().NowUnixMs();
   std::string text = "{\"state\":";
   AppendJsonString(text, state);
   text += ",\"pid\":" + std::to_string(::getpid()) + ",\"updated\":" + std::to_string(now_ms);
   text.append(members);
   text += "}\n";
-  // Written aside and renamed over: a reader sees the old record or the
-  // new one, never half of one.
-  const std::filesystem::path temp = dir_ / (std::string(kStateName) + ".tmp");
-  const std::filesystem::path path = dir_ / kStateName;
-  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoStatus(errno, "create " + temp.string());
-  EXLR8_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, std::as_bytes(std::span(text.data(), text.size())), temp.string()));
-  fd.Reset();
-  if (::rename(temp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename " + temp.string());
-  return Status::Ok();
+  // A reader sees the old record or the new one, never half of one. Not
+  // durable: the record is rewritten with every step's progress, and
+  // describes a process that a machine crash ends anyway.
+  return WriteFileAtomically(dir_ / kStateName, text, Durability::kNone);
 }
 
 Result<StageState> ReadStageState(const std::filesystem::path& dir) {

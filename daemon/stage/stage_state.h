@@ -28,7 +28,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "format/json.h"
 #include "format/status.h"
 

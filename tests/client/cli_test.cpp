@@ -1,6 +1,6 @@
 // The `exlr8` command end to end: synth -> plan -> verify -> decode round trips
 // for several geometries and dtype/layout choices, run as a real process, and
-// its exit statuses (client/cli.h).
+// its exit statuses (client/cli/cli.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/base/posix.h"
 #include "daemon/cache/cache.h"
-#include "daemon/cache/posix.h"
 #include "daemon/cache/process_pin.h"
 #include "format/json.h"
 #include "tests/daemon/cache_test_util.h"

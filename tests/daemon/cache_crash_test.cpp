@@ -17,8 +17,8 @@
 #include <random>
 #include <thread>
 
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache.h"
-#include "daemon/cache/sqlite_db.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {

@@ -19,14 +19,17 @@
 #include <fstream>
 #include <thread>
 
+#include "daemon/base/migrations.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache_paths.h"
-#include "daemon/cache/migrations.h"
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/cache/cache_schema.h"
+#include "tests/daemon/base/fake_clock.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
 namespace {
 
+using testing::FakeClock;
 using testing::kCommitA;
 using testing::kCommitB;
 using testing::kCommitC;
@@ -521,26 +524,6 @@ TEST(CacheTest, MigratesEmptyDbAndReopensIdempotently) {
   EXPECT_NE(newer.status().message().find("newer"), std::string::npos) << newer.status().message();
 }
 
-TEST(CacheTest, MigrationsApplyInOrderAndRollBackOnFailure) {
-  TempDir tmp;
-  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "m.db").string()).value();
-  const Migration two[] = {{1, "001_a.sql", "CREATE TABLE a (x INTEGER);"},
-                           {2, "002_b.sql", "CREATE TABLE b (y INTEGER); INSERT INTO a VALUES (7);"}};
-  ASSERT_TRUE(ApplyMigrations(db.get(), std::span(two, 1)).ok());
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 1);
-  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // only 002 runs
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
-  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());  // nothing runs
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM a"), 1);
-  const Migration broken[] = {two[0], two[1], {3, "003_bad.sql", "CREATE TABLE c (z); INSERT INTO nope VALUES (1);"}};
-  const Status s = ApplyMigrations(db.get(), broken);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("003_bad.sql"), std::string::npos) << s.message();
-  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 2);
-  EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'c'"), 0);  // rolled back
-}
-
 TEST(CacheTest, LookupCommitForOfflineMode) {
   Fixture fx;
   EXPECT_EQ(*fx.cache->LookupCommit("org/model", "main"), kCommitA);
@@ -789,13 +772,13 @@ FilesetId FilesetWithVerifiedBytes(Cache& cache, const char* repo, const char* c
 
 TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
   TempDir tmp;
-  std::int64_t now = 1000;
+  FakeClock clock(1000);
   CacheOptions options;
-  options.now_ms = [&now] { return now; };
+  options.clock = &clock;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
     const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
-    ++now;
+    clock.Advance(std::chrono::milliseconds(1));
     return fs;
   };
   const FilesetId a = make("org/a", kCommitA);  // t=1000, oldest, pinned
@@ -1052,14 +1035,14 @@ TEST(CacheTest, EvictTakesOneFilesetUnlessPinnedOrBeingPulled) {
 // fileset, nor one a live claim writes (a pull's own, before its row).
 TEST(CacheTest, MakeRoomEvictsOnlyWhatTheNeedTakesLeastRecentlyUsedFirst) {
   TempDir tmp;
-  std::int64_t now = 1000;
+  FakeClock clock(1000);
   CacheOptions options;
-  options.now_ms = [&now] { return now; };
+  options.clock = &clock;
   options.byte_budget = 4000;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path(), options);
   auto make = [&](const char* repo, const char* commit) {
     const FilesetId fs = FilesetWithVerifiedBytes(*cache, repo, commit, 1000);
-    ++now;
+    clock.Advance(std::chrono::milliseconds(1));
     return fs;
   };
   const FilesetId a = make("org/a", kCommitA);  // oldest, pinned

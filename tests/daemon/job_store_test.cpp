@@ -8,8 +8,8 @@
 #include <fstream>
 #include <span>
 
-#include "daemon/cache/migrations.h"
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/base/migrations.h"
+#include "daemon/base/sqlite_db.h"
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
 #include "serve_schema_sql.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/connection_holder_util.h"
 #include "tests/daemon/serve_test_util.h"  // WaitFor

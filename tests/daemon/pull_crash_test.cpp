@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "client/file_sink.h"
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/base/sqlite_db.h"
 #include "format/json.h"
 #include "format/layout.h"
 #include "format/release_writer.h"

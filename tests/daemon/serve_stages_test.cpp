@@ -15,7 +15,7 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "daemon/cache/process_pin.h"
 #include "daemon/stage/stage_state.h"
 #include "tests/daemon/cache_test_util.h"
@@ -195,6 +195,27 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
     EXPECT_EQ(Http(serve.base() + "/v1/stages/3", "DELETE").status, 202);
     ASSERT_TRUE(WaitFor([&] { return Text(GetStage(serve, 3), "state") == "released"; }));
   }
+}
+
+// The record that keeps ids from being reused (exlr8d.stages/last-id) is
+// written before a holder starts: when it cannot be, the start fails naming
+// it and leaves no stage behind, rather than start one whose id the next
+// server could hand out again.
+TEST(ServeStagesTest, AStartWhoseIdCannotBeRecordedFailsAndLeavesNoStage) {
+  TempDir cache;
+  HolderReaper reaper(cache.path());
+  const fs::path root = cache.path() / "exlr8d.stages";
+  fs::create_directories(root / "last-id");  // a directory where the file goes: its rename fails
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()},
+                     (cache.path() / "serve.log").string());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const HttpAnswer a = Http(serve.base() + "/v1/stages", "POST", "", StageBody(1, 0));
+  EXPECT_EQ(a.status, 409) << a.body;
+  EXPECT_THAT(a.body, HasSubstr((root / "last-id").string()));
+  EXPECT_FALSE(fs::exists(root / "1"));
+  const JsonValue list = *Parse(Http(serve.base() + "/v1/stages")).Find("stages");
+  EXPECT_TRUE(list.as_array().empty());
+  EXPECT_EQ(serve.Stop(), 0);
 }
 
 // A dying holder lets go of its lock a moment before the server can reap

@@ -1,4 +1,4 @@
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/base/sqlite_db.h"
 
 #include <sqlite3.h>
 #include <sys/stat.h>

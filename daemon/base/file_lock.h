@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "daemon/cache/posix.h"
+#include "daemon/base/posix.h"
 #include "format/status.h"
 
 namespace exlr8 {

@@ -1,4 +1,4 @@
-#include "daemon/cache/file_lock.h"
+#include "daemon/base/file_lock.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "client/args.h"
+#include "client/cli/args.h"
 
 #include <cctype>
 #include <iostream>

@@ -1,4 +1,4 @@
-#include "client/cli.h"
+#include "client/cli/cli.h"
 
 #include <cstdio>
 #include <iostream>

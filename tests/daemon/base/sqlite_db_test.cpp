@@ -1,6 +1,6 @@
-// daemon/cache/sqlite_db.h on real SQLite files: statements handed back for
+// daemon/base/sqlite_db.h on real SQLite files: statements handed back for
 // reuse must behave exactly like newly prepared ones.
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/base/sqlite_db.h"
 
 #include <gtest/gtest.h>
 

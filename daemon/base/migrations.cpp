@@ -1,12 +1,8 @@
-#include "daemon/cache/migrations.h"
+#include "daemon/base/migrations.h"
 
 #include <string>
 
-#include "daemon/cache/schema_sql.h"
-
 namespace exlr8 {
-
-std::span<const Migration> BuiltinMigrations() { return cache_schema::kMigrations; }
 
 Status ApplyMigrations(SqliteDb* db, std::span<const Migration> migrations) {
   EXLR8_ASSIGN_OR_RETURN(const std::int64_t current, db->QueryInt("PRAGMA user_version"));

@@ -1,15 +1,17 @@
-// Numbered schema migrations for the cache index.
+// Numbered schema migrations for an SQLite database (the cache index, the
+// serve job queue).
 //
-// schema/NNN_<what>.sql files are embedded at build time (embed_schema.cmake
-// generates schema_sql.h with cache_schema::kMigrations, versions 1..N in
-// order). The applied version is PRAGMA user_version: 0 for an empty
-// database, N after migration N.
+// <dir>/NNN_<what>.sql files are embedded at build time (embed_schema.cmake
+// generates a header with <ns>::kMigrations, versions 1..N in order; the
+// cache's list is BuiltinMigrations() in daemon/cache/cache_schema.h). The
+// applied version is PRAGMA user_version: 0 for an empty database, N after
+// migration N.
 #pragma once
 
 #include <span>
 #include <string_view>
 
-#include "daemon/cache/sqlite_db.h"
+#include "daemon/base/sqlite_db.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -19,9 +21,6 @@ struct Migration {
   std::string_view name;  // file name, for messages
   std::string_view sql;
 };
-
-// The migrations built into this binary.
-std::span<const Migration> BuiltinMigrations();
 
 // Brings `db` from its user_version up to the last of `migrations`, each in
 // its own IMMEDIATE transaction that also sets user_version, so a crash or

@@ -41,6 +41,18 @@ mkdir -p "$root/out"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
+# A build step whose output goes to out/NAME.log, shown when it fails: a
+# quiet log when all is well, the compiler's error when not.
+quiet_build() {
+  local name=$1
+  shift
+  "$@" >"$root/out/$name.log" 2>&1 || {
+    tail -150 "$root/out/$name.log"
+    echo "$name failed: $* (whole log in out/$name.log)" >&2
+    exit 1
+  }
+}
+
 # ctest over one build tree, then its slowest tests.
 run_ctest() {
   local dir=$1 name=$2
@@ -58,9 +70,9 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
 fi
 
 step "build (g++ -O2, test code -O1) in build/"
-cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
-  -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
-cmake --build build -j"$jobs"
+quiet_build configure cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1
+quiet_build build cmake --build build -j"$jobs"
 
 step "tests (ctest -LE full)"
 EXLR8_TEST_TIER=default run_ctest build default -LE full
@@ -71,9 +83,9 @@ step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
 asan_targets=(status_test json_test safetensors_test safetensors_writer_test release_writer_test expert_index_test
               manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
               fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query)
-cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
-  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
-cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}" >/dev/null
+quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
+  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
+quiet_build build-asan cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
 
 step "threaded parts under ThreadSanitizer, lock annotations checked (clang, build-tsan/)"
@@ -88,10 +100,10 @@ tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_b
 tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)
-cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+quiet_build configure-tsan cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
-  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 >/dev/null
-cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}" >/dev/null
+  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
+quiet_build build-tsan cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}"
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
 done

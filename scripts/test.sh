@@ -104,9 +104,13 @@ quiet_build configure-tsan cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
   -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
 quiet_build build-tsan cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}"
-for t in "${tsan_tests[@]}"; do
-  TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
-done
+# The binaries run side by side; each one's output is kept in out/ and
+# shown when it fails.
+mkdir -p "$root/out/tsan"
+printf '%s\n' "${tsan_tests[@]}" | TSAN_OPTIONS=halt_on_error=1 xargs -P "$((jobs * 2))" -I{} sh -c \
+  'build-tsan/tests/{} --gtest_brief=1 >"$0/{}.log" 2>&1 || { cat "$0/{}.log"; echo "{} failed under TSan" >&2; exit 255; }' \
+  "$root/out/tsan"
+echo "${#tsan_tests[@]} test binaries passed under TSan (logs in out/tsan/)"
 
 # The README's first quick-start command on build/'s binaries: the pull,
 # verify, decode and serve a user sees.

@@ -208,12 +208,15 @@ TEST(LeaseServerTest, AClientThatDoesNotReadHoldsUpNoOne) {
 TEST(LeaseServerTest, AClientNotTakingTheDescriptionInTimeIsClosed) {
   TempDir dir;
   const fs::path socket = dir.path() / "lease.sock";
-  const std::string description(8 << 20, 'd');
-  auto server = LeaseServer::Start(socket, description, {}, std::chrono::milliseconds(200));
+  // Larger than the socket's buffers, so the slow client cannot have it
+  // all without reading; a deadline that a reading client meets even on a
+  // loaded machine under TSan.
+  const std::string description(2 << 20, 'd');
+  auto server = LeaseServer::Start(socket, description, {}, std::chrono::milliseconds(1000));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   UniqueFd slow = Connect(socket);
   ASSERT_TRUE(slow.valid());
-  ::usleep(600'000);
+  ::usleep(1'500'000);
   EXPECT_LT(ReadDescription(slow.get()).size(), description.size());
   EXPECT_EQ((*server)->served(), 0u);
   EXPECT_TRUE((*server)->Lessees().empty());

@@ -1,5 +1,7 @@
 #include "daemon/stage/lease.h"
 
+#include <algorithm>
+
 #include "client/lease/description.h"
 #include "gpu/ipc.h"
 
@@ -24,6 +26,7 @@ Result<std::string> LeaseDescriptionJson(const RankRequest& request, const RankH
   for (std::size_t i = 0; i < rank.halves.size(); ++i) {
     const RankHalf& h = rank.halves[i];
     d.halves.push_back({h.tag, h.hidden, staged.offsets()[i], h.length});
+    d.data_bytes = std::max(d.data_bytes, staged.offsets()[i] + staged.sizes()[i]);
   }
   return WriteLeaseDescription(d);
 }

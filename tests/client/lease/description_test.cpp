@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tests/client/lease/lease_test_util.h"
 
@@ -46,14 +48,15 @@ TEST(LeaseDescription, WhatTheHolderWritesReadsBackTheSame) {
 TEST(LeaseDescription, TheWrittenLayoutIsTheProtocols) {
   LeaseDescription d = ValidLeaseDescription();
   d.halves.resize(1);
-  d.bytes = 8192;
+  d.bytes = 8000;
+  d.data_bytes = 8000;
   EXPECT_EQ(WriteLeaseDescription(d),
             R"({"version":1,"repo":"org/glm","commit":"0123456789abcdef0123456789abcdef01234567",)"
-            R"("manifest":"home","tp":4,"rank":1,"device":0,"bytes":8192,"halves_count":1,)"
+            R"("manifest":"home","tp":4,"rank":1,"device":0,"bytes":8000,"data_bytes":8000,"halves_count":1,)"
             R"("data_handle":")" +
                 std::string(128, 'a') + R"(","offsets_handle":")" + d.offsets_handle +
                 R"(","halves":[{"layer":3,"expert":7,"proj":"gate","half":0,"k":2,"hidden":256,)"
-                R"("offset":0,"length":8192}]})");
+                R"("offset":0,"length":8000}]})");
 }
 
 TEST(LeaseDescription, SyntaxErrorsNameTheSourceAndTheByte) {
@@ -61,6 +64,194 @@ TEST(LeaseDescription, SyntaxErrorsNameTheSourceAndTheByte) {
   EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
   EXPECT_THAT(r.status().message(), HasSubstr("lease description from /run/lease.sock"));
   EXPECT_THAT(r.status().message(), HasSubstr("at byte 1"));
+}
+
+// ---- what the parser refuses ----
+//
+// Each case edits the valid description's text (Edit: the first `from`
+// becomes `to`) and expects Corruption naming the field and the byte
+// offset of its value (or the half's index) in the text.
+
+std::string Valid() { return WriteLeaseDescription(ValidLeaseDescription()); }
+
+std::string Edit(std::string text, std::string_view from, std::string_view to) {
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// The byte offset of the value after the first `"key":` at or after
+// `from` in `text`.
+std::string ByteOf(const std::string& text, std::string_view key, std::size_t from = 0) {
+  const std::string k = "\"" + std::string(key) + "\":";
+  const std::size_t at = text.find(k, from);
+  EXPECT_NE(at, std::string::npos) << key;
+  return "at byte " + std::to_string(at + k.size());
+}
+
+// Where the second half's object starts.
+std::size_t SecondHalf(const std::string& text) { return text.find("},{\"layer\"") + 2; }
+
+void ExpectRefused(const std::string& text, const std::vector<std::string>& what) {
+  auto r = ParseLeaseDescription(text, "lease.sock");
+  ASSERT_FALSE(r.ok()) << text;
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("lease description from lease.sock: "));
+  for (const std::string& w : what) EXPECT_THAT(r.status().message(), HasSubstr(w)) << text;
+}
+
+TEST(LeaseDescriptionStrict, UnknownProjectionIsRefusedNotReadAsGate) {
+  const std::string text = Edit(Valid(), R"("proj":"gate")", R"("proj":"gated")");
+  ExpectRefused(text, {"halves[0] 'proj' " + ByteOf(text, "proj"), "unknown projection \"gated\""});
+}
+
+TEST(LeaseDescriptionStrict, ProjectionThatIsNotAStringIsRefused) {
+  const std::string text = Edit(Valid(), R"("proj":"down")", R"("proj":2)");
+  ExpectRefused(text, {"halves[1] 'proj' " + ByteOf(text, "proj", SecondHalf(text))});
+}
+
+TEST(LeaseDescriptionStrict, TpOfZeroIsRefused) {
+  const std::string text = Edit(Edit(Valid(), R"("tp":4)", R"("tp":0)"), R"("rank":1)", R"("rank":0)");
+  ExpectRefused(text, {"'tp' " + ByteOf(text, "tp"), "[1, 2147483647]"});
+}
+
+TEST(LeaseDescriptionStrict, TpThatDoesNotFitAnIntIsRefusedNotNarrowed) {
+  const std::string text = Edit(Valid(), R"("tp":4)", R"("tp":4294967300)");
+  ExpectRefused(text, {"'tp' " + ByteOf(text, "tp"), "4294967300"});
+}
+
+TEST(LeaseDescriptionStrict, RankNotBelowTpIsRefused) {
+  const std::string text = Edit(Valid(), R"("rank":1)", R"("rank":4)");
+  ExpectRefused(text, {"'rank' " + ByteOf(text, "rank"), "[0, 3]"});
+}
+
+TEST(LeaseDescriptionStrict, DeviceThatDoesNotFitAnIntIsRefusedNotNarrowed) {
+  // 2^32 read as a count and narrowed to int was device 0.
+  const std::string text = Edit(Valid(), R"("device":0)", R"("device":4294967296)");
+  ExpectRefused(text, {"'device' " + ByteOf(text, "device")});
+}
+
+TEST(LeaseDescriptionStrict, NegativeDeviceIsRefusedWithItsByte) {
+  const std::string text = Edit(Valid(), R"("device":0)", R"("device":-1)");
+  ExpectRefused(text, {"'device' " + ByteOf(text, "device"), "-1"});
+}
+
+TEST(LeaseDescriptionStrict, LayerThatDoesNotFitAnIntIsRefusedNotNarrowed) {
+  const std::string text = Edit(Valid(), R"("layer":3)", R"("layer":2147483648)");
+  ExpectRefused(text, {"halves[0] 'layer' " + ByteOf(text, "layer")});
+}
+
+TEST(LeaseDescriptionStrict, HalfThatDoesNotFitUint32IsRefusedNotNarrowed) {
+  const std::string text = Edit(Valid(), R"("half":0)", R"("half":4294967296)");
+  ExpectRefused(text, {"halves[0] 'half' " + ByteOf(text, "half")});
+}
+
+TEST(LeaseDescriptionStrict, ExpertBelowTheSharedExpertIsRefused) {
+  const std::string text = Edit(Valid(), R"("expert":-1)", R"("expert":-2)");
+  ExpectRefused(text, {"halves[1] 'expert' " + ByteOf(text, "expert", SecondHalf(text))});
+}
+
+TEST(LeaseDescriptionStrict, WidthOfZeroIsRefused) {
+  const std::string text = Edit(Valid(), R"("k":2)", R"("k":0)");
+  ExpectRefused(text, {"halves[0] 'k' " + ByteOf(text, "k")});
+}
+
+TEST(LeaseDescriptionStrict, EmptyHalfIsRefused) {
+  const std::string text =
+      Edit(Edit(Valid(), R"("length":100)", R"("length":0)"), R"("bytes":8100)", R"("bytes":8000)");
+  ExpectRefused(text, {"halves[1] 'length' " + ByteOf(text, "length", SecondHalf(text))});
+}
+
+TEST(LeaseDescriptionStrict, HalfOutsideTheAllocationIsRefused) {
+  const std::string text = Edit(Valid(), R"("offset":8192)", R"("offset":8193)");
+  ExpectRefused(text, {"halves[1] 'length' " + ByteOf(text, "length", SecondHalf(text)), "8293",
+                       "allocation of 8292 bytes"});
+}
+
+TEST(LeaseDescriptionStrict, OffsetPlusLengthThatOverflowsIsRefused) {
+  const std::string text = Edit(Valid(), R"("offset":8192)", R"("offset":18446744073709551516)");
+  ExpectRefused(text, {"halves[1] 'length' " + ByteOf(text, "length", SecondHalf(text)), "overflows"});
+}
+
+TEST(LeaseDescriptionStrict, OverlappingHalvesAreRefused) {
+  const std::string text = Edit(Valid(), R"("offset":8192)", R"("offset":7999)");
+  ExpectRefused(text,
+                {"halves[1] 'offset' " + ByteOf(text, "offset", SecondHalf(text)), "overlaps halves[0]"});
+}
+
+TEST(LeaseDescriptionStrict, TheSameHalfTwiceIsRefused) {
+  std::string text =
+      Edit(Valid(), R"("expert":-1,"proj":"down","half":5)", R"("expert":7,"proj":"gate","half":0)");
+  ExpectRefused(text,
+                {"halves[1] ", "at byte " + std::to_string(SecondHalf(text)), "the same half as halves[0]"});
+}
+
+TEST(LeaseDescriptionStrict, DuplicateKeyIsRefusedWithItsByte) {
+  const std::string text = Edit(Valid(), R"("tp":4,)", R"("tp":4,"tp":4,)");
+  ExpectRefused(text, {"duplicate", "at byte"});
+}
+
+TEST(LeaseDescriptionStrict, UnknownFieldIsRefused) {
+  const std::string text = Edit(Valid(), R"("tp":4,)", R"("tp":4,"tq":4,)");
+  ExpectRefused(text, {"'tq' " + ByteOf(text, "tq"), "unknown field"});
+}
+
+TEST(LeaseDescriptionStrict, UnknownFieldOfAHalfIsRefused) {
+  const std::string text = Edit(Valid(), R"("k":2,)", R"("k":2,"kk":2,)");
+  ExpectRefused(text, {"halves[0] 'kk' " + ByteOf(text, "kk"), "unknown field"});
+}
+
+TEST(LeaseDescriptionStrict, HalvesCountThatDisagreesIsRefused) {
+  const std::string text = Edit(Valid(), R"("halves_count":2)", R"("halves_count":3)");
+  ExpectRefused(text, {"'halves_count' " + ByteOf(text, "halves_count"), "2 halves"});
+}
+
+TEST(LeaseDescriptionStrict, BytesThatAreNotTheSumOfTheLengthsAreRefused) {
+  const std::string text = Edit(Valid(), R"("bytes":8100)", R"("bytes":8101)");
+  ExpectRefused(text, {"'bytes' " + ByteOf(text, "bytes"), "8100"});
+}
+
+TEST(LeaseDescriptionStrict, MissingAllocationSizeIsRefused) {
+  const std::string text = Edit(Valid(), R"("data_bytes":8292,)", "");
+  ExpectRefused(text, {"no 'data_bytes'"});
+}
+
+TEST(LeaseDescriptionStrict, MalformedHandleIsRefusedBeforeMapping) {
+  const std::string text = Edit(Valid(), std::string(128, 'a'), std::string(127, 'a') + "g");
+  ExpectRefused(text, {"'data_handle' " + ByteOf(text, "data_handle"), "128 hex digits"});
+  const std::string shorter = Edit(Valid(), std::string(128, 'a'), std::string(126, 'a'));
+  ExpectRefused(shorter, {"'data_handle' " + ByteOf(shorter, "data_handle")});
+}
+
+TEST(LeaseDescriptionStrict, EmptyOrOverlongTextFieldsAreRefused) {
+  const std::string empty = Edit(Valid(), R"("repo":"org/glm")", R"("repo":"")");
+  ExpectRefused(empty, {"'repo' " + ByteOf(empty, "repo")});
+  const std::string longer =
+      Edit(Valid(), R"("manifest":"home")", "\"manifest\":\"" + std::string(5000, 'm') + "\"");
+  ExpectRefused(longer, {"'manifest' " + ByteOf(longer, "manifest"), "1 to 4096 bytes"});
+}
+
+TEST(LeaseDescriptionStrict, NonIntegerNumbersAreRefusedNotRounded) {
+  const std::string text = Edit(Valid(), R"("offset":0)", R"("offset":0.5)");
+  ExpectRefused(text, {"halves[0] 'offset' " + ByteOf(text, "offset")});
+}
+
+TEST(LeaseDescriptionStrict, TooManyHalvesAreRefusedBeforeTheyAreBuilt) {
+  std::string many = "[";
+  for (std::size_t i = 0; i <= kMaxLeaseHalves; ++i) many += i ? ",0" : "0";
+  many += "]";
+  const std::string text = Edit(Valid(), R"("halves":[)", R"("halves":)" + many + R"(,"more":[)");
+  ExpectRefused(text, {"at byte", std::to_string(kMaxLeaseHalves)});
+}
+
+TEST(LeaseDescriptionStrict, DeepNestingIsRefused) {
+  const std::string text = Edit(Valid(), R"("hidden":256)", R"("hidden":[[[[1]]]])");
+  ExpectRefused(text, {"at byte"});
+}
+
+TEST(LeaseDescriptionStrict, ADescriptionThatIsNotAnObjectIsRefused) {
+  ExpectRefused("[1]", {"not an object", "at byte 0"});
 }
 
 }  // namespace

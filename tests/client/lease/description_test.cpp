@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -252,6 +255,21 @@ TEST(LeaseDescriptionStrict, DeepNestingIsRefused) {
 
 TEST(LeaseDescriptionStrict, ADescriptionThatIsNotAnObjectIsRefused) {
   ExpectRefused("[1]", {"not an object", "at byte 0"});
+}
+
+// The fuzz target's seeds (tests/fuzz/corpus/lease_description) are what
+// their names say, so the fuzzer starts from both sides of the parser.
+TEST(LeaseDescriptionStrict, TheFuzzSeedsAreWhatTheirNamesSay) {
+  const std::filesystem::path dir = std::filesystem::path(EXLR8_SOURCE_DIR) / "tests/fuzz/corpus/lease_description";
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(ParseLeaseDescription(text).ok(), name.rfind("valid_", 0) == 0) << name;
+    ++seen;
+  }
+  EXPECT_GE(seen, 4);
 }
 
 }  // namespace

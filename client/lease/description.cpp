@@ -237,7 +237,12 @@ Result<LeaseDescription> ParseLeaseDescription(std::string_view text, std::strin
     return top.At(
         *v.Find("halves_count"), "halves_count",
         std::to_string(count) + ", but 'halves' holds " + std::to_string(out.halves.size()) + " halves");
-  EXLR8_ASSIGN_OR_RETURN(out.data_bytes, top.Uint("data_bytes"));
+  // A holder older than data_bytes sends none; it allocated exactly to the
+  // end of its last half (UploadHalves), which is then the allocation's size.
+  const bool sized = v.Find("data_bytes") != nullptr;
+  if (sized) {
+    EXLR8_ASSIGN_OR_RETURN(out.data_bytes, top.Uint("data_bytes"));
+  }
   EXLR8_ASSIGN_OR_RETURN(out.data_handle, top.Handle("data_handle"));
   EXLR8_ASSIGN_OR_RETURN(out.offsets_handle, top.Handle("offsets_handle"));
 
@@ -252,12 +257,15 @@ Result<LeaseDescription> ParseLeaseDescription(std::string_view text, std::strin
       return f.At(
           length, "length",
           "offset " + std::to_string(h.offset) + " + length " + std::to_string(h.length) + " overflows");
+    if (!sized) out.data_bytes = std::max(out.data_bytes, h.offset + h.length);
     if (h.offset + h.length > out.data_bytes)
       return f.At(length, "length",
                   "offset " + std::to_string(h.offset) + " + length " + std::to_string(h.length) + " = " +
                       std::to_string(h.offset + h.length) + " lies outside the allocation of " +
                       std::to_string(out.data_bytes) + " bytes");
-    payload += h.length;  // no overflow: the halves lie apart inside data_bytes (checked below)
+    // Wraps only where halves overlap, which is refused below before
+    // `payload` is compared.
+    payload += h.length;
   }
   std::vector<std::uint32_t> order(out.halves.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);

@@ -21,9 +21,12 @@
 //   repo, commit, manifest non-empty, at most kMaxLeaseTextBytes,
 // and, across fields: halves_count = the halves' number (at most
 // kMaxLeaseHalves), bytes = the sum of their lengths, each half inside the
-// allocation (offset + length <= data_bytes, no overflow), no two halves
+// allocation (offset + length <= data_bytes, no overflow; a description
+// without data_bytes, from a holder that predates it, has its allocation
+// end where its last half ends, as that holder allocated), no two halves
 // overlapping or naming the same (layer, expert, proj, half). Unknown
-// fields and duplicate keys are refused. JSON nesting and sizes are
+// fields and duplicate keys are refused: a field added to the protocol
+// comes with a new version. JSON nesting and sizes are
 // bounded before anything is built (format/json.h limits), so hostile text
 // costs at most a bounded multiple of its length.
 //

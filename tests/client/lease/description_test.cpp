@@ -215,9 +215,21 @@ TEST(LeaseDescriptionStrict, BytesThatAreNotTheSumOfTheLengthsAreRefused) {
   ExpectRefused(text, {"'bytes' " + ByteOf(text, "bytes"), "8100"});
 }
 
-TEST(LeaseDescriptionStrict, MissingAllocationSizeIsRefused) {
-  const std::string text = Edit(Valid(), R"("data_bytes":8292,)", "");
-  ExpectRefused(text, {"no 'data_bytes'"});
+// A holder from before data_bytes sends none; it allocated exactly to the
+// end of the last half, and a half beyond its allocation cannot be told.
+TEST(LeaseDescriptionStrict, WithoutAnAllocationSizeTheAllocationEndsWithTheLastHalf) {
+  auto d = ParseLeaseDescription(Edit(Valid(), R"("data_bytes":8292,)", ""));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->data_bytes, 8292u);
+  const std::string overflow = Edit(Edit(Valid(), R"("data_bytes":8292,)", ""), R"("offset":8192)",
+                                    R"("offset":18446744073709551516)");
+  ExpectRefused(overflow,
+                {"halves[1] 'length' " + ByteOf(overflow, "length", SecondHalf(overflow)), "overflows"});
+}
+
+TEST(LeaseDescriptionStrict, AnAllocationSizeThatIsNotACountIsRefused) {
+  const std::string text = Edit(Valid(), R"("data_bytes":8292)", R"("data_bytes":"8292")");
+  ExpectRefused(text, {"'data_bytes' " + ByteOf(text, "data_bytes")});
 }
 
 TEST(LeaseDescriptionStrict, MalformedHandleIsRefusedBeforeMapping) {
@@ -260,7 +272,8 @@ TEST(LeaseDescriptionStrict, ADescriptionThatIsNotAnObjectIsRefused) {
 // The fuzz target's seeds (tests/fuzz/corpus/lease_description) are what
 // their names say, so the fuzzer starts from both sides of the parser.
 TEST(LeaseDescriptionStrict, TheFuzzSeedsAreWhatTheirNamesSay) {
-  const std::filesystem::path dir = std::filesystem::path(EXLR8_SOURCE_DIR) / "tests/fuzz/corpus/lease_description";
+  const std::filesystem::path dir =
+      std::filesystem::path(EXLR8_SOURCE_DIR) / "tests/fuzz/corpus/lease_description";
   int seen = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path(), std::ios::binary);

@@ -50,7 +50,6 @@ Status CheckCanHoldAt(const std::filesystem::path& path) {
 }
 
 struct LeaseServer::Rep {
-  using Clock = std::chrono::steady_clock;
   struct Lessee {
     UniqueFd fd;
     Peer peer;
@@ -61,7 +60,7 @@ struct LeaseServer::Rep {
   struct Pending {
     UniqueFd fd;
     std::size_t sent = 0;
-    Clock::time_point deadline;
+    Clock::TimePoint deadline;
     Peer peer;
   };
 
@@ -78,6 +77,7 @@ struct LeaseServer::Rep {
   std::vector<Lessee> lessees EXLR8_GUARDED_BY(mu);
   std::vector<Pending> pending;  // the loop thread's own
   std::chrono::milliseconds send_deadline{0};
+  Clock* clock = nullptr;  // of the send deadlines; outlives the server
   LeaseServer::LesseesChanged on_lessees;
 
   // On the loop thread, after a change, outside mu.
@@ -111,7 +111,7 @@ struct LeaseServer::Rep {
         if (mine >= LeaseServer::kMaxLesseesPerUser) return;
       }
     }
-    pending.push_back({std::move(client), 0, Clock::now() + send_deadline, peer});
+    pending.push_back({std::move(client), 0, clock->Deadline(send_deadline), peer});
     if (SendSome(pending.back())) FinishSending(pending.size() - 1);
   }
 
@@ -150,12 +150,14 @@ struct LeaseServer::Rep {
     Announce();
   }
 
-  // Poll timeout: until the first pending send's deadline (-1: none).
+  // Poll timeout: until the first pending send's deadline (-1: none), the
+  // clock's time left taken as real milliseconds, so that a test's clock
+  // moved past a deadline is seen within that time.
   int PollTimeoutMs() const {
     if (pending.empty()) return -1;
-    Clock::time_point first = Clock::time_point::max();
+    Clock::TimePoint first = Clock::TimePoint::max();
     for (const Pending& p : pending) first = std::min(first, p.deadline);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now()).count();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - clock->Now()).count();
     return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
   }
 
@@ -211,7 +213,7 @@ struct LeaseServer::Rep {
       }
       // Pending sends, in reverse so that finishing one keeps the others'
       // indices; one past its deadline, or whose client went, is closed.
-      const auto now = Clock::now();
+      const auto now = clock->Now();
       for (std::size_t i = pending.size(); i-- > 0;) {
         Pending& p = pending[i];
         if (fds[2 + lessee_count + i].revents != 0 && SendSome(p)) {
@@ -232,9 +234,11 @@ LeaseServer::~LeaseServer() { Stop(); }
 
 Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path,
                                                         std::string description, LesseesChanged on_lessees,
-                                                        std::chrono::milliseconds send_deadline) {
+                                                        std::chrono::milliseconds send_deadline,
+                                                        Clock& clock) {
   auto rep = std::make_unique<Rep>();
   rep->send_deadline = send_deadline;
+  rep->clock = &clock;
   rep->path = path;
   rep->description = std::move(description);
   rep->on_lessees = std::move(on_lessees);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/lease/lease_client.h"
+#include "daemon/base/clock.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -44,11 +45,12 @@ class LeaseServer {
   // lessees' pids (as Lessees()) each time one connects or lets go.
   // The description is sent as each client's socket takes it, so a client
   // that reads slowly or not at all holds up no one else; one that has not
-  // taken all of it within `send_deadline` is closed.
+  // taken all of it within `send_deadline` (measured on `clock`, which
+  // must outlive the server) is closed.
   using LesseesChanged = std::function<void(const std::vector<pid_t>&)>;
   static Result<std::unique_ptr<LeaseServer>> Start(
       const std::filesystem::path& path, std::string description, LesseesChanged on_lessees = {},
-      std::chrono::milliseconds send_deadline = std::chrono::seconds(30));
+      std::chrono::milliseconds send_deadline = std::chrono::seconds(30), Clock& clock = Clock::Real());
   ~LeaseServer();  // Stop()
   LeaseServer(const LeaseServer&) = delete;
   LeaseServer& operator=(const LeaseServer&) = delete;

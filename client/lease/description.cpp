@@ -181,7 +181,7 @@ Result<LeaseDescription> ParseLeaseDescription(std::string_view text, std::strin
   LeaseDescription out;
   EXLR8_ASSIGN_OR_RETURN(const JsonValue* version, top.Get("version", "integer"));
   if (!version->is_number() || version->as_uint64() != std::optional<std::uint64_t>(1))
-    return top.At(*version, "version", "lease description version " + Describe(*version) + " is unknown");
+    return top.At(*version, "version", "version " + Describe(*version) + " is unknown");
   EXLR8_RETURN_IF_ERROR(
       top.OnlyKnown({"version", "repo", "commit", "manifest", "tp", "rank", "device", "bytes", "data_bytes",
                      "halves_count", "data_handle", "offsets_handle", "halves"}));

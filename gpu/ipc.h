@@ -1,9 +1,9 @@
 // CUDA IPC: device memory of one process opened by another on the same
 // machine (cudaIpcGetMemHandle / cudaIpcOpenMemHandle). The handle is 64
 // opaque bytes, carried as 128 hex digits in the lease description
-// (daemon/stage/lease.h). The memory stays valid while the exporting process
-// keeps it allocated: using a mapping after the exporter freed it (or died)
-// is undefined, so the exporter holds it until told to stop.
+// (client/lease/description.h). The memory stays valid while the exporting
+// process keeps it allocated: using a mapping after the exporter freed it
+// (or died) is undefined, so the exporter holds it until told to stop.
 #pragma once
 
 #include <cstddef>

@@ -78,11 +78,13 @@ step "tests (ctest -LE full)"
 EXLR8_TEST_TIER=default run_ctest build default -LE full
 
 step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-# format/ whole (every reader of release bytes), the hub's protocol checks
-# and the REST API's query strings, with their fuzz replays.
+# format/ whole (every reader of release bytes), the hub's protocol checks,
+# the REST API's query strings and the lease description a serving process
+# reads, with their fuzz replays.
 asan_targets=(status_test json_test safetensors_test safetensors_writer_test release_writer_test expert_index_test
               manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
-              fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query)
+              lease_description_test fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense
+              fuzz_hub_protocol fuzz_query fuzz_lease_description)
 quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
   -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
 quiet_build build-asan cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
@@ -95,7 +97,7 @@ step "threaded parts under ThreadSanitizer, lock annotations checked (clang, bui
 # their own; the base's mutex, clock and atomic file tests race threads on
 # purpose. -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            pull_headers_test rank_reader_test scrub_test lease_server_test stage_state_test
+            pull_headers_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
             mutex_test clock_test atomic_file_test)
 tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")

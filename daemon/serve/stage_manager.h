@@ -10,7 +10,7 @@
 //   <cache>/exlr8d.stages/<id>/request.json   what was asked (the server writes it)
 //   <cache>/exlr8d.stages/<id>/state.json     the holder's steps and outcome
 //   <cache>/exlr8d.stages/<id>/holder.lock    flock'ed while the holder lives
-//   <cache>/exlr8d.stages/<id>/lease.sock     the lease (daemon/stage/lease.h)
+//   <cache>/exlr8d.stages/<id>/lease.sock     the lease (client/lease/lease_client.h)
 //   <cache>/exlr8d.stages/<id>/log            the holder's stdout and stderr
 //
 // A stage's state is the holder's, except: "starting" before the holder has

@@ -10,12 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "daemon/base/mutex.h"
 #include "daemon/base/posix.h"
 
 namespace exlr8 {
@@ -36,16 +35,6 @@ Peer PeerOf(int fd) {
 
 }  // namespace
 
-Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.native().size() + 1 > sizeof addr.sun_path)
-    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
-                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
-  return addr;
-}
-
 namespace {
 // Whether a holder answers on `addr`.
 bool SomeoneAnswers(const sockaddr_un& addr) {
@@ -61,34 +50,34 @@ Status CheckCanHoldAt(const std::filesystem::path& path) {
 }
 
 struct LeaseServer::Rep {
-  using Clock = std::chrono::steady_clock;
   struct Lessee {
     UniqueFd fd;
     Peer peer;
   };
   // A connection still being sent the description: written to as the
-  // socket takes it, never blocking the loop (found by review: one client
-  // reading slowly held the only thread, so no one else was served and
-  // SIGTERM waited for it).
+  // socket takes it, never blocking the loop, so that a client reading
+  // slowly holds up neither the other clients nor a stop.
   struct Pending {
     UniqueFd fd;
     std::size_t sent = 0;
-    Clock::time_point deadline;
+    Clock::TimePoint deadline;
     Peer peer;
   };
 
   std::filesystem::path path;
   std::string description;
-  UniqueFd listener;  // reset by the loop thread once it stops accepting
+  UniqueFd listener;          // reset by the loop thread once it stops accepting
   int control[2] = {-1, -1};  // 'a': stop accepting, 'x': stop
   std::thread thread;
   std::atomic<std::uint64_t> served{0};
-  mutable std::mutex mu;
-  std::condition_variable stopped_accepting;
-  bool accepting = true;        // guarded by mu (written by the loop thread only)
-  std::vector<Lessee> lessees;  // guarded by mu (written by the loop thread only)
+  mutable Mutex mu;
+  CondVar stopped_accepting;  // signalled when `accepting` turns false
+  // Written by the loop thread only; read by the others under mu.
+  bool accepting EXLR8_GUARDED_BY(mu) = true;
+  std::vector<Lessee> lessees EXLR8_GUARDED_BY(mu);
   std::vector<Pending> pending;  // the loop thread's own
   std::chrono::milliseconds send_deadline{0};
+  Clock* clock = nullptr;  // of the send deadlines; outlives the server
   LeaseServer::LesseesChanged on_lessees;
 
   // On the loop thread, after a change, outside mu.
@@ -96,7 +85,7 @@ struct LeaseServer::Rep {
     if (!on_lessees) return;
     std::vector<pid_t> pids;
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(&mu);
       for (const Lessee& x : lessees) pids.push_back(x.peer.pid);
     }
     on_lessees(pids);
@@ -110,7 +99,7 @@ struct LeaseServer::Rep {
       // Bounded, so that connections left open cannot use up the holder's
       // descriptors, and per user: the one over a bound is closed
       // unanswered.
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(&mu);
       const std::size_t open = lessees.size() + pending.size();
       if (open >= LeaseServer::kMaxLessees) return;
       const bool exempt = peer.uid && (*peer.uid == 0 || *peer.uid == ::geteuid());
@@ -122,7 +111,7 @@ struct LeaseServer::Rep {
         if (mine >= LeaseServer::kMaxLesseesPerUser) return;
       }
     }
-    pending.push_back({std::move(client), 0, Clock::now() + send_deadline, peer});
+    pending.push_back({std::move(client), 0, clock->Deadline(send_deadline), peer});
     if (SendSome(pending.back())) FinishSending(pending.size() - 1);
   }
 
@@ -130,8 +119,8 @@ struct LeaseServer::Rep {
   // failed send closes the connection (the client went away).
   bool SendSome(Pending& p) {
     while (p.sent < description.size()) {
-      const ssize_t n =
-          ::send(p.fd.get(), description.data() + p.sent, description.size() - p.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = ::send(p.fd.get(), description.data() + p.sent, description.size() - p.sent,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         p.sent += static_cast<std::size_t>(n);
       } else if (n < 0 && errno == EINTR) {
@@ -155,18 +144,20 @@ struct LeaseServer::Rep {
     // lessee lets go.
     (void)::shutdown(client.get(), SHUT_WR);
     {
-      std::lock_guard<std::mutex> l(mu);
+      MutexLock l(&mu);
       lessees.push_back({std::move(client), peer});
     }
     Announce();
   }
 
-  // Poll timeout: until the first pending send's deadline (-1: none).
+  // Poll timeout: until the first pending send's deadline (-1: none), the
+  // clock's time left taken as real milliseconds, so that a test's clock
+  // moved past a deadline is seen within that time.
   int PollTimeoutMs() const {
     if (pending.empty()) return -1;
-    Clock::time_point first = Clock::time_point::max();
+    Clock::TimePoint first = Clock::TimePoint::max();
     for (const Pending& p : pending) first = std::min(first, p.deadline);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now()).count();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first - clock->Now()).count();
     return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
   }
 
@@ -177,7 +168,7 @@ struct LeaseServer::Rep {
       bool taking = false;
       std::size_t lessee_count = 0;
       {
-        std::lock_guard<std::mutex> l(mu);
+        MutexLock l(&mu);
         taking = accepting;
         fds.push_back({control[0], POLLIN, 0});
         fds.push_back({taking ? listener.get() : -1, POLLIN, 0});  // a negative fd is ignored
@@ -196,10 +187,10 @@ struct LeaseServer::Rep {
         ::unlink(path.c_str());
         pending.clear();  // not lessees yet: they hold nothing
         {
-          std::lock_guard<std::mutex> l(mu);
+          MutexLock l(&mu);
           accepting = false;
         }
-        stopped_accepting.notify_all();
+        stopped_accepting.SignalAll();
         continue;
       }
       // A lessee that closed, or died: end of stream or an error. Anything
@@ -213,7 +204,7 @@ struct LeaseServer::Rep {
       }
       if (!gone.empty()) {
         {
-          std::lock_guard<std::mutex> l(mu);
+          MutexLock l(&mu);
           std::erase_if(lessees, [&](const Lessee& x) {
             return std::find(gone.begin(), gone.end(), x.fd.get()) != gone.end();
           });
@@ -222,7 +213,7 @@ struct LeaseServer::Rep {
       }
       // Pending sends, in reverse so that finishing one keeps the others'
       // indices; one past its deadline, or whose client went, is closed.
-      const auto now = Clock::now();
+      const auto now = clock->Now();
       for (std::size_t i = pending.size(); i-- > 0;) {
         Pending& p = pending[i];
         if (fds[2 + lessee_count + i].revents != 0 && SendSome(p)) {
@@ -241,11 +232,13 @@ struct LeaseServer::Rep {
 LeaseServer::LeaseServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 LeaseServer::~LeaseServer() { Stop(); }
 
-Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path, std::string description,
-                                                        LesseesChanged on_lessees,
-                                                        std::chrono::milliseconds send_deadline) {
+Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::path& path,
+                                                        std::string description, LesseesChanged on_lessees,
+                                                        std::chrono::milliseconds send_deadline,
+                                                        Clock& clock) {
   auto rep = std::make_unique<Rep>();
   rep->send_deadline = send_deadline;
+  rep->clock = &clock;
   rep->path = path;
   rep->description = std::move(description);
   rep->on_lessees = std::move(on_lessees);
@@ -269,10 +262,10 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
   rep->thread = std::thread([r] {
     r->Loop();
     {
-      std::lock_guard<std::mutex> l(r->mu);
+      MutexLock l(&r->mu);
       r->accepting = false;  // whatever ended the loop, nobody waits for it in vain
     }
-    r->stopped_accepting.notify_all();
+    r->stopped_accepting.SignalAll();
   });
   return std::unique_ptr<LeaseServer>(new LeaseServer(std::move(rep)));
 }
@@ -280,12 +273,12 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
 void LeaseServer::StopAccepting() {
   if (!rep_->thread.joinable()) return;
   {
-    std::lock_guard<std::mutex> l(rep_->mu);
+    MutexLock l(&rep_->mu);
     if (!rep_->accepting) return;
   }
   rep_->Send('a');
-  std::unique_lock<std::mutex> l(rep_->mu);
-  rep_->stopped_accepting.wait(l, [this] { return !rep_->accepting; });
+  MutexLock l(&rep_->mu);
+  while (rep_->accepting) rep_->stopped_accepting.Wait(&rep_->mu);
 }
 
 void LeaseServer::Stop() {
@@ -296,14 +289,14 @@ void LeaseServer::Stop() {
   ::close(rep_->control[1]);
   rep_->listener.Reset();
   ::unlink(rep_->path.c_str());
-  std::lock_guard<std::mutex> l(rep_->mu);
+  MutexLock l(&rep_->mu);
   rep_->lessees.clear();
 }
 
 std::uint64_t LeaseServer::served() const { return rep_->served.load(); }
 
 std::vector<pid_t> LeaseServer::Lessees() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  MutexLock l(&rep_->mu);
   std::vector<pid_t> out;
   for (const Rep::Lessee& x : rep_->lessees) out.push_back(x.peer.pid);
   return out;

@@ -1,4 +1,5 @@
-// The holder's side of the lease socket (lease.h has the protocol): each
+// The holder's side of the lease socket (client/lease/lease_client.h has
+// the protocol, and the lessee's side): each
 // connection gets the lease description, then the holder shuts down its
 // writing side, so the lessee reads to end of stream, and keeps the
 // connection open. A lessee is a process whose connection is open: it holds
@@ -7,6 +8,8 @@
 // before it releases (exlr8d-stage, on SIGTERM).
 //
 // No CUDA here: the description is text, so this part is tested everywhere.
+// Threads: Start, StopAccepting, Stop, served and Lessees from any thread;
+// the server's own thread runs the socket loop and `on_lessees`.
 #pragma once
 
 #include <sys/types.h>
@@ -20,13 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "client/lease/lease_client.h"
+#include "daemon/base/clock.h"
 #include "format/status.h"
 
 namespace exlr8 {
-
-// The address of the Unix socket at `path`: InvalidArgument when the path
-// does not fit (108 bytes on Linux). Shared by the holder and OpenLease.
-Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path);
 
 // What Start would refuse of `path`, checked without binding it: too long
 // a path (InvalidArgument), a live holder answering there
@@ -44,11 +45,12 @@ class LeaseServer {
   // lessees' pids (as Lessees()) each time one connects or lets go.
   // The description is sent as each client's socket takes it, so a client
   // that reads slowly or not at all holds up no one else; one that has not
-  // taken all of it within `send_deadline` is closed.
+  // taken all of it within `send_deadline` (measured on `clock`, which
+  // must outlive the server) is closed.
   using LesseesChanged = std::function<void(const std::vector<pid_t>&)>;
-  static Result<std::unique_ptr<LeaseServer>> Start(const std::filesystem::path& path, std::string description,
-                                                    LesseesChanged on_lessees = {},
-                                                    std::chrono::milliseconds send_deadline = std::chrono::seconds(30));
+  static Result<std::unique_ptr<LeaseServer>> Start(
+      const std::filesystem::path& path, std::string description, LesseesChanged on_lessees = {},
+      std::chrono::milliseconds send_deadline = std::chrono::seconds(30), Clock& clock = Clock::Real());
   ~LeaseServer();  // Stop()
   LeaseServer(const LeaseServer&) = delete;
   LeaseServer& operator=(const LeaseServer&) = delete;
@@ -65,7 +67,7 @@ class LeaseServer {
   // kMaxLesseesPerUser, and the last kReservedLessees are root's and the
   // holder's user's: one member of the socket's group cannot lock the
   // others out, nor hold the release off alone.
-  static constexpr std::size_t kMaxLessees = 256;
+  static constexpr std::size_t kMaxLessees = kMaxLeaseLessees;
   static constexpr std::size_t kMaxLesseesPerUser = 64;
   static constexpr std::size_t kReservedLessees = 16;
 

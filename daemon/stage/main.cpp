@@ -36,8 +36,8 @@ the pointer table the kernels use, and checks
 a sample on the GPU: the bytes copied back equal the cache's, and the GPU
 decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
 reports and exits, releasing the memory; with --hold it keeps the buffers and
-leases them to serving processes on this machine (CUDA IPC; daemon/stage/
-lease.h has the protocol) until SIGINT or SIGTERM, then waits for its
+leases them to serving processes on this machine (CUDA IPC; client/lease/
+description.h has the protocol) until SIGINT or SIGTERM, then waits for its
 lessees to let go; told to stop before it holds, it stops reading or
 uploading within a half and exits 130. While it runs, the fileset is pinned
 (a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it goes

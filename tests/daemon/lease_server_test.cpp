@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/base/posix.h"
+#include "tests/daemon/base/fake_clock.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/connection_holder_util.h"
 #include "tests/daemon/serve_test_util.h"  // WaitFor
@@ -25,6 +26,7 @@ namespace exlr8 {
 namespace {
 
 using ::exlr8::testing::ConnectionHolder;
+using ::exlr8::testing::FakeClock;
 using ::exlr8::testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -194,7 +196,8 @@ TEST(LeaseServerTest, AClientThatDoesNotReadHoldsUpNoOne) {
   ASSERT_TRUE(reader.valid());
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(ReadDescription(reader.get()).size(), description.size());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "waited for the stuck client";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "waited for the stuck client";
   ASSERT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == 1; }, 5));
   EXPECT_EQ((*server)->served(), 1u);
 
@@ -205,18 +208,21 @@ TEST(LeaseServerTest, AClientThatDoesNotReadHoldsUpNoOne) {
   EXPECT_EQ((*server)->Lessees().size(), 1u);
 }
 
+// On a FakeClock: the deadline passes when the test says, not after a sleep.
 TEST(LeaseServerTest, AClientNotTakingTheDescriptionInTimeIsClosed) {
   TempDir dir;
   const fs::path socket = dir.path() / "lease.sock";
-  // Larger than the socket's buffers, so the slow client cannot have it
-  // all without reading; a deadline that a reading client meets even on a
-  // loaded machine under TSan.
-  const std::string description(2 << 20, 'd');
-  auto server = LeaseServer::Start(socket, description, {}, std::chrono::milliseconds(1000));
+  const std::string description(8 << 20, 'd');
+  FakeClock clock;
+  auto server = LeaseServer::Start(socket, description, {}, std::chrono::milliseconds(200), clock);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   UniqueFd slow = Connect(socket);
   ASSERT_TRUE(slow.valid());
-  ::usleep(1'500'000);
+  // The first bytes arrive once the server took the connection, and with
+  // it the deadline; then the clock passes it.
+  pollfd first{slow.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&first, 1, 10'000), 1);
+  clock.Advance(std::chrono::milliseconds(600));
   EXPECT_LT(ReadDescription(slow.get()).size(), description.size());
   EXPECT_EQ((*server)->served(), 0u);
   EXPECT_TRUE((*server)->Lessees().empty());

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "client/lease/open_lease.h"
 #include "daemon/stage/lease.h"
 #include "gpu/device.h"
 #include "tests/daemon/cache_test_util.h"

@@ -63,7 +63,9 @@ TEST(CacheOwnerTest, HoldsTheCacheLockUntilReleased) {
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   EXPECT_TRUE(owner.is_open());
   EXPECT_EQ(*owner.Acquire(), *cache);  // the same, not opened again
-  auto other = Cache::Open(dir.path());
+  CacheOptions no_wait;
+  no_wait.lock_wait = std::chrono::milliseconds(0);
+  auto other = Cache::Open(dir.path(), no_wait);
   EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
   owner.Release();
   EXPECT_FALSE(owner.is_open());

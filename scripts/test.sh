@@ -95,10 +95,11 @@ step "threaded parts under ThreadSanitizer, lock annotations checked (clang, bui
 # in these, over real transfers on loopback; the scrub hashes on several
 # threads; the holder's step reporter and the lease server have threads of
 # their own; the base's mutex, clock and atomic file tests race threads on
-# purpose. -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
+# purpose, and serve's scheduler tests race cancels against starts.
+# -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
             pull_headers_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
-            mutex_test clock_test atomic_file_test)
+            mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test)
 tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)

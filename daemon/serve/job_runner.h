@@ -1,21 +1,14 @@
-// JobRunner: runs the queued jobs of `exlr8d serve` (job_store.h) on threads
-// of its own: pulls with the pull engine (PullJob), verify jobs with the
-// scrub (daemon/scrub/scrub.h), which forgets what no longer matches.
-//
-// Several at once, one repo at a time. Up to `max_running` jobs run side by
-// side, so a small pull does not wait an hour behind a large one, and a
-// verify job (disk-bound) runs beside a pull (network-bound). Jobs of one
-// repo run in the order they were asked for, one at a time: ranks of one
-// release share files (the dense ones), and in order the first rank asked
-// for is ready first and the second reuses its bytes instead of fetching
-// them at the same moment. A scheduler thread starts what may start and
-// says of every other queued job why it waits (Snapshot's `waiting`).
-//
-// The cache. The runner opens it (taking its lock) only while it has work,
-// and closes it when nothing is queued or running, so `exlr8d pull`, `gc`,
-// `pin` and the systemd units still run between jobs. While another process
-// owns the cache, queued jobs wait and the runner tries again every
-// `lock_retry`. Running jobs share one Cache (thread-safe).
+// JobRunner: what `exlr8d serve` runs its queued jobs (job_store.h) with:
+// pulls with the pull engine, verify jobs with the scrub, evict jobs. It
+// wires three pieces, each owning its own state:
+//   JobScheduler (job_scheduler.h)  the scheduler thread, the running jobs,
+//                                   the concurrency limits, how each job's
+//                                   start and end are recorded;
+//   CacheOwner (cache_owner.h)      the cache, open only while there is
+//                                   work, and the retry while another
+//                                   process holds its lock;
+//   Job (job.h, job_kinds.h)        one per job kind: the work and its
+//                                   progress.
 //
 // Bandwidth. A limit in `pull.fetch.max_bytes_per_second` is the total of
 // every running job: Start makes one RateLimiter that all of them share.
@@ -35,10 +28,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "daemon/base/clock.h"
 #include "daemon/cache/cache.h"
 #include "daemon/pull/pull_job.h"
 #include "daemon/scrub/scrub.h"
+#include "daemon/serve/job.h"
 #include "daemon/serve/job_store.h"
 #include "format/status.h"
 
@@ -51,41 +47,14 @@ struct JobRunnerOptions {
   // fetch settings. A job naming another endpoint gets no token (see
   // OptionsFor) and the same fetch settings.
   PullOptions pull;
+  // Between tries of a cache another process holds, and of a start or an
+  // end the queue could not record.
   std::chrono::milliseconds lock_retry{2000};
   // Jobs running at once (of different repos); 1 runs the queue strictly
   // in order.
   int max_running = 4;
-};
-
-// How far a running verify job got.
-struct VerifyProgress {
-  std::uint64_t bytes_total = 0;  // to check (known once it has planned)
-  std::uint64_t bytes_checked = 0;
-  std::uint64_t failures = 0;
-  double elapsed_s = 0;
-};
-
-// A job as the API shows it: the stored row, plus what only the running
-// server knows.
-struct JobSnapshot {
-  JobInfo info;
-  std::optional<PullProgress> progress;  // a pull, while it runs here
-  std::optional<VerifyProgress> verify_progress;  // a verify job, while it runs here
-  std::string waiting;                   // why a queued job has not started
-  bool cancel_requested = false;
-};
-
-// Sums over every job this server ran since it started, the running ones
-// included: what GET /metrics exposes as Prometheus counters.
-struct RunnerTotals {
-  std::uint64_t bytes_received = 0;     // off the network, refetches included
-  std::uint64_t bytes_verified = 0;     // fetched, verified and recorded
-  std::uint64_t http_requests = 0;      // range GETs sent, retries included
-  std::uint64_t http_retries = 0;
-  std::uint64_t hub_resolves = 0;       // /resolve/ requests to the hub
-  std::uint64_t checksum_failures = 0;  // fetched bytes that failed and were refetched
-  std::uint64_t scrub_bytes_checked = 0;
-  std::uint64_t scrub_failures = 0;
+  // Every wait of the runner's (tests: a FakeClock). Outlives the runner.
+  Clock* clock = &Clock::Real();
 };
 
 struct RunnerMetrics {
@@ -114,7 +83,8 @@ class JobRunner {
   // it now (for DELETE /v1/pulls/{id}); nullopt otherwise.
   std::optional<JobId> RunningJobOfPull(std::int64_t pull) const;
   Result<JobSnapshot> Snapshot(JobId id) const;
-  Result<std::vector<JobSnapshot>> List(std::size_t limit = 100, std::optional<JobState> state = std::nullopt) const;
+  Result<std::vector<JobSnapshot>> List(std::size_t limit = 100,
+                                        std::optional<JobState> state = std::nullopt) const;
   Result<RunnerMetrics> Metrics() const;
 
   // Idempotent: cancels the running jobs (each is queued again, to resume

@@ -183,6 +183,27 @@ TEST(FakeClockTest, ManySleepersWakeInDeadlineOrder) {
   EXPECT_EQ(order, expected);
 }
 
+// A signal sent while the wait's recheck times out may be reported as a
+// timeout; the wait then returns to its caller (as a spurious wake), whose
+// loop sees the condition its signaller set. So a wait with neither an
+// advance nor a signal still comes back within milliseconds of real time.
+TEST(FakeClockTest, AWaitComesBackToItsCallerSoASignalRacingItsRecheckIsNotLost) {
+  FakeClock clock;
+  Mutex mu;
+  CondVar cv;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    MutexLock l(&mu);
+    clock.WaitFor(&cv, &mu, hours(1));
+    returned = true;
+  });
+  const auto give_up = std::chrono::steady_clock::now() + seconds(5);
+  while (!returned && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  EXPECT_TRUE(returned);
+  clock.Advance(hours(1));  // ends the wait where it did not come back
+  waiter.join();
+}
+
 // An advance that comes right as a thread starts waiting on its CondVar
 // still ends the wait (the race FakeClock's recheck exists for).
 TEST(FakeClockTest, AnAdvanceRacingTheStartOfAWaitIsNotLost) {

@@ -41,13 +41,16 @@ bool FakeClock::WaitUntil(CondVar* cv, Mutex* mu, TimePoint deadline) {
     if (now_ >= deadline) return false;
     AddWaiter(&w);
   }
-  for (;;) {
-    {
-      MutexLock l(&mu_);
-      if (w.reached) break;
-    }
-    if (cv->WaitFor(mu, kRecheck)) break;  // signalled (by the caller's code or by Advance), or spurious
+  // One timed wait, then back to the caller, as a spurious wake when
+  // nothing happened: a signal that coincides with the recheck's timeout
+  // may be reported as a timeout, and only the caller's own condition
+  // (which its signaller set) tells that it came.
+  bool reached = false;
+  {
+    MutexLock l(&mu_);
+    reached = w.reached;
   }
+  if (!reached) cv->WaitFor(mu, kRecheck);  // signalled (by the caller's code or by Advance), or timed out
   MutexLock l(&mu_);
   RemoveWaiter(&w);
   return now_ < deadline;

@@ -41,7 +41,9 @@ class FakeClock final : public Clock {
   void SleepUntil(TimePoint deadline) override;
   // A wake that the advance causes can reach the waiter up to a few
   // milliseconds of real time late (when it raced with the waiter entering
-  // the wait); it is never lost, and the result is the same.
+  // the wait); it is never lost, and the result is the same. Returns true
+  // (a spurious wake) every few milliseconds of real time while neither
+  // comes, so a caller that loops on its condition never misses a signal.
   bool WaitUntil(CondVar* cv, Mutex* mu, TimePoint deadline) override EXLR8_REQUIRES(mu);
 
   // Moves both clocks forward by `d` and wakes every sleep and wait whose

@@ -16,17 +16,17 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/base/clock.h"
+#include "daemon/hub/answer_checker.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"
 
 namespace exlr8 {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-constexpr std::size_t kMaxErrorBody = 64 * 1024;
 constexpr int kMaxResolveHops = 6;
 
 struct StringHash {
@@ -72,7 +72,7 @@ struct RangeFetcher::Impl {
     std::string url;           // where ranges go (valid in kReady)
     bool on_hub = false;
     std::optional<std::uint64_t> size;
-    Clock::time_point expires;
+    Clock::TimePoint expires;
     std::uint32_t generation = 0;  // bumped on each successful resolve
     bool ever_resolved = false;
     int resolves_this_run = 0;     // successful resolves after the first, this Run
@@ -109,20 +109,9 @@ struct RangeFetcher::Impl {
     std::string url;
     ResponseHead head;
     char errbuf[CURL_ERROR_SIZE] = {0};
-    // range checks
-    std::uint64_t want_start = 0;
-    std::uint64_t want_end = 0;   // inclusive
-    std::uint64_t skip = 0;
-    std::uint64_t body_bytes = 0;
-    bool checked = false;
-    bool discard = false;         // error body
-    bool complete_early = false;  // we cut the transfer once the range was whole
-    bool overlong = false;
-    bool bad_answer = false;
+    AnswerChecker checker;        // range transfers: judges the answer
     bool paused = false;          // held back (bandwidth limit, or a consumer not ready)
     bool multiplexed = false;     // HTTP/2: shares its connection with other streams
-    bool presumed_url = false;    // sent to a file's /resolve/ URL without a HEAD
-    Status error;                 // bad answer details
     Status consumer_error;
   };
 
@@ -133,7 +122,8 @@ struct RangeFetcher::Impl {
         active_transfers{0};
   };
 
-  Impl(const HubClient& h, RangeFetcherOptions o) : hub(h), opts(std::move(o)) {
+  Impl(const HubClient& h, RangeFetcherOptions o)
+      : hub(h), opts(std::move(o)), clock(opts.clock != nullptr ? opts.clock : &Clock::Real()) {
     EnsureCurlGlobalInit();
     opts.max_parallel = std::max(1, opts.max_parallel);
     if (opts.h2_streams_per_connection <= 0) opts.h2_streams_per_connection = opts.max_parallel;
@@ -190,6 +180,7 @@ struct RangeFetcher::Impl {
 
   const HubClient& hub;
   RangeFetcherOptions opts;
+  Clock* clock;  // opts.clock, or the real one
   CURLM* multi = nullptr;
   curl_slist* plain_headers = nullptr;  // Accept-Encoding: identity
   curl_slist* hub_headers = nullptr;    // ... + Authorization (hub origin only)
@@ -223,9 +214,9 @@ struct RangeFetcher::Impl {
   std::vector<std::uint32_t> free_jobs;
   ReadyQueue ready;
   std::deque<std::uint32_t> resolve_queue;
-  using Timer = std::pair<Clock::time_point, std::uint32_t>;
+  using Timer = std::pair<Clock::TimePoint, std::uint32_t>;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> backoff;
-  Clock::time_point resolve_not_before;
+  Clock::TimePoint resolve_not_before;
   bool source_done = false;
   bool stopping = false;
   std::uint64_t failed_this_run = 0;
@@ -264,7 +255,7 @@ struct RangeFetcher::Impl {
     f.on_hub = true;
     f.presumed = true;
     f.size = size;
-    f.expires = Clock::time_point::max();
+    f.expires = Clock::TimePoint::max();
     ++f.generation;
   }
 
@@ -316,10 +307,10 @@ struct RangeFetcher::Impl {
     }
     Inc(counters.retries);
     if (j.delivered > 0) Inc(counters.resumes);
-    Schedule(ji, Clock::now() + Backoff(j.attempts));
+    Schedule(ji, clock->Now() + Backoff(j.attempts));
   }
 
-  void Schedule(std::uint32_t ji, Clock::time_point when) {
+  void Schedule(std::uint32_t ji, Clock::TimePoint when) {
     jobs[ji].state = Job::State::kBackoff;
     backoff.emplace(when, ji);
   }
@@ -432,7 +423,7 @@ struct RangeFetcher::Impl {
     // next one, so a CDN refusing everything is not met with a resolve storm
     // (the hub rate-limits /resolve/). Expiry (the first one) waits for nothing.
     if (f.resolves_this_run > 0)
-      resolve_not_before = std::max(resolve_not_before, Clock::now() + Backoff(f.resolves_this_run));
+      resolve_not_before = std::max(resolve_not_before, clock->Now() + Backoff(f.resolves_this_run));
     f.state = FileState::State::kUnresolved;
     return true;
   }
@@ -446,7 +437,7 @@ struct RangeFetcher::Impl {
     resolve_queue.push_back(fi);
   }
 
-  void StartResolves(Clock::time_point now) {
+  void StartResolves(Clock::TimePoint now) {
     while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves && now >= resolve_not_before &&
            !stopping) {
       Transfer* t = FreeTransfer();
@@ -477,7 +468,7 @@ struct RangeFetcher::Impl {
     --running_resolves;
     const std::uint32_t fi = t.index;
     FileState& f = files[fi];
-    const auto now = Clock::now();
+    const auto now = clock->Now();
     auto retry = [&](const Status& error, std::optional<milliseconds> wait) {
       ++f.failed_tries;
       if (f.failed_tries >= opts.max_attempts) {
@@ -548,10 +539,8 @@ struct RangeFetcher::Impl {
     t.url = url;
     t.head.Reset();
     t.errbuf[0] = '\0';
-    t.skip = 0;
-    t.body_bytes = 0;
-    t.checked = t.discard = t.complete_early = t.overlong = t.bad_answer = t.paused = t.multiplexed = false;
-    t.error = Status::Ok();
+    t.checker = AnswerChecker();
+    t.paused = t.multiplexed = false;
     t.consumer_error = Status::Ok();
     ApplyCommonOptions(t.easy, hub.http_settings(), t.url);
     curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
@@ -576,10 +565,18 @@ struct RangeFetcher::Impl {
     t.is_resolve = false;
     t.index = ji;
     t.generation = f.generation;
-    t.presumed_url = f.presumed;
-    t.want_start = j.req.offset + j.delivered;
-    t.want_end = j.req.offset + j.req.length - 1;
-    const std::string range = std::to_string(t.want_start) + "-" + std::to_string(t.want_end);
+    RangeExpectation want;
+    want.offset = j.req.offset;
+    want.length = j.req.length;
+    want.delivered = j.delivered;
+    want.file_size = f.size;
+    want.on_hub = f.on_hub;
+    want.presumed_url = f.presumed;
+    want.pinned_commit = hub.commit();
+    want.token_sent = f.on_hub && hub.has_token();
+    want.token = hub.http_settings().token;
+    t.checker = AnswerChecker(want);
+    const std::string range = std::to_string(t.checker.first()) + "-" + std::to_string(t.checker.last());
     curl_easy_setopt(t.easy, CURLOPT_RANGE, range.c_str());  // copied by libcurl
     curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER,
                      hub.http_settings().ShouldSendToken(t.url) ? hub_headers : plain_headers);
@@ -591,7 +588,7 @@ struct RangeFetcher::Impl {
     AddTransfer(t);
   }
 
-  void StartRanges(Clock::time_point now) {
+  void StartRanges(Clock::TimePoint now) {
     while (!ready.empty() && !stopping) {
       const std::uint32_t ji = ready.front();
       Job& j = jobs[ji];
@@ -640,12 +637,12 @@ struct RangeFetcher::Impl {
     return t->impl->OnBody(*t, p, size * nmemb);
   }
 
-  bool OverBudget(Clock::time_point now) const { return rate != nullptr && rate->Exhausted(now); }
+  bool OverBudget(Clock::TimePoint now) const { return rate != nullptr && rate->Exhausted(now); }
 
   // Unpauses transfers held back (by the bandwidth limit while the budget
   // allows, or by a consumer that was not ready). libcurl re-delivers the
   // held chunk from inside curl_easy_pause, which may pause it again.
-  void ResumePaused(Clock::time_point now) {
+  void ResumePaused(Clock::TimePoint now) {
     if (paused_transfers == 0) return;
     for (Transfer& t : transfers) {
       if (!t.busy || !t.paused) continue;
@@ -658,7 +655,7 @@ struct RangeFetcher::Impl {
 
   std::size_t OnBody(Transfer& t, char* p, std::size_t n) {
     if (t.is_resolve) return n;  // HEAD: no body expected
-    if (rate != nullptr && !t.paused && OverBudget(Clock::now())) {
+    if (rate != nullptr && !t.paused && OverBudget(clock->Now())) {
       // libcurl keeps this chunk and stops reading the socket; TCP flow
       // control then slows the sender. ResumePaused lets it go on.
       t.paused = true;
@@ -666,7 +663,7 @@ struct RangeFetcher::Impl {
       return CURL_WRITEFUNC_PAUSE;
     }
     Job& j = jobs[t.index];
-    if (!t.checked) {
+    if (!t.checker.head_checked()) {
       long version = 0;
       curl_easy_getinfo(t.easy, CURLINFO_HTTP_VERSION, &version);
       t.multiplexed = version >= CURL_HTTP_VERSION_2_0;
@@ -675,192 +672,105 @@ struct RangeFetcher::Impl {
     // consumer: pausing one stream of a shared HTTP/2 connection stalls the
     // others with it (libcurl stops reading the connection, or buffers the
     // stream). A multiplexed transfer's OnData applies the backpressure.
-    if (!t.discard && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
+    if (!t.checker.discarding() && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
       t.paused = true;  // ResumePaused offers the chunk again
       ++paused_transfers;
       return CURL_WRITEFUNC_PAUSE;
     }
-    t.body_bytes += n;
+    t.checker.CountBody(n);
     // Every byte off the wire counts against the limit, discarded ones too.
-    if (rate != nullptr) rate->Consume(n, Clock::now());
-    if (!t.checked) {
-      t.checked = true;
-      const std::uint64_t want_len = t.want_end - t.want_start + 1;
-      if (t.head.status == 206) {
-        auto cr = ParseContentRange(t.head.content_range);
-        if (!cr || cr->first != t.want_start || cr->last != t.want_end) {
-          t.bad_answer = true;
-          t.error = CorruptionError("answered Content-Range '" + EscapeForMessage(t.head.content_range) +
-                                    "' for bytes=" + std::to_string(t.want_start) + "-" + std::to_string(t.want_end));
-          return 0;
-        }
-        const auto& size = files[j.file].size;
-        if (cr->total && size && *cr->total != *size) {
-          t.bad_answer = true;
-          t.error = CorruptionError("answered Content-Range '" + EscapeForMessage(t.head.content_range) +
-                                    "' for a file of " + std::to_string(*size) + " bytes");
-          return 0;
-        }
-        if (t.head.content_length && *t.head.content_length > want_len) t.overlong = true;
-      } else if (t.head.status == 200) {
-        Inc(counters.ignored_range);
-        t.skip = t.want_start;  // the body starts at byte 0 of the file
-      } else {
-        t.discard = true;
-      }
-      // Ranges are asked for with Accept-Encoding: identity; a compressed
-      // body's bytes are not the file's (found by review: reported as a
-      // "short body", the encoding unnamed).
-      if (!t.discard && !t.head.content_encoding.empty() && t.head.content_encoding != "identity") {
-        t.bad_answer = true;
-        t.error = CorruptionError("answered Content-Encoding '" + EscapeForMessage(t.head.content_encoding) +
-                                  "' to a request for identity (uncompressed) bytes");
-        return 0;
-      }
-      // The hub names the commit it answered for; the URL pins ours, so a
-      // different one is a broken hub or mirror (the HEAD path checks the
-      // same in HubClient::InterpretResolve).
-      if (!t.discard && files[j.file].on_hub && !t.head.x_repo_commit.empty() &&
-          t.head.x_repo_commit != hub.commit()) {
-        t.bad_answer = true;
-        t.error = CorruptionError("hub answered for commit '" + EscapeForMessage(t.head.x_repo_commit) +
-                                  "', pinned " + hub.commit());
-        return 0;
-      }
+    if (rate != nullptr) rate->Consume(n, clock->Now());
+    if (!t.checker.head_checked()) {
+      if (t.head.status == 200) Inc(counters.ignored_range);
+      if (t.checker.CheckHead(t.head) == AnswerChecker::Head::kBad) return 0;
     }
-    if (t.discard) return t.body_bytes > kMaxErrorBody ? 0 : n;
+    if (t.checker.discarding()) return t.checker.error_body_too_long() ? 0 : n;
 
-    std::size_t off = 0;
-    if (t.skip > 0) {
-      const std::uint64_t drop = std::min<std::uint64_t>(t.skip, n);
-      t.skip -= drop;
-      off = static_cast<std::size_t>(drop);
-      Inc(counters.bytes_discarded, drop);
-      if (off == n) return n;
-    }
-    const std::uint64_t remaining = j.req.length - j.delivered;
-    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, n - off));
-    if (take > 0) {
-      Status s = consumer->OnData(j.req.id, j.req.offset + j.delivered,
-                                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + off), take));
+    const AnswerChecker::Slice slice = t.checker.Plan(n);
+    if (slice.skip > 0) Inc(counters.bytes_discarded, slice.skip);
+    if (slice.take > 0) {
+      Status s = consumer->OnData(j.req.id, t.checker.next_offset(),
+                                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + slice.skip),
+                                                             slice.take));
       if (!s.ok()) {
         t.consumer_error = std::move(s);
         return 0;
       }
-      j.delivered += take;
-      Inc(counters.bytes_received, take);
+      j.delivered += slice.take;
+      Inc(counters.bytes_received, slice.take);
     }
-    if (off + take < n) {
-      // Bytes beyond the range: a 206 with a body longer than asked, or the
-      // rest of a whole-file 200. Cut the transfer here.
-      Inc(counters.bytes_discarded, n - off - take);
-      if (t.head.status == 206) t.overlong = true;
-      t.complete_early = true;
-      return 0;
-    }
-    if (j.delivered == j.req.length) {
-      // Range complete; stop a 200 (or announced-overlong 206) body now
-      // unless this was the body's natural end. A 206 with no length says
-      // nothing of its end either: a server that then holds the connection
-      // open cost 30 s per range (the stall timeout) before this (found by
-      // review).
-      const bool body_done = t.head.content_length && t.body_bytes >= *t.head.content_length;
-      const bool unsized_206 = t.head.status == 206 && !t.head.content_length;
-      if (!body_done && (t.head.status == 200 || t.overlong || unsized_206)) {
-        t.complete_early = true;
-        return 0;
-      }
-    }
-    return n;
+    t.checker.Accept(slice);
+    if (slice.beyond > 0) Inc(counters.bytes_discarded, slice.beyond);
+    return slice.cut ? 0 : n;
   }
 
   void OnRangeDone(Transfer& t, CURLcode rc) {
     const std::uint32_t ji = t.index;
     Job& j = jobs[ji];
-    const long status = t.head.status;
-    if (t.overlong) Inc(counters.overlong_bodies);
+    if (t.checker.overlong()) Inc(counters.overlong_bodies);
     if (!t.consumer_error.ok()) {
       FailJob(ji, t.consumer_error);
       return;
     }
-    if (j.delivered == j.req.length && (status == 200 || status == 206)) {
+    const long status = t.head.status;
+    if (t.checker.complete() && (status == 200 || status == 206)) {
       CompleteJob(ji);
       return;
     }
-    if (t.bad_answer) {
-      Inc(counters.bad_answers);
-      Retry(ji, t.error);
-      return;
+    TransferEnd end;
+    end.ok = rc == CURLE_OK;
+    if (!end.ok) {
+      end.permanent = IsPermanentCurlError(rc);
+      end.error = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
     }
-    if (status == 0 && IsPermanentCurlError(rc)) {  // the CDN's certificate: no try will pass
-      FailJob(ji, IOError(Describe(j) + ": " + DescribeCurlError(rc, t.errbuf)));
-      return;
-    }
-    if (status == 200 || status == 206 || status == 0) {
-      std::string msg;
-      if (rc != CURLE_OK) {
-        msg = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
-      } else {
-        Inc(counters.bad_answers);
-        msg = "short body";
-      }
-      Retry(ji, IOError(msg + " after " + std::to_string(j.delivered) + " of " + std::to_string(j.req.length) +
-                        " bytes"));
-      return;
-    }
+    AnswerVerdict v = t.checker.Finish(t.head, end, Describe(j));
     FileState& f = files[j.file];
-    if (IsRedirectStatus(status) && t.presumed_url) {
-      // The listing made this file look like one the hub serves itself, but
-      // the hub redirects: resolve it the usual way (HEAD) and try again
-      // (every transfer sent before the first redirect came back lands
-      // here). Not an attempt; bounded, since a resolved file is never
-      // presumed again.
-      if (t.generation == f.generation && f.state == FileState::State::kReady) {
-        f.presumed = false;
-        f.state = FileState::State::kUnresolved;
-      }
-      j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-      return;
-    }
-    if ((status == 403 || status == 401) && !f.on_hub) {
-      // Signed URL expired or revoked: resolve again; this does not use up
-      // an attempt, but re-resolves per file are bounded.
-      if (t.generation == f.generation && f.state == FileState::State::kReady) {
-        if (!InvalidateFile(j.file, "CDN answered " + std::to_string(status))) {
-          FailJob(ji, f.failure.WithContext(Describe(j)));
+    switch (v.kind) {
+      case AnswerVerdict::Kind::kComplete:
+        CompleteJob(ji);
+        return;
+      case AnswerVerdict::Kind::kRetry:
+        if (v.bad_answer) Inc(counters.bad_answers);
+        if (status >= 500) Inc(counters.unavailable);
+        Retry(ji, v.status);
+        return;
+      case AnswerVerdict::Kind::kFail:
+        FailJob(ji, std::move(v.status));
+        return;
+      case AnswerVerdict::Kind::kReresolve:
+        // Not an attempt. A redirect where the hub was presumed to serve
+        // the bytes is bounded since a resolved file is never presumed
+        // again; a CDN's refusals are bounded by max_reresolves_per_file.
+        // Only the first answer about the file's current URL acts on it.
+        if (t.generation == f.generation && f.state == FileState::State::kReady) {
+          if (IsRedirectStatus(status)) {
+            f.presumed = false;
+            f.state = FileState::State::kUnresolved;
+          } else if (!InvalidateFile(j.file, v.status.message())) {
+            FailJob(ji, f.failure.WithContext(Describe(j)));
+            return;
+          }
+        }
+        j.state = Job::State::kReady;
+        ready.Push(ji, jobs[ji].req.priority);
+        return;
+      case AnswerVerdict::Kind::kThrottled: {
+        if (status == 429) Inc(counters.rate_limited);
+        else Inc(counters.unavailable);
+        if (v.wait && *v.wait > opts.max_throttle_wait) {
+          FailJob(ji, Status(v.status.code(), v.status.message() + WaitPastCap(*v.wait, opts.max_throttle_wait)));
           return;
         }
-      }
-      j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-      return;
-    }
-    if (status == 429 || status == 503) {
-      if (status == 429) Inc(counters.rate_limited);
-      else Inc(counters.unavailable);
-      const Status error =
-          HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
-      auto wait = ThrottleWait(t.head);
-      if (wait && *wait > opts.max_throttle_wait) {
-        FailJob(ji, Status(error.code(), error.message() + WaitPastCap(*wait, opts.max_throttle_wait)));
+        if (++j.throttled > opts.max_throttled) {
+          FailJob(ji, Status(v.status.code(),
+                             v.status.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
+          return;
+        }
+        Inc(counters.retries);
+        Schedule(ji, clock->Now() + (v.wait ? *v.wait : Backoff(j.throttled)));
         return;
       }
-      if (++j.throttled > opts.max_throttled) {
-        FailJob(ji, Status(error.code(), error.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
-        return;
-      }
-      Inc(counters.retries);
-      Schedule(ji, Clock::now() + (wait ? *wait : Backoff(j.throttled)));
-      return;
     }
-    const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
-    if (IsRetryableHttp(status)) {
-      if (status >= 500) Inc(counters.unavailable);
-      Retry(ji, error);
-      return;
-    }
-    FailJob(ji, error);
   }
 
   // Lifts the per-host connection bound (see the constructor) once any
@@ -932,7 +842,7 @@ struct RangeFetcher::Impl {
     }
   }
 
-  void PromoteDue(Clock::time_point now) {
+  void PromoteDue(Clock::TimePoint now) {
     while (!backoff.empty() && backoff.top().first <= now) {
       const std::uint32_t ji = backoff.top().second;
       backoff.pop();
@@ -979,8 +889,8 @@ struct RangeFetcher::Impl {
     }
   }
 
-  int PollTimeoutMs(Clock::time_point now) const {
-    Clock::time_point next = now + milliseconds(100);
+  int PollTimeoutMs(Clock::TimePoint now) const {
+    Clock::TimePoint next = now + milliseconds(100);
     if (!backoff.empty()) next = std::min(next, backoff.top().first);
     if (!resolve_queue.empty() && resolve_not_before > now) next = std::min(next, resolve_not_before);
     if (paused_transfers > 0) next = std::min(next, now + milliseconds(2));
@@ -1002,7 +912,7 @@ struct RangeFetcher::Impl {
       f.failed_tries = 0;
       if (f.state == FileState::State::kFailed) f.state = FileState::State::kUnresolved;
     }
-    resolve_not_before = Clock::time_point();
+    resolve_not_before = Clock::TimePoint();
     source_done = stopping = false;
     verifying.clear();
     {
@@ -1037,7 +947,7 @@ struct RangeFetcher::Impl {
         }
         break;
       }
-      const auto now = Clock::now();
+      const auto now = clock->Now();
       ApplyDeliveredVerdicts();
       PullRequests();
       PromoteDue(now);
@@ -1057,7 +967,7 @@ struct RangeFetcher::Impl {
       }
       // Completions free slots and may end the run: loop before sleeping.
       if (ProcessDone() > 0) continue;
-      const int timeout = PollTimeoutMs(Clock::now());
+      const int timeout = PollTimeoutMs(clock->Now());
       if (timeout > 0) {
         const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
         if (pc != CURLM_OK) {

@@ -3,13 +3,9 @@
 #include <curl/curl.h>
 
 #include <algorithm>
-#include <array>
 #include <deque>
 #include <limits>
-#include <mutex>
 #include <optional>
-#include <queue>
-#include <random>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -17,9 +13,11 @@
 #include <vector>
 
 #include "daemon/base/clock.h"
+#include "daemon/base/mutex.h"
 #include "daemon/hub/answer_checker.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"
+#include "daemon/hub/transfer_scheduler.h"
 
 namespace exlr8 {
 namespace {
@@ -34,33 +32,6 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-// Jobs ready to start: the highest RangeRequest::priority first, in
-// arrival order within one priority.
-class ReadyQueue {
- public:
-  void Push(std::uint32_t job, std::uint8_t priority) {
-    levels_[std::min<std::size_t>(priority, kLevels - 1)].push_back(job);
-  }
-  bool empty() const {
-    return std::all_of(levels_.begin(), levels_.end(), [](const auto& q) { return q.empty(); });
-  }
-  // REQUIRES: !empty().
-  std::uint32_t front() { return Top().front(); }
-  void pop_front() { Top().pop_front(); }
-  void clear() {
-    for (auto& q : levels_) q.clear();
-  }
-
- private:
-  static constexpr std::size_t kLevels = 4;
-  std::deque<std::uint32_t>& Top() {
-    for (std::size_t i = kLevels; i-- > 1;)
-      if (!levels_[i].empty()) return levels_[i];
-    return levels_[0];
-  }
-  std::array<std::deque<std::uint32_t>, kLevels> levels_;
-};
-
 }  // namespace
 
 struct RangeFetcher::Impl {
@@ -69,20 +40,20 @@ struct RangeFetcher::Impl {
     enum class State : std::uint8_t { kUnresolved, kQueued, kResolving, kReady, kFailed };
     std::string path;
     State state = State::kUnresolved;
-    std::string url;           // where ranges go (valid in kReady)
+    std::string url;  // where ranges go (valid in kReady)
     bool on_hub = false;
     std::optional<std::uint64_t> size;
     Clock::TimePoint expires;
     std::uint32_t generation = 0;  // bumped on each successful resolve
     bool ever_resolved = false;
-    int resolves_this_run = 0;     // successful resolves after the first, this Run
-    int failed_tries = 0;          // consecutive failed resolve tries
-    int hops = 0;                  // relative redirects in the current resolve
+    int resolves_this_run = 0;  // successful resolves after the first, this Run
+    int failed_tries = 0;       // consecutive failed resolve tries
+    int hops = 0;               // relative redirects in the current resolve
     // kReady without a HEAD: the listing says the hub serves this file
     // itself (a regular git file), so its ranges go to /resolve/ directly.
     bool presumed = false;
-    std::string next_url;          // the URL the next resolve HEAD goes to
-    Status failure;                // kFailed
+    std::string next_url;                // the URL the next resolve HEAD goes to
+    Status failure;                      // kFailed
     std::vector<std::uint32_t> waiters;  // job indices waiting for kReady
   };
 
@@ -109,9 +80,9 @@ struct RangeFetcher::Impl {
     std::string url;
     ResponseHead head;
     char errbuf[CURL_ERROR_SIZE] = {0};
-    AnswerChecker checker;        // range transfers: judges the answer
-    bool paused = false;          // held back (bandwidth limit, or a consumer not ready)
-    bool multiplexed = false;     // HTTP/2: shares its connection with other streams
+    AnswerChecker checker;     // range transfers: judges the answer
+    bool paused = false;       // held back (bandwidth limit, or a consumer not ready)
+    bool multiplexed = false;  // HTTP/2: shares its connection with other streams
     Status consumer_error;
   };
 
@@ -123,13 +94,11 @@ struct RangeFetcher::Impl {
   };
 
   Impl(const HubClient& h, RangeFetcherOptions o)
-      : hub(h), opts(std::move(o)), clock(opts.clock != nullptr ? opts.clock : &Clock::Real()) {
+      : hub(h),
+        opts(Normalized(std::move(o))),
+        clock(opts.clock != nullptr ? opts.clock : &Clock::Real()),
+        sched(*clock, RetryPolicyOf(opts)) {
     EnsureCurlGlobalInit();
-    opts.max_parallel = std::max(1, opts.max_parallel);
-    if (opts.h2_streams_per_connection <= 0) opts.h2_streams_per_connection = opts.max_parallel;
-    opts.max_parallel_resolves = std::clamp(opts.max_parallel_resolves, 1, opts.max_parallel);
-    opts.max_queued = std::max(0, opts.max_queued);
-    opts.max_attempts = std::max(1, opts.max_attempts);
     multi = curl_multi_init();
     curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
     // Resolves go to the hub, another host than the CDN: the pool has room
@@ -142,7 +111,8 @@ struct RangeFetcher::Impl {
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, pool);
     // A connection whose streams are all busy is passed over, so libcurl
     // opens another (up to the host bound below) instead of waiting.
-    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(opts.h2_streams_per_connection));
+    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS,
+                      static_cast<long>(opts.h2_streams_per_connection));
     // That alone does not hold the connections to max_parallel / streams:
     // libcurl 7.88 (Debian 12) attaches every transfer that starts while a
     // new connection is still connecting to it, past the stream cap, and
@@ -152,8 +122,8 @@ struct RangeFetcher::Impl {
     // count asked for, while every answer is HTTP/2. An HTTP/1.x answer needs a connection per transfer: the
     // bound then goes back to max_parallel for the rest of the fetcher's
     // life (one setting for all hosts; see NoteHttpVersion).
-    const int wanted_connections = (opts.max_parallel + opts.h2_streams_per_connection - 1) /
-                                   opts.h2_streams_per_connection;
+    const int wanted_connections =
+        (opts.max_parallel + opts.h2_streams_per_connection - 1) / opts.h2_streams_per_connection;
     host_connections_capped = wanted_connections < opts.max_parallel;
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                       static_cast<long>(host_connections_capped ? wanted_connections : opts.max_parallel));
@@ -165,6 +135,25 @@ struct RangeFetcher::Impl {
       const std::string auth = "Authorization: Bearer " + hub.http_settings().token;
       hub_headers = curl_slist_append(hub_headers, auth.c_str());
     }
+  }
+
+  static RangeFetcherOptions Normalized(RangeFetcherOptions o) {
+    o.max_parallel = std::max(1, o.max_parallel);
+    if (o.h2_streams_per_connection <= 0) o.h2_streams_per_connection = o.max_parallel;
+    o.max_parallel_resolves = std::clamp(o.max_parallel_resolves, 1, o.max_parallel);
+    o.max_queued = std::max(0, o.max_queued);
+    o.max_attempts = std::max(1, o.max_attempts);
+    return o;
+  }
+
+  static RetryPolicy RetryPolicyOf(const RangeFetcherOptions& o) {
+    RetryPolicy p;
+    p.max_attempts = o.max_attempts;
+    p.max_throttled = o.max_throttled;
+    p.retry_base = o.retry_base;
+    p.retry_cap = o.retry_cap;
+    p.max_throttle_wait = o.max_throttle_wait;
+    return p;
   }
 
   ~Impl() {
@@ -194,12 +183,12 @@ struct RangeFetcher::Impl {
   Counters counters;
   std::atomic<bool> cancel_flag{false};
   std::atomic<bool> user_cancel{false};  // Cancel(), not Abort()
-  std::mutex abort_mu;
-  Status abort_reason;  // guarded by abort_mu; the first Abort's
+  Mutex abort_mu;
+  Status abort_reason EXLR8_GUARDED_BY(abort_mu);  // the first Abort's
 
   // Verdicts handed over by Deliver (any thread), acted on by Run.
-  std::mutex verdict_mu;
-  std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts;
+  Mutex verdict_mu;
+  std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts EXLR8_GUARDED_BY(verdict_mu);
   // Jobs whose verdict is pending, by request id (Run's thread only).
   std::unordered_map<std::uint64_t, std::uint32_t> verifying;
   Status cancel_reason;  // why CancelAll ended the run
@@ -212,23 +201,22 @@ struct RangeFetcher::Impl {
   RangeConsumer* consumer = nullptr;
   std::vector<Job> jobs;
   std::vector<std::uint32_t> free_jobs;
-  ReadyQueue ready;
   std::deque<std::uint32_t> resolve_queue;
-  using Timer = std::pair<Clock::TimePoint, std::uint32_t>;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> backoff;
-  Clock::TimePoint resolve_not_before;
+  // The ready line, the retry timers, the resolve pause and the backoff.
+  TransferScheduler sched;
   bool source_done = false;
   bool stopping = false;
   std::uint64_t failed_this_run = 0;
   Status first_failure;
-  std::minstd_rand rng{std::random_device{}()};
   // The bandwidth limit this run honours (options' shared one, or its own);
   // null = none.
   std::shared_ptr<RateLimiter> rate;
 
   // ---------------------------------------------------------------- helpers
 
-  static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+  static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
 
   std::string Describe(const Job& j) const {
     std::string s = j.req.label.empty() ? std::string("range") : j.req.label;
@@ -237,14 +225,7 @@ struct RangeFetcher::Impl {
     return s;
   }
 
-  milliseconds Backoff(int attempt) {
-    const int shift = std::clamp(attempt - 1, 0, 20);
-    std::int64_t cap = opts.retry_base.count();
-    for (int i = 0; i < shift && cap < opts.retry_cap.count(); ++i) cap *= 2;
-    cap = std::max<std::int64_t>(1, std::min<std::int64_t>(cap, opts.retry_cap.count()));
-    std::uniform_int_distribution<std::int64_t> jitter(0, cap / 2);
-    return milliseconds(cap - cap / 2 + jitter(rng));
-  }
+  milliseconds Backoff(int attempt) { return sched.Backoff(attempt); }
 
   void ExpectServedByHub(const std::string& path, std::uint64_t size) {
     if (!ValidateHubPath(path).ok()) return;  // its requests fail with the reason
@@ -300,19 +281,20 @@ struct RangeFetcher::Impl {
   void Retry(std::uint32_t ji, const Status& error) {
     Job& j = jobs[ji];
     ++j.attempts;
-    if (j.attempts >= opts.max_attempts) {
+    const std::optional<Clock::TimePoint> when = sched.AfterFailedTry(j.attempts);
+    if (!when) {
       FailJob(ji, Status(error.code(), Describe(j) + ": failed after " + std::to_string(j.attempts) +
                                            " attempts; last error: " + error.message()));
       return;
     }
     Inc(counters.retries);
     if (j.delivered > 0) Inc(counters.resumes);
-    Schedule(ji, clock->Now() + Backoff(j.attempts));
+    Schedule(ji, *when);
   }
 
   void Schedule(std::uint32_t ji, Clock::TimePoint when) {
     jobs[ji].state = Job::State::kBackoff;
-    backoff.emplace(when, ji);
+    sched.RetryAt(ji, jobs[ji].req.priority, when);
   }
 
   void CompleteJob(std::uint32_t ji) {
@@ -341,7 +323,7 @@ struct RangeFetcher::Impl {
   void ApplyDeliveredVerdicts(const Status* cancelled = nullptr) {
     std::vector<std::pair<std::uint64_t, RangeVerdict>> batch;
     {
-      std::lock_guard<std::mutex> lock(verdict_mu);
+      MutexLock lock(&verdict_mu);
       if (delivered_verdicts.empty()) return;
       batch.swap(delivered_verdicts);
     }
@@ -374,7 +356,8 @@ struct RangeFetcher::Impl {
         return;
       case RangeVerdict::Kind::kRefetch:
         if (j.refetches >= opts.max_refetches) {
-          std::string msg = Describe(j) + ": data failed verification " + std::to_string(j.refetches + 1) + " times";
+          std::string msg =
+              Describe(j) + ": data failed verification " + std::to_string(j.refetches + 1) + " times";
           if (!v.status.ok()) msg += " (" + v.status.message() + ")";
           FailJob(ji, CorruptionError(std::move(msg)));
           return;
@@ -385,7 +368,7 @@ struct RangeFetcher::Impl {
         j.delivered = 0;
         j.attempts = 0;
         j.state = Job::State::kReady;
-        ready.Push(ji, jobs[ji].req.priority);
+        sched.MakeReady(ji, jobs[ji].req.priority);
         return;
       case RangeVerdict::Kind::kPending:
         break;  // handled by the callers
@@ -413,17 +396,17 @@ struct RangeFetcher::Impl {
       // (found by review: it said "fix HF_TOKEN", exit 5): the hub signs
       // URLs its CDN refuses (a mirror's signing, a clock skewed, access
       // revoked meanwhile). Unavailable: a later rerun may pass.
-      FailFile(fi, UnavailableError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
-                                    std::to_string(f.resolves_this_run) +
-                                    " re-resolves: the CDN refuses the URLs the hub signs (the token is never "
-                                    "sent to the CDN)"));
+      FailFile(fi,
+               UnavailableError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
+                                std::to_string(f.resolves_this_run) +
+                                " re-resolves: the CDN refuses the URLs the hub signs (the token is never "
+                                "sent to the CDN)"));
       return false;
     }
     // A URL refused again right after a fresh resolve: back off before the
     // next one, so a CDN refusing everything is not met with a resolve storm
     // (the hub rate-limits /resolve/). Expiry (the first one) waits for nothing.
-    if (f.resolves_this_run > 0)
-      resolve_not_before = std::max(resolve_not_before, clock->Now() + Backoff(f.resolves_this_run));
+    if (f.resolves_this_run > 0) sched.PauseResolvesUntil(clock->Now() + Backoff(f.resolves_this_run));
     f.state = FileState::State::kUnresolved;
     return true;
   }
@@ -437,9 +420,9 @@ struct RangeFetcher::Impl {
     resolve_queue.push_back(fi);
   }
 
-  void StartResolves(Clock::TimePoint now) {
-    while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves && now >= resolve_not_before &&
-           !stopping) {
+  void StartResolves() {
+    while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves &&
+           !sched.ResolvesPaused() && !stopping) {
       Transfer* t = FreeTransfer();
       if (t == nullptr) return;
       const std::uint32_t fi = resolve_queue.front();
@@ -472,23 +455,25 @@ struct RangeFetcher::Impl {
     auto retry = [&](const Status& error, std::optional<milliseconds> wait) {
       ++f.failed_tries;
       if (f.failed_tries >= opts.max_attempts) {
-        FailFile(fi, Status(error.code(), error.message() + " (resolve failed " + std::to_string(f.failed_tries) +
-                                              " times)"));
+        FailFile(fi, Status(error.code(), error.message() + " (resolve failed " +
+                                              std::to_string(f.failed_tries) + " times)"));
         return;
       }
       if (wait && *wait > opts.max_throttle_wait) {
         FailFile(fi, Status(error.code(), error.message() + WaitPastCap(*wait, opts.max_throttle_wait)));
         return;
       }
-      resolve_not_before = std::max(resolve_not_before, now + (wait ? *wait : Backoff(f.failed_tries)));
+      sched.PauseResolvesUntil(now + (wait ? *wait : Backoff(f.failed_tries)));
       f.state = FileState::State::kQueued;
       resolve_queue.push_back(fi);
     };
     if (rc != CURLE_OK) {
       const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " +
                                    DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
-      if (IsPermanentCurlError(rc)) FailFile(fi, error);  // another try meets the same certificate
-      else retry(error, std::nullopt);
+      if (IsPermanentCurlError(rc))
+        FailFile(fi, error);  // another try meets the same certificate
+      else
+        retry(error, std::nullopt);
       return;
     }
     HubClient::ResolveStep step = hub.InterpretResolve(f.path, t.url, t.head);
@@ -505,7 +490,7 @@ struct RangeFetcher::Impl {
       f.state = FileState::State::kReady;
       for (std::uint32_t ji : f.waiters) {
         jobs[ji].state = Job::State::kReady;
-        ready.Push(ji, jobs[ji].req.priority);
+        sched.MakeReady(ji, jobs[ji].req.priority);
       }
       f.waiters.clear();
       return;
@@ -589,8 +574,8 @@ struct RangeFetcher::Impl {
   }
 
   void StartRanges(Clock::TimePoint now) {
-    while (!ready.empty() && !stopping) {
-      const std::uint32_t ji = ready.front();
+    while (sched.HasReady() && !stopping) {
+      const std::uint32_t ji = sched.FrontReady();
       Job& j = jobs[ji];
       FileState& f = files[j.file];
       if (f.state == FileState::State::kReady && f.expires <= now) {
@@ -599,22 +584,23 @@ struct RangeFetcher::Impl {
       switch (f.state) {
         case FileState::State::kReady: {
           if (f.size && j.req.offset + j.req.length > *f.size) {
-            ready.pop_front();
+            sched.PopReady();
             // The server's own answer disagrees with the listing the plan
             // came from: Corruption (exit 3), not a usage error.
-            FailJob(ji, CorruptionError(Describe(j) + ": range ends at " + std::to_string(j.req.offset + j.req.length) +
+            FailJob(ji, CorruptionError(Describe(j) + ": range ends at " +
+                                        std::to_string(j.req.offset + j.req.length) +
                                         ", past the file size " + std::to_string(*f.size) +
                                         " that its resolve answered (the hub's listing says otherwise)"));
             continue;
           }
           Transfer* t = FreeTransfer();
           if (t == nullptr) return;
-          ready.pop_front();
+          sched.PopReady();
           StartRange(ji, *t);
           continue;
         }
         case FileState::State::kFailed:
-          ready.pop_front();
+          sched.PopReady();
           FailJob(ji, f.failure.WithContext(Describe(j)));
           continue;
         case FileState::State::kUnresolved:
@@ -622,10 +608,10 @@ struct RangeFetcher::Impl {
           [[fallthrough]];
         case FileState::State::kQueued:
         case FileState::State::kResolving:
-          ready.pop_front();
+          sched.PopReady();
           j.state = Job::State::kWaitFile;
           f.waiters.push_back(ji);
-          StartResolves(now);
+          StartResolves();
           continue;
       }
     }
@@ -689,9 +675,9 @@ struct RangeFetcher::Impl {
     const AnswerChecker::Slice slice = t.checker.Plan(n);
     if (slice.skip > 0) Inc(counters.bytes_discarded, slice.skip);
     if (slice.take > 0) {
-      Status s = consumer->OnData(j.req.id, t.checker.next_offset(),
-                                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + slice.skip),
-                                                             slice.take));
+      Status s = consumer->OnData(
+          j.req.id, t.checker.next_offset(),
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + slice.skip), slice.take));
       if (!s.ok()) {
         t.consumer_error = std::move(s);
         return 0;
@@ -752,22 +738,29 @@ struct RangeFetcher::Impl {
           }
         }
         j.state = Job::State::kReady;
-        ready.Push(ji, jobs[ji].req.priority);
+        sched.MakeReady(ji, jobs[ji].req.priority);
         return;
       case AnswerVerdict::Kind::kThrottled: {
-        if (status == 429) Inc(counters.rate_limited);
-        else Inc(counters.unavailable);
-        if (v.wait && *v.wait > opts.max_throttle_wait) {
-          FailJob(ji, Status(v.status.code(), v.status.message() + WaitPastCap(*v.wait, opts.max_throttle_wait)));
-          return;
-        }
-        if (++j.throttled > opts.max_throttled) {
-          FailJob(ji, Status(v.status.code(),
-                             v.status.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
-          return;
+        if (status == 429)
+          Inc(counters.rate_limited);
+        else
+          Inc(counters.unavailable);
+        if (!v.wait || *v.wait <= opts.max_throttle_wait) ++j.throttled;  // a wait too long fails anyway
+        const TransferScheduler::Throttle next = sched.AfterThrottle(j.throttled, v.wait);
+        switch (next.kind) {
+          case TransferScheduler::Throttle::Kind::kWaitTooLong:
+            FailJob(ji, Status(v.status.code(),
+                               v.status.message() + WaitPastCap(*v.wait, opts.max_throttle_wait)));
+            return;
+          case TransferScheduler::Throttle::Kind::kTooOften:
+            FailJob(ji, Status(v.status.code(), v.status.message() + " (throttled " +
+                                                    std::to_string(j.throttled) + " times)"));
+            return;
+          case TransferScheduler::Throttle::Kind::kRetryAt:
+            break;
         }
         Inc(counters.retries);
-        Schedule(ji, clock->Now() + (v.wait ? *v.wait : Backoff(j.throttled)));
+        Schedule(ji, next.when);
         return;
       }
     }
@@ -778,7 +771,8 @@ struct RangeFetcher::Impl {
   void NoteHttpVersion(CURL* easy) {
     if (!host_connections_capped) return;
     long version = 0;
-    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0) return;  // no answer
+    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0)
+      return;  // no answer
     if (version >= CURL_HTTP_VERSION_2_0) return;
     host_connections_capped = false;
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
@@ -824,7 +818,8 @@ struct RangeFetcher::Impl {
       Inc(counters.requests_started);
       j.delivered = 0;
       j.attempts = j.refetches = j.throttled = 0;
-      if (j.req.length == 0 || j.req.offset > kMaxHubFileSize || j.req.length > kMaxHubFileSize - j.req.offset) {
+      if (j.req.length == 0 || j.req.offset > kMaxHubFileSize ||
+          j.req.length > kMaxHubFileSize - j.req.offset) {
         j.file = kNone;
         FailJob(ji, InvalidArgumentError((j.req.label.empty() ? std::string("range") : j.req.label) +
                                          ": bad range offset " + std::to_string(j.req.offset) + " length " +
@@ -838,18 +833,16 @@ struct RangeFetcher::Impl {
       }
       j.file = FileFor(j.req.path);
       j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
+      sched.MakeReady(ji, jobs[ji].req.priority);
     }
   }
 
-  void PromoteDue(Clock::TimePoint now) {
-    while (!backoff.empty() && backoff.top().first <= now) {
-      const std::uint32_t ji = backoff.top().second;
-      backoff.pop();
-      if (jobs[ji].state != Job::State::kBackoff) continue;
+  void PromoteDue() {
+    sched.PromoteDue([this](std::uint32_t ji) {
+      if (jobs[ji].state != Job::State::kBackoff) return false;
       jobs[ji].state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-    }
+      return true;
+    });
   }
 
   bool AnyLive() const { return free_jobs.size() < jobs.size() || busy_transfers > 0; }
@@ -876,8 +869,7 @@ struct RangeFetcher::Impl {
       }
     }
     resolve_queue.clear();
-    ready.clear();
-    while (!backoff.empty()) backoff.pop();
+    sched.Clear();
     cancel_reason = why;
     for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
       // A job whose verdict is pending keeps it: the consumer may already
@@ -889,34 +881,24 @@ struct RangeFetcher::Impl {
     }
   }
 
-  int PollTimeoutMs(Clock::TimePoint now) const {
-    Clock::TimePoint next = now + milliseconds(100);
-    if (!backoff.empty()) next = std::min(next, backoff.top().first);
-    if (!resolve_queue.empty() && resolve_not_before > now) next = std::min(next, resolve_not_before);
-    if (paused_transfers > 0) next = std::min(next, now + milliseconds(2));
-    const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count();
-    return static_cast<int>(std::clamp<std::int64_t>(ms, 0, 100));
-  }
-
   Status Run(RangeConsumer& c, const std::atomic<bool>* cancel) {
     consumer = &c;
-    const std::size_t cap = static_cast<std::size_t>(opts.max_parallel) + static_cast<std::size_t>(opts.max_queued);
+    const std::size_t cap =
+        static_cast<std::size_t>(opts.max_parallel) + static_cast<std::size_t>(opts.max_queued);
     jobs.assign(cap, Job());
     free_jobs.clear();
     for (std::size_t i = cap; i-- > 0;) free_jobs.push_back(static_cast<std::uint32_t>(i));
-    ready.clear();
+    sched.Clear();
     resolve_queue.clear();
-    while (!backoff.empty()) backoff.pop();
     for (FileState& f : files) {
       f.resolves_this_run = 0;
       f.failed_tries = 0;
       if (f.state == FileState::State::kFailed) f.state = FileState::State::kUnresolved;
     }
-    resolve_not_before = Clock::TimePoint();
     source_done = stopping = false;
     verifying.clear();
     {
-      std::lock_guard<std::mutex> lock(verdict_mu);
+      MutexLock lock(&verdict_mu);
       delivered_verdicts.clear();  // stale: from an earlier Run
     }
     failed_this_run = 0;
@@ -932,13 +914,14 @@ struct RangeFetcher::Impl {
       if (cancelled || stopping) {
         Status aborted;
         {
-          std::lock_guard<std::mutex> lock(abort_mu);
+          MutexLock lock(&abort_mu);
           aborted = std::exchange(abort_reason, Status::Ok());
         }
-        const Status why = !cancelled ? CancelledError("fetch stopped after an earlier failure")
-                           : (!by_caller && !aborted.ok())
-                               ? Status(aborted.code(), "stopped after another request failed: " + aborted.message())
-                               : CancelledError("fetch cancelled");
+        const Status why =
+            !cancelled ? CancelledError("fetch stopped after an earlier failure")
+            : (!by_caller && !aborted.ok())
+                ? Status(aborted.code(), "stopped after another request failed: " + aborted.message())
+                : CancelledError("fetch cancelled");
         CancelAll(why);
         if (cancelled) {
           cancel_flag.store(false);
@@ -950,8 +933,8 @@ struct RangeFetcher::Impl {
       const auto now = clock->Now();
       ApplyDeliveredVerdicts();
       PullRequests();
-      PromoteDue(now);
-      StartResolves(now);
+      PromoteDue();
+      StartResolves();
       StartRanges(now);
       if (!AnyLive() && source_done) break;
       if (stopping) continue;
@@ -967,7 +950,8 @@ struct RangeFetcher::Impl {
       }
       // Completions free slots and may end the run: loop before sleeping.
       if (ProcessDone() > 0) continue;
-      const int timeout = PollTimeoutMs(clock->Now());
+      const int timeout =
+          static_cast<int>(sched.PollTimeout(!resolve_queue.empty(), paused_transfers > 0).count());
       if (timeout > 0) {
         const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
         if (pc != CURLM_OK) {
@@ -981,8 +965,8 @@ struct RangeFetcher::Impl {
     consumer = nullptr;
     if (!result.ok()) return result;
     if (failed_this_run > 0) {
-      return Status(first_failure.code(), first_failure.message() + " (" + std::to_string(failed_this_run) +
-                                              " request(s) failed)");
+      return Status(first_failure.code(),
+                    first_failure.message() + " (" + std::to_string(failed_this_run) + " request(s) failed)");
     }
     return Status::Ok();
   }
@@ -1005,8 +989,9 @@ void RangeFetcher::Cancel() {
 
 void RangeFetcher::Abort(const Status& reason) {
   {
-    std::lock_guard<std::mutex> lock(impl_->abort_mu);
-    if (impl_->abort_reason.ok()) impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
+    MutexLock lock(&impl_->abort_mu);
+    if (impl_->abort_reason.ok())
+      impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
   }
   impl_->cancel_flag.store(true);
   curl_multi_wakeup(impl_->multi);
@@ -1020,7 +1005,7 @@ void RangeFetcher::ExpectServedByHub(const std::string& path, std::uint64_t size
 
 void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
   {
-    std::lock_guard<std::mutex> lock(impl_->verdict_mu);
+    MutexLock lock(&impl_->verdict_mu);
     impl_->delivered_verdicts.emplace_back(id, std::move(verdict));
   }
   curl_multi_wakeup(impl_->multi);

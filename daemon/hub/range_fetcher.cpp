@@ -15,6 +15,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/base/mutex.h"
 #include "daemon/hub/answer_checker.h"
+#include "daemon/hub/file_resolver.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"
 #include "daemon/hub/transfer_scheduler.h"
@@ -25,37 +26,11 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-constexpr int kMaxResolveHops = 6;
-
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
 
 }  // namespace
 
 struct RangeFetcher::Impl {
-  // ---- state of one repo file ----
-  struct FileState {
-    enum class State : std::uint8_t { kUnresolved, kQueued, kResolving, kReady, kFailed };
-    std::string path;
-    State state = State::kUnresolved;
-    std::string url;  // where ranges go (valid in kReady)
-    bool on_hub = false;
-    std::optional<std::uint64_t> size;
-    Clock::TimePoint expires;
-    std::uint32_t generation = 0;  // bumped on each successful resolve
-    bool ever_resolved = false;
-    int resolves_this_run = 0;  // successful resolves after the first, this Run
-    int failed_tries = 0;       // consecutive failed resolve tries
-    int hops = 0;               // relative redirects in the current resolve
-    // kReady without a HEAD: the listing says the hub serves this file
-    // itself (a regular git file), so its ranges go to /resolve/ directly.
-    bool presumed = false;
-    std::string next_url;                // the URL the next resolve HEAD goes to
-    Status failure;                      // kFailed
-    std::vector<std::uint32_t> waiters;  // job indices waiting for kReady
-  };
+  using FileState = FileResolver::File;
 
   // ---- one live request ----
   struct Job {
@@ -97,7 +72,10 @@ struct RangeFetcher::Impl {
       : hub(h),
         opts(Normalized(std::move(o))),
         clock(opts.clock != nullptr ? opts.clock : &Clock::Real()),
-        sched(*clock, RetryPolicyOf(opts)) {
+        sched(*clock, RetryPolicyOf(opts)),
+        resolver(FileResolver::Naming{[&h](std::string_view p) { return h.ResolveUrl(p); },
+                                      [&h](std::string_view p) { return h.DescribeFile(p); }},
+                 sched, ResolverOptionsOf(opts)) {
     EnsureCurlGlobalInit();
     multi = curl_multi_init();
     curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
@@ -146,6 +124,15 @@ struct RangeFetcher::Impl {
     return o;
   }
 
+  static FileResolver::Options ResolverOptionsOf(const RangeFetcherOptions& o) {
+    FileResolver::Options r;
+    r.max_parallel_resolves = o.max_parallel_resolves;
+    r.max_attempts = o.max_attempts;
+    r.max_reresolves_per_file = o.max_reresolves_per_file;
+    r.max_throttle_wait = o.max_throttle_wait;
+    return r;
+  }
+
   static RetryPolicy RetryPolicyOf(const RangeFetcherOptions& o) {
     RetryPolicy p;
     p.max_attempts = o.max_attempts;
@@ -178,7 +165,6 @@ struct RangeFetcher::Impl {
   // CURLMOPT_MAX_HOST_CONNECTIONS is below max_parallel (HTTP/2 streams
   // capped per connection, and no HTTP/1.x answer seen yet).
   bool host_connections_capped = false;
-  int running_resolves = 0;
   int paused_transfers = 0;
   Counters counters;
   std::atomic<bool> cancel_flag{false};
@@ -193,17 +179,14 @@ struct RangeFetcher::Impl {
   std::unordered_map<std::uint64_t, std::uint32_t> verifying;
   Status cancel_reason;  // why CancelAll ended the run
 
-  // Files persist across runs (their resolved URLs are reused).
-  std::vector<FileState> files;
-  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> file_index;
-
   // Per Run.
   RangeConsumer* consumer = nullptr;
   std::vector<Job> jobs;
   std::vector<std::uint32_t> free_jobs;
-  std::deque<std::uint32_t> resolve_queue;
   // The ready line, the retry timers, the resolve pause and the backoff.
   TransferScheduler sched;
+  // Every file's URL and resolve state; persists across runs.
+  FileResolver resolver;
   bool source_done = false;
   bool stopping = false;
   std::uint64_t failed_this_run = 0;
@@ -226,29 +209,6 @@ struct RangeFetcher::Impl {
   }
 
   milliseconds Backoff(int attempt) { return sched.Backoff(attempt); }
-
-  void ExpectServedByHub(const std::string& path, std::uint64_t size) {
-    if (!ValidateHubPath(path).ok()) return;  // its requests fail with the reason
-    FileState& f = files[FileFor(path)];
-    if (f.state != FileState::State::kUnresolved || f.ever_resolved) return;
-    f.state = FileState::State::kReady;
-    f.url = hub.ResolveUrl(path);
-    f.on_hub = true;
-    f.presumed = true;
-    f.size = size;
-    f.expires = Clock::TimePoint::max();
-    ++f.generation;
-  }
-
-  std::uint32_t FileFor(const std::string& path) {
-    auto it = file_index.find(std::string_view(path));
-    if (it != file_index.end()) return it->second;
-    const auto idx = static_cast<std::uint32_t>(files.size());
-    files.emplace_back();
-    files.back().path = path;
-    file_index.emplace(path, idx);
-    return idx;
-  }
 
   Transfer* FreeTransfer() {
     if (busy_transfers >= opts.max_parallel) return nullptr;
@@ -377,143 +337,51 @@ struct RangeFetcher::Impl {
 
   // ------------------------------------------------------------ file state
 
-  void FailFile(std::uint32_t fi, Status status) {
-    FileState& f = files[fi];
-    f.state = FileState::State::kFailed;
-    f.failure = std::move(status);
-    std::vector<std::uint32_t> waiters;
-    waiters.swap(f.waiters);
-    for (std::uint32_t ji : waiters) FailJob(ji, f.failure.WithContext(Describe(jobs[ji])));
-  }
-
-  // The URL stopped working (403 from the CDN) or expired: resolve again.
-  // Returns false (and fails the file) past max_reresolves_per_file.
-  bool InvalidateFile(std::uint32_t fi, std::string_view why) {
-    FileState& f = files[fi];
-    if (f.state != FileState::State::kReady) return true;
-    if (f.resolves_this_run >= opts.max_reresolves_per_file) {
-      // The token never goes to the CDN, so this is not the token's fault
-      // (found by review: it said "fix HF_TOKEN", exit 5): the hub signs
-      // URLs its CDN refuses (a mirror's signing, a clock skewed, access
-      // revoked meanwhile). Unavailable: a later rerun may pass.
-      FailFile(fi,
-               UnavailableError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
-                                std::to_string(f.resolves_this_run) +
-                                " re-resolves: the CDN refuses the URLs the hub signs (the token is never "
-                                "sent to the CDN)"));
-      return false;
+  // Ends the requests a resolve's end decided on.
+  void Apply(const FileResolver::Outcome& out) {
+    for (std::uint32_t ji : out.ready) {
+      jobs[ji].state = Job::State::kReady;
+      sched.MakeReady(ji, jobs[ji].req.priority);
     }
-    // A URL refused again right after a fresh resolve: back off before the
-    // next one, so a CDN refusing everything is not met with a resolve storm
-    // (the hub rate-limits /resolve/). Expiry (the first one) waits for nothing.
-    if (f.resolves_this_run > 0) sched.PauseResolvesUntil(clock->Now() + Backoff(f.resolves_this_run));
-    f.state = FileState::State::kUnresolved;
-    return true;
-  }
-
-  void QueueResolve(std::uint32_t fi) {
-    FileState& f = files[fi];
-    if (f.state != FileState::State::kUnresolved) return;
-    f.state = FileState::State::kQueued;
-    f.hops = 0;
-    f.next_url = hub.ResolveUrl(f.path);
-    resolve_queue.push_back(fi);
+    for (std::uint32_t ji : out.failed) FailJob(ji, out.failure.WithContext(Describe(jobs[ji])));
   }
 
   void StartResolves() {
-    while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves &&
-           !sched.ResolvesPaused() && !stopping) {
+    while (resolver.CanStartResolve() && !stopping) {
       Transfer* t = FreeTransfer();
       if (t == nullptr) return;
-      const std::uint32_t fi = resolve_queue.front();
-      resolve_queue.pop_front();
-      FileState& f = files[fi];
-      if (f.waiters.empty()) {  // nobody needs it any more
-        f.state = FileState::State::kUnresolved;
-        continue;
-      }
-      f.state = FileState::State::kResolving;
+      const std::optional<std::uint32_t> fi = resolver.StartNextResolve();
+      if (!fi) return;
+      const FileState& f = resolver.file(*fi);
       BeginTransfer(*t, f.next_url);
       t->is_resolve = true;
-      t->index = fi;
+      t->index = *fi;
       curl_easy_setopt(t->easy, CURLOPT_NOBODY, 1L);
       curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER,
                        hub.http_settings().ShouldSendToken(t->url) ? hub_headers : plain_headers);
       Inc(counters.resolves);
       hub.CountResolve();
       if (f.ever_resolved && f.hops == 0) Inc(counters.reresolves);
-      ++running_resolves;
       AddTransfer(*t);
     }
   }
 
   void OnResolveDone(Transfer& t, CURLcode rc) {
-    --running_resolves;
     const std::uint32_t fi = t.index;
-    FileState& f = files[fi];
-    const auto now = clock->Now();
-    auto retry = [&](const Status& error, std::optional<milliseconds> wait) {
-      ++f.failed_tries;
-      if (f.failed_tries >= opts.max_attempts) {
-        FailFile(fi, Status(error.code(), error.message() + " (resolve failed " +
-                                              std::to_string(f.failed_tries) + " times)"));
-        return;
-      }
-      if (wait && *wait > opts.max_throttle_wait) {
-        FailFile(fi, Status(error.code(), error.message() + WaitPastCap(*wait, opts.max_throttle_wait)));
-        return;
-      }
-      sched.PauseResolvesUntil(now + (wait ? *wait : Backoff(f.failed_tries)));
-      f.state = FileState::State::kQueued;
-      resolve_queue.push_back(fi);
-    };
+    const std::string& path = resolver.file(fi).path;
+    HubClient::ResolveStep step;
     if (rc != CURLE_OK) {
-      const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " +
-                                   DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
-      if (IsPermanentCurlError(rc))
-        FailFile(fi, error);  // another try meets the same certificate
-      else
-        retry(error, std::nullopt);
-      return;
-    }
-    HubClient::ResolveStep step = hub.InterpretResolve(f.path, t.url, t.head);
-    if (step.resolved) {
-      if (f.ever_resolved) ++f.resolves_this_run;
-      f.ever_resolved = true;
-      f.failed_tries = 0;
-      f.url = std::move(step.resolved->url);
-      f.presumed = false;
-      f.on_hub = step.resolved->on_hub;
-      f.size = step.resolved->size;
-      f.expires = step.resolved->expires;
-      ++f.generation;
-      f.state = FileState::State::kReady;
-      for (std::uint32_t ji : f.waiters) {
-        jobs[ji].state = Job::State::kReady;
-        sched.MakeReady(ji, jobs[ji].req.priority);
-      }
-      f.waiters.clear();
-      return;
-    }
-    if (step.follow) {
-      if (++f.hops >= kMaxResolveHops) {
-        FailFile(fi, IOError(hub.DescribeFile(f.path) + ": too many redirects on the hub"));
-        return;
-      }
-      f.next_url = std::move(*step.follow);
-      f.state = FileState::State::kQueued;
-      resolve_queue.push_front(fi);
-      return;
-    }
-    if (t.head.status == 429) {
-      Inc(counters.rate_limited);
-      hub.CountRateLimited();
-    }
-    if (step.retryable) {
-      retry(step.status, step.wait);
+      step.status = IOError(hub.DescribeFile(path) + ": resolve: " +
+                            DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
+      step.retryable = !IsPermanentCurlError(rc);  // another try meets the same certificate
     } else {
-      FailFile(fi, step.status);
+      step = hub.InterpretResolve(path, t.url, t.head);
+      if (!step.resolved && !step.follow && t.head.status == 429) {
+        Inc(counters.rate_limited);
+        hub.CountRateLimited();
+      }
     }
+    Apply(resolver.OnResolveEnd(fi, std::move(step)));
   }
 
   // --------------------------------------------------------------- ranges
@@ -544,7 +412,7 @@ struct RangeFetcher::Impl {
 
   void StartRange(std::uint32_t ji, Transfer& t) {
     Job& j = jobs[ji];
-    const FileState& f = files[j.file];
+    const FileState& f = resolver.file(j.file);
     j.state = Job::State::kRunning;
     BeginTransfer(t, f.url);
     t.is_resolve = false;
@@ -577,10 +445,9 @@ struct RangeFetcher::Impl {
     while (sched.HasReady() && !stopping) {
       const std::uint32_t ji = sched.FrontReady();
       Job& j = jobs[ji];
-      FileState& f = files[j.file];
-      if (f.state == FileState::State::kReady && f.expires <= now) {
-        if (!InvalidateFile(j.file, "signed URL expired")) continue;  // f failed; ji was not a waiter
-      }
+      // A failed re-resolve fails the file; the switch then fails the job.
+      resolver.ExpireIfDue(j.file, now);
+      const FileState& f = resolver.file(j.file);
       switch (f.state) {
         case FileState::State::kReady: {
           if (f.size && j.req.offset + j.req.length > *f.size) {
@@ -604,13 +471,11 @@ struct RangeFetcher::Impl {
           FailJob(ji, f.failure.WithContext(Describe(j)));
           continue;
         case FileState::State::kUnresolved:
-          QueueResolve(j.file);
-          [[fallthrough]];
         case FileState::State::kQueued:
         case FileState::State::kResolving:
           sched.PopReady();
           j.state = Job::State::kWaitFile;
-          f.waiters.push_back(ji);
+          resolver.Wait(j.file, ji);
           StartResolves();
           continue;
       }
@@ -710,7 +575,7 @@ struct RangeFetcher::Impl {
       end.error = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
     }
     AnswerVerdict v = t.checker.Finish(t.head, end, Describe(j));
-    FileState& f = files[j.file];
+    const FileState& f = resolver.file(j.file);
     switch (v.kind) {
       case AnswerVerdict::Kind::kComplete:
         CompleteJob(ji);
@@ -730,9 +595,8 @@ struct RangeFetcher::Impl {
         // Only the first answer about the file's current URL acts on it.
         if (t.generation == f.generation && f.state == FileState::State::kReady) {
           if (IsRedirectStatus(status)) {
-            f.presumed = false;
-            f.state = FileState::State::kUnresolved;
-          } else if (!InvalidateFile(j.file, v.status.message())) {
+            resolver.Unpresume(j.file);
+          } else if (!resolver.Invalidate(j.file, v.status.message())) {
             FailJob(ji, f.failure.WithContext(Describe(j)));
             return;
           }
@@ -831,7 +695,7 @@ struct RangeFetcher::Impl {
                            (j.req.label.empty() ? std::string("range") : j.req.label) + ": " + s.message()));
         continue;
       }
-      j.file = FileFor(j.req.path);
+      j.file = resolver.FileFor(j.req.path);
       j.state = Job::State::kReady;
       sched.MakeReady(ji, jobs[ji].req.priority);
     }
@@ -856,19 +720,8 @@ struct RangeFetcher::Impl {
       t.busy = false;
       --busy_transfers;
       counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
-      if (t.is_resolve) {
-        --running_resolves;
-        FileState& f = files[t.index];
-        f.state = FileState::State::kUnresolved;
-      }
     }
-    for (FileState& f : files) {
-      f.waiters.clear();
-      if (f.state == FileState::State::kQueued || f.state == FileState::State::kResolving) {
-        f.state = FileState::State::kUnresolved;
-      }
-    }
-    resolve_queue.clear();
+    resolver.CancelRun();
     sched.Clear();
     cancel_reason = why;
     for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
@@ -889,12 +742,7 @@ struct RangeFetcher::Impl {
     free_jobs.clear();
     for (std::size_t i = cap; i-- > 0;) free_jobs.push_back(static_cast<std::uint32_t>(i));
     sched.Clear();
-    resolve_queue.clear();
-    for (FileState& f : files) {
-      f.resolves_this_run = 0;
-      f.failed_tries = 0;
-      if (f.state == FileState::State::kFailed) f.state = FileState::State::kUnresolved;
-    }
+    resolver.StartRun();
     source_done = stopping = false;
     verifying.clear();
     {
@@ -951,7 +799,7 @@ struct RangeFetcher::Impl {
       // Completions free slots and may end the run: loop before sleeping.
       if (ProcessDone() > 0) continue;
       const int timeout =
-          static_cast<int>(sched.PollTimeout(!resolve_queue.empty(), paused_transfers > 0).count());
+          static_cast<int>(sched.PollTimeout(resolver.HasQueued(), paused_transfers > 0).count());
       if (timeout > 0) {
         const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
         if (pc != CURLM_OK) {
@@ -1000,7 +848,7 @@ void RangeFetcher::Abort(const Status& reason) {
 void RangeFetcher::Wake() { curl_multi_wakeup(impl_->multi); }
 
 void RangeFetcher::ExpectServedByHub(const std::string& path, std::uint64_t size) {
-  impl_->ExpectServedByHub(path, size);
+  impl_->resolver.ExpectServedByHub(path, size);
 }
 
 void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {

@@ -464,9 +464,14 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
 
 HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
                                                    const ResponseHead& head) const {
+  return InterpretResolve(path, request_url, head, Clock::now());
+}
+
+HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
+                                                   const ResponseHead& head,
+                                                   std::chrono::steady_clock::time_point now) const {
   ResolveStep step;
   const std::string what = DescribeFile(path);
-  const auto now = Clock::now();
   if (!head.x_repo_commit.empty() && head.x_repo_commit != commit_) {
     step.status = CorruptionError(what + ": hub answered for commit '" + EscapeForMessage(head.x_repo_commit) +
                                   "', pinned " + commit_);

@@ -1,6 +1,18 @@
+// RangeFetcher::Impl: the live requests and the loop that drives them.
+//
+// What it owns: the job slots (one per live request, from NextRequest to
+// its one ending), the transfer slots and the HttpTransport under them,
+// the rate pausing, the counters, the cancel flags and the verdicts other
+// threads Deliver. What it leaves to others: judging answers
+// (AnswerChecker), when to retry (TransferScheduler), which URL a file's
+// ranges go to (FileResolver), the network (HttpTransport; CurlTransport
+// by default).
+//
+// Over 500 lines because what remains is one state machine: every
+// transport callback, verdict and cancel moves a job between the same
+// states and ends it through the same FailJob / ApplyVerdict, so the job
+// table and those transitions stay together.
 #include "daemon/hub/range_fetcher.h"
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <deque>
@@ -15,8 +27,10 @@
 #include "daemon/base/clock.h"
 #include "daemon/base/mutex.h"
 #include "daemon/hub/answer_checker.h"
+#include "daemon/hub/curl_transport.h"
 #include "daemon/hub/file_resolver.h"
 #include "daemon/hub/http_common.h"
+#include "daemon/hub/http_transport.h"
 #include "daemon/hub/hub_protocol.h"
 #include "daemon/hub/transfer_scheduler.h"
 
@@ -44,21 +58,20 @@ struct RangeFetcher::Impl {
     int throttled = 0;
   };
 
-  // ---- one transfer slot (owns a reusable easy handle) ----
-  struct Transfer {
+  // ---- one transfer slot: the receiving end of one request at a time ----
+  struct Transfer final : HttpTransfer {
     Impl* impl = nullptr;
-    CURL* easy = nullptr;
     bool busy = false;
     bool is_resolve = false;
     std::uint32_t index = kNone;  // job (range) or file (resolve)
     std::uint32_t generation = 0;
     std::string url;
-    ResponseHead head;
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    AnswerChecker checker;     // range transfers: judges the answer
-    bool paused = false;       // held back (bandwidth limit, or a consumer not ready)
-    bool multiplexed = false;  // HTTP/2: shares its connection with other streams
+    AnswerChecker checker;  // range transfers: judges the answer
+    bool paused = false;    // held back (bandwidth limit, or a consumer not ready)
     Status consumer_error;
+
+    Body OnBody(const char* p, std::size_t n) override { return impl->OnBody(*this, p, n); }
+    void OnDone(const TransferEnd& end) override { impl->OnTransferDone(*this, end); }
   };
 
   struct Counters {
@@ -76,43 +89,18 @@ struct RangeFetcher::Impl {
         resolver(FileResolver::Naming{[&h](std::string_view p) { return h.ResolveUrl(p); },
                                       [&h](std::string_view p) { return h.DescribeFile(p); }},
                  sched, ResolverOptionsOf(opts)) {
-    EnsureCurlGlobalInit();
-    multi = curl_multi_init();
-    curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
-    // Resolves go to the hub, another host than the CDN: the pool has room
-    // for their connections beside one per transfer slot. Were both held
-    // to max_parallel, each resolve would close a CDN connection that the
-    // next range sets up again, a TCP and TLS handshake over a real path
-    // (measured: 25 CDN connections for 16 slots over the relay).
-    const long pool = static_cast<long>(opts.max_parallel + opts.max_parallel_resolves);
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, pool);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, pool);
-    // A connection whose streams are all busy is passed over, so libcurl
-    // opens another (up to the host bound below) instead of waiting.
-    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS,
-                      static_cast<long>(opts.h2_streams_per_connection));
-    // That alone does not hold the connections to max_parallel / streams:
-    // libcurl 7.88 (Debian 12) attaches every transfer that starts while a
-    // new connection is still connecting to it, past the stream cap, and
-    // each transfer that later finds the overfull ones full opens yet
-    // another (measured: 45-49 connections for 64 transfers at 16 streams
-    // each; 8.5 keeps to the cap). So the host bound is the connection
-    // count asked for, while every answer is HTTP/2. An HTTP/1.x answer needs a connection per transfer: the
-    // bound then goes back to max_parallel for the rest of the fetcher's
-    // life (one setting for all hosts; see NoteHttpVersion).
-    const int wanted_connections =
-        (opts.max_parallel + opts.h2_streams_per_connection - 1) / opts.h2_streams_per_connection;
-    host_connections_capped = wanted_connections < opts.max_parallel;
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-                      static_cast<long>(host_connections_capped ? wanted_connections : opts.max_parallel));
+    if (opts.transport != nullptr) {
+      transport = opts.transport;
+    } else {
+      CurlTransport::Options co;
+      co.max_transfers = opts.max_parallel;
+      co.extra_connections = opts.max_parallel_resolves;
+      co.h2_streams_per_connection = opts.h2_streams_per_connection;
+      own_transport = std::make_unique<CurlTransport>(hub.http_settings(), co);
+      transport = own_transport.get();
+    }
     transfers.resize(static_cast<std::size_t>(opts.max_parallel));
     for (Transfer& t : transfers) t.impl = this;
-    plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
-    hub_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
-    if (!hub.http_settings().token.empty()) {
-      const std::string auth = "Authorization: Bearer " + hub.http_settings().token;
-      hub_headers = curl_slist_append(hub_headers, auth.c_str());
-    }
   }
 
   static RangeFetcherOptions Normalized(RangeFetcherOptions o) {
@@ -144,27 +132,17 @@ struct RangeFetcher::Impl {
   }
 
   ~Impl() {
-    for (Transfer& t : transfers) {
-      if (t.easy == nullptr) continue;
-      if (t.busy) curl_multi_remove_handle(multi, t.easy);
-      curl_easy_cleanup(t.easy);
-    }
-    curl_multi_cleanup(multi);
-    curl_slist_free_all(plain_headers);
-    curl_slist_free_all(hub_headers);
+    for (Transfer& t : transfers)
+      if (t.busy) transport->Abandon(&t);
   }
 
   const HubClient& hub;
   RangeFetcherOptions opts;
-  Clock* clock;  // opts.clock, or the real one
-  CURLM* multi = nullptr;
-  curl_slist* plain_headers = nullptr;  // Accept-Encoding: identity
-  curl_slist* hub_headers = nullptr;    // ... + Authorization (hub origin only)
+  Clock* clock;                                  // opts.clock, or the real one
+  std::unique_ptr<HttpTransport> own_transport;  // when opts.transport is null
+  HttpTransport* transport = nullptr;            // opts.transport, or own_transport
   std::vector<Transfer> transfers;
   int busy_transfers = 0;
-  // CURLMOPT_MAX_HOST_CONNECTIONS is below max_parallel (HTTP/2 streams
-  // capped per connection, and no HTTP/1.x answer seen yet).
-  bool host_connections_capped = false;
   int paused_transfers = 0;
   Counters counters;
   std::atomic<bool> cancel_flag{false};
@@ -274,7 +252,7 @@ struct RangeFetcher::Impl {
     while (!verifying.empty()) {
       ApplyDeliveredVerdicts(&cancel_reason);
       if (verifying.empty()) break;
-      curl_multi_poll(multi, nullptr, 0, 100, nullptr);  // Deliver wakes it
+      (void)transport->Wait(milliseconds(100));  // Deliver wakes it
     }
   }
 
@@ -356,26 +334,25 @@ struct RangeFetcher::Impl {
       BeginTransfer(*t, f.next_url);
       t->is_resolve = true;
       t->index = *fi;
-      curl_easy_setopt(t->easy, CURLOPT_NOBODY, 1L);
-      curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER,
-                       hub.http_settings().ShouldSendToken(t->url) ? hub_headers : plain_headers);
+      HttpRequest req;
+      req.url = t->url;
+      req.head_only = true;
       Inc(counters.resolves);
       hub.CountResolve();
       if (f.ever_resolved && f.hops == 0) Inc(counters.reresolves);
-      AddTransfer(*t);
+      AddTransfer(*t, req);
     }
   }
 
-  void OnResolveDone(Transfer& t, CURLcode rc) {
+  void OnResolveDone(Transfer& t, const TransferEnd& end) {
     const std::uint32_t fi = t.index;
     const std::string& path = resolver.file(fi).path;
     HubClient::ResolveStep step;
-    if (rc != CURLE_OK) {
-      step.status = IOError(hub.DescribeFile(path) + ": resolve: " +
-                            DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
-      step.retryable = !IsPermanentCurlError(rc);  // another try meets the same certificate
+    if (!end.ok) {
+      step.status = IOError(hub.DescribeFile(path) + ": resolve: " + end.error);
+      step.retryable = !end.permanent;  // another try meets the same certificate
     } else {
-      step = hub.InterpretResolve(path, t.url, t.head);
+      step = hub.InterpretResolve(path, t.url, t.head, clock->Now());
       if (!step.resolved && !step.follow && t.head.status == 429) {
         Inc(counters.rate_limited);
         hub.CountRateLimited();
@@ -387,27 +364,17 @@ struct RangeFetcher::Impl {
   // --------------------------------------------------------------- ranges
 
   void BeginTransfer(Transfer& t, const std::string& url) {
-    if (t.easy == nullptr) t.easy = curl_easy_init();
     t.busy = true;
     t.url = url;
-    t.head.Reset();
-    t.errbuf[0] = '\0';
     t.checker = AnswerChecker();
-    t.paused = t.multiplexed = false;
+    t.paused = false;
     t.consumer_error = Status::Ok();
-    ApplyCommonOptions(t.easy, hub.http_settings(), t.url);
-    curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
-    curl_easy_setopt(t.easy, CURLOPT_ERRORBUFFER, t.errbuf);
-    curl_easy_setopt(t.easy, CURLOPT_HEADERFUNCTION, &CurlHeaderCallback);
-    curl_easy_setopt(t.easy, CURLOPT_HEADERDATA, &t.head);
-    curl_easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, &WriteCallback);
-    curl_easy_setopt(t.easy, CURLOPT_WRITEDATA, &t);
   }
 
-  void AddTransfer(Transfer& t) {
+  void AddTransfer(Transfer& t, const HttpRequest& req) {
     ++busy_transfers;
     Inc(counters.active_transfers);
-    curl_multi_add_handle(multi, t.easy);
+    transport->Start(req, &t);
   }
 
   void StartRange(std::uint32_t ji, Transfer& t) {
@@ -429,16 +396,17 @@ struct RangeFetcher::Impl {
     want.token_sent = f.on_hub && hub.has_token();
     want.token = hub.http_settings().token;
     t.checker = AnswerChecker(want);
-    const std::string range = std::to_string(t.checker.first()) + "-" + std::to_string(t.checker.last());
-    curl_easy_setopt(t.easy, CURLOPT_RANGE, range.c_str());  // copied by libcurl
-    curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER,
-                     hub.http_settings().ShouldSendToken(t.url) ? hub_headers : plain_headers);
+    HttpRequest req;
+    req.url = t.url;
+    req.has_range = true;
+    req.range_first = t.checker.first();
+    req.range_last = t.checker.last();
     Inc(counters.transfers);
     if (f.on_hub) {  // a GET of the hub's /resolve/ URL: the Hub rate-limits these too
       Inc(counters.resolves);
       hub.CountResolve();
     }
-    AddTransfer(t);
+    AddTransfer(t, req);
   }
 
   void StartRanges(Clock::TimePoint now) {
@@ -482,17 +450,11 @@ struct RangeFetcher::Impl {
     }
   }
 
-  // libcurl write callback for range transfers (and error bodies).
-  static std::size_t WriteCallback(char* p, std::size_t size, std::size_t nmemb, void* ud) {
-    auto* t = static_cast<Transfer*>(ud);
-    return t->impl->OnBody(*t, p, size * nmemb);
-  }
-
   bool OverBudget(Clock::TimePoint now) const { return rate != nullptr && rate->Exhausted(now); }
 
   // Unpauses transfers held back (by the bandwidth limit while the budget
-  // allows, or by a consumer that was not ready). libcurl re-delivers the
-  // held chunk from inside curl_easy_pause, which may pause it again.
+  // allows, or by a consumer that was not ready). The transport offers the
+  // held chunk again from inside Resume, which may pause it again.
   void ResumePaused(Clock::TimePoint now) {
     if (paused_transfers == 0) return;
     for (Transfer& t : transfers) {
@@ -500,42 +462,39 @@ struct RangeFetcher::Impl {
       if (OverBudget(now)) return;
       t.paused = false;
       --paused_transfers;
-      curl_easy_pause(t.easy, CURLPAUSE_CONT);
+      transport->Resume(&t);
     }
   }
 
-  std::size_t OnBody(Transfer& t, char* p, std::size_t n) {
-    if (t.is_resolve) return n;  // HEAD: no body expected
+  // A body chunk of a range transfer (or an error body).
+  HttpTransfer::Body OnBody(Transfer& t, const char* p, std::size_t n) {
+    using Body = HttpTransfer::Body;
+    if (t.is_resolve) return Body::kContinue;  // HEAD: no body expected
     if (rate != nullptr && !t.paused && OverBudget(clock->Now())) {
-      // libcurl keeps this chunk and stops reading the socket; TCP flow
-      // control then slows the sender. ResumePaused lets it go on.
+      // The transport keeps this chunk and stops reading the socket; TCP
+      // flow control then slows the sender. ResumePaused lets it go on.
       t.paused = true;
       ++paused_transfers;
-      return CURL_WRITEFUNC_PAUSE;
+      return Body::kPause;
     }
     Job& j = jobs[t.index];
-    if (!t.checker.head_checked()) {
-      long version = 0;
-      curl_easy_getinfo(t.easy, CURLINFO_HTTP_VERSION, &version);
-      t.multiplexed = version >= CURL_HTTP_VERSION_2_0;
-    }
     // Only a transfer with a connection of its own is held back for its
     // consumer: pausing one stream of a shared HTTP/2 connection stalls the
-    // others with it (libcurl stops reading the connection, or buffers the
-    // stream). A multiplexed transfer's OnData applies the backpressure.
+    // others with it (the transport stops reading the connection, or
+    // buffers the stream). A multiplexed transfer's OnData applies the backpressure.
     if (!t.checker.discarding() && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
       t.paused = true;  // ResumePaused offers the chunk again
       ++paused_transfers;
-      return CURL_WRITEFUNC_PAUSE;
+      return Body::kPause;
     }
     t.checker.CountBody(n);
     // Every byte off the wire counts against the limit, discarded ones too.
     if (rate != nullptr) rate->Consume(n, clock->Now());
     if (!t.checker.head_checked()) {
       if (t.head.status == 200) Inc(counters.ignored_range);
-      if (t.checker.CheckHead(t.head) == AnswerChecker::Head::kBad) return 0;
+      if (t.checker.CheckHead(t.head) == AnswerChecker::Head::kBad) return Body::kStop;
     }
-    if (t.checker.discarding()) return t.checker.error_body_too_long() ? 0 : n;
+    if (t.checker.discarding()) return t.checker.error_body_too_long() ? Body::kStop : Body::kContinue;
 
     const AnswerChecker::Slice slice = t.checker.Plan(n);
     if (slice.skip > 0) Inc(counters.bytes_discarded, slice.skip);
@@ -545,17 +504,17 @@ struct RangeFetcher::Impl {
           std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + slice.skip), slice.take));
       if (!s.ok()) {
         t.consumer_error = std::move(s);
-        return 0;
+        return Body::kStop;
       }
       j.delivered += slice.take;
       Inc(counters.bytes_received, slice.take);
     }
     t.checker.Accept(slice);
     if (slice.beyond > 0) Inc(counters.bytes_discarded, slice.beyond);
-    return slice.cut ? 0 : n;
+    return slice.cut ? Body::kStop : Body::kContinue;
   }
 
-  void OnRangeDone(Transfer& t, CURLcode rc) {
+  void OnRangeDone(Transfer& t, const TransferEnd& end) {
     const std::uint32_t ji = t.index;
     Job& j = jobs[ji];
     if (t.checker.overlong()) Inc(counters.overlong_bodies);
@@ -567,12 +526,6 @@ struct RangeFetcher::Impl {
     if (t.checker.complete() && (status == 200 || status == 206)) {
       CompleteJob(ji);
       return;
-    }
-    TransferEnd end;
-    end.ok = rc == CURLE_OK;
-    if (!end.ok) {
-      end.permanent = IsPermanentCurlError(rc);
-      end.error = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
     }
     AnswerVerdict v = t.checker.Finish(t.head, end, Describe(j));
     const FileState& f = resolver.file(j.file);
@@ -630,42 +583,18 @@ struct RangeFetcher::Impl {
     }
   }
 
-  // Lifts the per-host connection bound (see the constructor) once any
-  // answer came over HTTP/1.x, where a connection carries one transfer.
-  void NoteHttpVersion(CURL* easy) {
-    if (!host_connections_capped) return;
-    long version = 0;
-    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0)
-      return;  // no answer
-    if (version >= CURL_HTTP_VERSION_2_0) return;
-    host_connections_capped = false;
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
-  }
-
-  // Handles finished transfers; returns how many.
-  int ProcessDone() {
-    int left = 0;
-    int done = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      ++done;
-      Transfer* t = nullptr;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-      const CURLcode rc = msg->data.result;
-      NoteHttpVersion(msg->easy_handle);
-      curl_multi_remove_handle(multi, msg->easy_handle);
-      if (t->paused) --paused_transfers;
-      t->paused = false;
-      t->busy = false;
-      --busy_transfers;
-      counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
-      if (t->is_resolve) {
-        OnResolveDone(*t, rc);
-      } else {
-        OnRangeDone(*t, rc);
-      }
+  // A transfer ended (the transport calls this from Perform).
+  void OnTransferDone(Transfer& t, const TransferEnd& end) {
+    if (t.paused) --paused_transfers;
+    t.paused = false;
+    t.busy = false;
+    --busy_transfers;
+    counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
+    if (t.is_resolve) {
+      OnResolveDone(t, end);
+    } else {
+      OnRangeDone(t, end);
     }
-    return done;
   }
 
   // ------------------------------------------------------------- the loop
@@ -714,7 +643,7 @@ struct RangeFetcher::Impl {
   void CancelAll(const Status& why) {
     for (Transfer& t : transfers) {
       if (!t.busy) continue;
-      curl_multi_remove_handle(multi, t.easy);
+      transport->Abandon(&t);
       if (t.paused) --paused_transfers;
       t.paused = false;
       t.busy = false;
@@ -789,21 +718,20 @@ struct RangeFetcher::Impl {
 
       ResumePaused(now);
 
-      int running = 0;
-      const CURLMcode mc = curl_multi_perform(multi, &running);
-      if (mc != CURLM_OK) {
-        result = InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+      const Result<int> done = transport->Perform();
+      if (!done.ok()) {
+        result = done.status();
         CancelAll(result);
         break;
       }
       // Completions free slots and may end the run: loop before sleeping.
-      if (ProcessDone() > 0) continue;
+      if (*done > 0) continue;
       const int timeout =
           static_cast<int>(sched.PollTimeout(resolver.HasQueued(), paused_transfers > 0).count());
       if (timeout > 0) {
-        const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
-        if (pc != CURLM_OK) {
-          result = InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(pc));
+        const Status waited = transport->Wait(milliseconds(timeout));
+        if (!waited.ok()) {
+          result = waited;
           CancelAll(result);
           break;
         }
@@ -832,7 +760,7 @@ Status RangeFetcher::Run(RangeConsumer& consumer, const std::atomic<bool>* cance
 void RangeFetcher::Cancel() {
   impl_->user_cancel.store(true);
   impl_->cancel_flag.store(true);
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
 void RangeFetcher::Abort(const Status& reason) {
@@ -842,10 +770,10 @@ void RangeFetcher::Abort(const Status& reason) {
       impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
   }
   impl_->cancel_flag.store(true);
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
-void RangeFetcher::Wake() { curl_multi_wakeup(impl_->multi); }
+void RangeFetcher::Wake() { impl_->transport->Wake(); }
 
 void RangeFetcher::ExpectServedByHub(const std::string& path, std::uint64_t size) {
   impl_->resolver.ExpectServedByHub(path, size);
@@ -856,7 +784,7 @@ void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
     MutexLock lock(&impl_->verdict_mu);
     impl_->delivered_verdicts.emplace_back(id, std::move(verdict));
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
 FetchCounters RangeFetcher::counters() const {

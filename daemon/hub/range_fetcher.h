@@ -1,5 +1,6 @@
 // RangeFetcher: many byte ranges of a pinned hub repo, fetched in parallel
-// over libcurl's multi interface, delivered in order to a consumer.
+// over an HttpTransport (libcurl's multi interface unless the options name
+// another), delivered in order to a consumer.
 //
 // Shape of a pull:
 //
@@ -38,7 +39,7 @@
 // After `max_attempts` failed tries of one range it fails with a message
 // naming the request's label, file, range and last error.
 //
-// Performance: OnData gets libcurl's receive buffer directly (no copy); the
+// Performance: OnData gets the transport's receive buffer directly (no copy); the
 // per-byte work is the consumer's. Connections are reused (keep-alive; HTTP/2
 // multiplexing where the server offers it over TLS).
 #pragma once
@@ -57,6 +58,8 @@
 #include "format/status.h"
 
 namespace exlr8 {
+
+class HttpTransport;
 
 // One range to fetch. Small; the fetcher copies it when it starts.
 struct RangeRequest {
@@ -198,6 +201,9 @@ struct RangeFetcherOptions {
   // The time that backoff, Retry-After waits, URL expiry and the rate limit
   // are measured in; null = Clock::Real(). REQUIRES: outlives the fetcher.
   Clock* clock = nullptr;
+  // What carries the requests (http_transport.h); null = the fetcher's own
+  // CurlTransport. REQUIRES: outlives the fetcher, serves no other one.
+  HttpTransport* transport = nullptr;
 };
 
 // Progress counters, cumulative over the fetcher's life.

@@ -78,13 +78,13 @@ step "tests (ctest -LE full)"
 EXLR8_TEST_TIER=default run_ctest build default -LE full
 
 step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-# format/ whole (every reader of release bytes), the hub's protocol checks,
-# the REST API's query strings and the lease description a serving process
-# reads, with their fuzz replays.
+# format/ whole (every reader of release bytes), the hub's protocol and answer
+# checks, the REST API's query strings and the lease description a serving
+# process reads, with their fuzz replays.
 asan_targets=(status_test json_test safetensors_test safetensors_writer_test release_writer_test expert_index_test
               manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
-              lease_description_test fuzz_json fuzz_safetensors fuzz_expert_index fuzz_manifest fuzz_dense
-              fuzz_hub_protocol fuzz_query fuzz_lease_description)
+              lease_description_test answer_checker_test fuzz_json fuzz_safetensors fuzz_expert_index
+              fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query fuzz_lease_description fuzz_answer_checker)
 quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
   -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
 quiet_build build-asan cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"

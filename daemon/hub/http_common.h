@@ -128,7 +128,7 @@ std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::millisecond
 // of org/repo@abc123") to a Status:
 //   401/403 -> PermissionDenied (+ hint to set HF_TOKEN; never the token)
 //   404 -> NotFound naming RepoNotFound / RevisionNotFound / EntryNotFound
-//   416 -> InvalidArgument; 429 -> Unavailable (rate limited);
+//   416 -> Corruption (the listing promised bytes that are not there); 429 -> Unavailable (rate limited);
 //   5xx -> Unavailable; others -> IOError.
 // `secret` (the token) is cut out of what the server said: a hub may echo
 // the Authorization header into X-Error-Message, and the token must reach

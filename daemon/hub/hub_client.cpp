@@ -11,13 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
 
+#include "daemon/base/mutex.h"
 #include "daemon/hub/hub_protocol.h"
 #include "format/json.h"
 
@@ -70,15 +70,15 @@ constexpr std::size_t kMaxIdleEasyHandles = 8;
 }  // namespace
 
 struct HubClient::EasyPool {
-  std::mutex mu;
-  std::vector<EasyPtr> idle;  // guarded by mu
+  Mutex mu;
+  std::vector<EasyPtr> idle EXLR8_GUARDED_BY(mu);
 };
 
 class HubClient::EasyLease {
  public:
   explicit EasyLease(EasyPool* pool) : pool_(pool) {
     {
-      std::lock_guard<std::mutex> lock(pool_->mu);
+      MutexLock lock(&pool_->mu);
       if (!pool_->idle.empty()) {
         easy_ = std::move(pool_->idle.back());
         pool_->idle.pop_back();
@@ -88,7 +88,7 @@ class HubClient::EasyLease {
   }
   ~EasyLease() {
     if (!easy_) return;
-    std::lock_guard<std::mutex> lock(pool_->mu);
+    MutexLock lock(&pool_->mu);
     if (pool_->idle.size() < kMaxIdleEasyHandles) pool_->idle.push_back(std::move(easy_));
   }
   EasyLease(const EasyLease&) = delete;
@@ -464,9 +464,14 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
 
 HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
                                                    const ResponseHead& head) const {
+  return InterpretResolve(path, request_url, head, Clock::now());
+}
+
+HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
+                                                   const ResponseHead& head,
+                                                   std::chrono::steady_clock::time_point now) const {
   ResolveStep step;
   const std::string what = DescribeFile(path);
-  const auto now = Clock::now();
   if (!head.x_repo_commit.empty() && head.x_repo_commit != commit_) {
     step.status = CorruptionError(what + ": hub answered for commit '" + EscapeForMessage(head.x_repo_commit) +
                                   "', pinned " + commit_);

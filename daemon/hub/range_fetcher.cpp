@@ -1,90 +1,50 @@
+// RangeFetcher::Impl: the live requests and the loop that drives them.
+//
+// What it owns: the job slots (one per live request, from NextRequest to
+// its one ending), the transfer slots and the HttpTransport under them,
+// the rate pausing, the counters, the cancel flags and the verdicts other
+// threads Deliver. What it leaves to others: judging answers
+// (AnswerChecker), when to retry (TransferScheduler), which URL a file's
+// ranges go to (FileResolver), the network (HttpTransport; CurlTransport
+// by default).
+//
+// Over 500 lines because what remains is one state machine: every
+// transport callback, verdict and cancel moves a job between the same
+// states and ends it through the same FailJob / ApplyVerdict, so the job
+// table and those transitions stay together.
 #include "daemon/hub/range_fetcher.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
-#include <array>
 #include <deque>
 #include <limits>
-#include <mutex>
 #include <optional>
-#include <queue>
-#include <random>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "daemon/base/clock.h"
+#include "daemon/base/mutex.h"
+#include "daemon/hub/answer_checker.h"
+#include "daemon/hub/curl_transport.h"
+#include "daemon/hub/file_resolver.h"
 #include "daemon/hub/http_common.h"
+#include "daemon/hub/http_transport.h"
 #include "daemon/hub/hub_protocol.h"
+#include "daemon/hub/transfer_scheduler.h"
 
 namespace exlr8 {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-constexpr std::size_t kMaxErrorBody = 64 * 1024;
-constexpr int kMaxResolveHops = 6;
-
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
-// Jobs ready to start: the highest RangeRequest::priority first, in
-// arrival order within one priority.
-class ReadyQueue {
- public:
-  void Push(std::uint32_t job, std::uint8_t priority) {
-    levels_[std::min<std::size_t>(priority, kLevels - 1)].push_back(job);
-  }
-  bool empty() const {
-    return std::all_of(levels_.begin(), levels_.end(), [](const auto& q) { return q.empty(); });
-  }
-  // REQUIRES: !empty().
-  std::uint32_t front() { return Top().front(); }
-  void pop_front() { Top().pop_front(); }
-  void clear() {
-    for (auto& q : levels_) q.clear();
-  }
-
- private:
-  static constexpr std::size_t kLevels = 4;
-  std::deque<std::uint32_t>& Top() {
-    for (std::size_t i = kLevels; i-- > 1;)
-      if (!levels_[i].empty()) return levels_[i];
-    return levels_[0];
-  }
-  std::array<std::deque<std::uint32_t>, kLevels> levels_;
-};
 
 }  // namespace
 
 struct RangeFetcher::Impl {
-  // ---- state of one repo file ----
-  struct FileState {
-    enum class State : std::uint8_t { kUnresolved, kQueued, kResolving, kReady, kFailed };
-    std::string path;
-    State state = State::kUnresolved;
-    std::string url;           // where ranges go (valid in kReady)
-    bool on_hub = false;
-    std::optional<std::uint64_t> size;
-    Clock::time_point expires;
-    std::uint32_t generation = 0;  // bumped on each successful resolve
-    bool ever_resolved = false;
-    int resolves_this_run = 0;     // successful resolves after the first, this Run
-    int failed_tries = 0;          // consecutive failed resolve tries
-    int hops = 0;                  // relative redirects in the current resolve
-    // kReady without a HEAD: the listing says the hub serves this file
-    // itself (a regular git file), so its ranges go to /resolve/ directly.
-    bool presumed = false;
-    std::string next_url;          // the URL the next resolve HEAD goes to
-    Status failure;                // kFailed
-    std::vector<std::uint32_t> waiters;  // job indices waiting for kReady
-  };
+  using FileState = FileResolver::File;
 
   // ---- one live request ----
   struct Job {
@@ -98,32 +58,20 @@ struct RangeFetcher::Impl {
     int throttled = 0;
   };
 
-  // ---- one transfer slot (owns a reusable easy handle) ----
-  struct Transfer {
+  // ---- one transfer slot: the receiving end of one request at a time ----
+  struct Transfer final : HttpTransfer {
     Impl* impl = nullptr;
-    CURL* easy = nullptr;
     bool busy = false;
     bool is_resolve = false;
     std::uint32_t index = kNone;  // job (range) or file (resolve)
     std::uint32_t generation = 0;
     std::string url;
-    ResponseHead head;
-    char errbuf[CURL_ERROR_SIZE] = {0};
-    // range checks
-    std::uint64_t want_start = 0;
-    std::uint64_t want_end = 0;   // inclusive
-    std::uint64_t skip = 0;
-    std::uint64_t body_bytes = 0;
-    bool checked = false;
-    bool discard = false;         // error body
-    bool complete_early = false;  // we cut the transfer once the range was whole
-    bool overlong = false;
-    bool bad_answer = false;
-    bool paused = false;          // held back (bandwidth limit, or a consumer not ready)
-    bool multiplexed = false;     // HTTP/2: shares its connection with other streams
-    bool presumed_url = false;    // sent to a file's /resolve/ URL without a HEAD
-    Status error;                 // bad answer details
+    AnswerChecker checker;  // range transfers: judges the answer
+    bool paused = false;    // held back (bandwidth limit, or a consumer not ready)
     Status consumer_error;
+
+    Body OnBody(const char* p, std::size_t n) override { return impl->OnBody(*this, p, n); }
+    void OnDone(const TransferEnd& end) override { impl->OnTransferDone(*this, end); }
   };
 
   struct Counters {
@@ -133,111 +81,103 @@ struct RangeFetcher::Impl {
         active_transfers{0};
   };
 
-  Impl(const HubClient& h, RangeFetcherOptions o) : hub(h), opts(std::move(o)) {
-    EnsureCurlGlobalInit();
-    opts.max_parallel = std::max(1, opts.max_parallel);
-    if (opts.h2_streams_per_connection <= 0) opts.h2_streams_per_connection = opts.max_parallel;
-    opts.max_parallel_resolves = std::clamp(opts.max_parallel_resolves, 1, opts.max_parallel);
-    opts.max_queued = std::max(0, opts.max_queued);
-    opts.max_attempts = std::max(1, opts.max_attempts);
-    multi = curl_multi_init();
-    curl_multi_setopt(multi, CURLMOPT_PIPELINING, static_cast<long>(CURLPIPE_MULTIPLEX));
-    // Resolves go to the hub, another host than the CDN: the pool has room
-    // for their connections beside one per transfer slot. Were both held
-    // to max_parallel, each resolve would close a CDN connection that the
-    // next range sets up again, a TCP and TLS handshake over a real path
-    // (measured: 25 CDN connections for 16 slots over the relay).
-    const long pool = static_cast<long>(opts.max_parallel + opts.max_parallel_resolves);
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, pool);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, pool);
-    // A connection whose streams are all busy is passed over, so libcurl
-    // opens another (up to the host bound below) instead of waiting.
-    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(opts.h2_streams_per_connection));
-    // That alone does not hold the connections to max_parallel / streams:
-    // libcurl 7.88 (Debian 12) attaches every transfer that starts while a
-    // new connection is still connecting to it, past the stream cap, and
-    // each transfer that later finds the overfull ones full opens yet
-    // another (measured: 45-49 connections for 64 transfers at 16 streams
-    // each; 8.5 keeps to the cap). So the host bound is the connection
-    // count asked for, while every answer is HTTP/2. An HTTP/1.x answer needs a connection per transfer: the
-    // bound then goes back to max_parallel for the rest of the fetcher's
-    // life (one setting for all hosts; see NoteHttpVersion).
-    const int wanted_connections = (opts.max_parallel + opts.h2_streams_per_connection - 1) /
-                                   opts.h2_streams_per_connection;
-    host_connections_capped = wanted_connections < opts.max_parallel;
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-                      static_cast<long>(host_connections_capped ? wanted_connections : opts.max_parallel));
+  Impl(const HubClient& h, RangeFetcherOptions o)
+      : hub(h),
+        opts(Normalized(std::move(o))),
+        clock(opts.clock != nullptr ? opts.clock : &Clock::Real()),
+        sched(*clock, RetryPolicyOf(opts)),
+        resolver(FileResolver::Naming{[&h](std::string_view p) { return h.ResolveUrl(p); },
+                                      [&h](std::string_view p) { return h.DescribeFile(p); }},
+                 sched, ResolverOptionsOf(opts)) {
+    if (opts.transport != nullptr) {
+      transport = opts.transport;
+    } else {
+      CurlTransport::Options co;
+      co.max_transfers = opts.max_parallel;
+      co.extra_connections = opts.max_parallel_resolves;
+      co.h2_streams_per_connection = opts.h2_streams_per_connection;
+      own_transport = std::make_unique<CurlTransport>(hub.http_settings(), co);
+      transport = own_transport.get();
+    }
     transfers.resize(static_cast<std::size_t>(opts.max_parallel));
     for (Transfer& t : transfers) t.impl = this;
-    plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
-    hub_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
-    if (!hub.http_settings().token.empty()) {
-      const std::string auth = "Authorization: Bearer " + hub.http_settings().token;
-      hub_headers = curl_slist_append(hub_headers, auth.c_str());
-    }
+  }
+
+  static RangeFetcherOptions Normalized(RangeFetcherOptions o) {
+    o.max_parallel = std::max(1, o.max_parallel);
+    if (o.h2_streams_per_connection <= 0) o.h2_streams_per_connection = o.max_parallel;
+    o.max_parallel_resolves = std::clamp(o.max_parallel_resolves, 1, o.max_parallel);
+    o.max_queued = std::max(0, o.max_queued);
+    o.max_attempts = std::max(1, o.max_attempts);
+    return o;
+  }
+
+  static FileResolver::Options ResolverOptionsOf(const RangeFetcherOptions& o) {
+    FileResolver::Options r;
+    r.max_parallel_resolves = o.max_parallel_resolves;
+    r.max_attempts = o.max_attempts;
+    r.max_reresolves_per_file = o.max_reresolves_per_file;
+    r.max_throttle_wait = o.max_throttle_wait;
+    return r;
+  }
+
+  static RetryPolicy RetryPolicyOf(const RangeFetcherOptions& o) {
+    RetryPolicy p;
+    p.max_attempts = o.max_attempts;
+    p.max_throttled = o.max_throttled;
+    p.retry_base = o.retry_base;
+    p.retry_cap = o.retry_cap;
+    p.max_throttle_wait = o.max_throttle_wait;
+    return p;
   }
 
   ~Impl() {
-    for (Transfer& t : transfers) {
-      if (t.easy == nullptr) continue;
-      if (t.busy) curl_multi_remove_handle(multi, t.easy);
-      curl_easy_cleanup(t.easy);
-    }
-    curl_multi_cleanup(multi);
-    curl_slist_free_all(plain_headers);
-    curl_slist_free_all(hub_headers);
+    for (Transfer& t : transfers)
+      if (t.busy) transport->Abandon(&t);
   }
 
   const HubClient& hub;
   RangeFetcherOptions opts;
-  CURLM* multi = nullptr;
-  curl_slist* plain_headers = nullptr;  // Accept-Encoding: identity
-  curl_slist* hub_headers = nullptr;    // ... + Authorization (hub origin only)
+  Clock* clock;                                  // opts.clock, or the real one
+  std::unique_ptr<HttpTransport> own_transport;  // when opts.transport is null
+  HttpTransport* transport = nullptr;            // opts.transport, or own_transport
   std::vector<Transfer> transfers;
   int busy_transfers = 0;
-  // CURLMOPT_MAX_HOST_CONNECTIONS is below max_parallel (HTTP/2 streams
-  // capped per connection, and no HTTP/1.x answer seen yet).
-  bool host_connections_capped = false;
-  int running_resolves = 0;
   int paused_transfers = 0;
   Counters counters;
   std::atomic<bool> cancel_flag{false};
   std::atomic<bool> user_cancel{false};  // Cancel(), not Abort()
-  std::mutex abort_mu;
-  Status abort_reason;  // guarded by abort_mu; the first Abort's
+  Mutex abort_mu;
+  Status abort_reason EXLR8_GUARDED_BY(abort_mu);  // the first Abort's
 
   // Verdicts handed over by Deliver (any thread), acted on by Run.
-  std::mutex verdict_mu;
-  std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts;
+  Mutex verdict_mu;
+  std::vector<std::pair<std::uint64_t, RangeVerdict>> delivered_verdicts EXLR8_GUARDED_BY(verdict_mu);
   // Jobs whose verdict is pending, by request id (Run's thread only).
   std::unordered_map<std::uint64_t, std::uint32_t> verifying;
   Status cancel_reason;  // why CancelAll ended the run
-
-  // Files persist across runs (their resolved URLs are reused).
-  std::vector<FileState> files;
-  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> file_index;
 
   // Per Run.
   RangeConsumer* consumer = nullptr;
   std::vector<Job> jobs;
   std::vector<std::uint32_t> free_jobs;
-  ReadyQueue ready;
-  std::deque<std::uint32_t> resolve_queue;
-  using Timer = std::pair<Clock::time_point, std::uint32_t>;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> backoff;
-  Clock::time_point resolve_not_before;
+  // The ready line, the retry timers, the resolve pause and the backoff.
+  TransferScheduler sched;
+  // Every file's URL and resolve state; persists across runs.
+  FileResolver resolver;
   bool source_done = false;
   bool stopping = false;
   std::uint64_t failed_this_run = 0;
   Status first_failure;
-  std::minstd_rand rng{std::random_device{}()};
   // The bandwidth limit this run honours (options' shared one, or its own);
   // null = none.
   std::shared_ptr<RateLimiter> rate;
 
   // ---------------------------------------------------------------- helpers
 
-  static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+  static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
 
   std::string Describe(const Job& j) const {
     std::string s = j.req.label.empty() ? std::string("range") : j.req.label;
@@ -246,37 +186,7 @@ struct RangeFetcher::Impl {
     return s;
   }
 
-  milliseconds Backoff(int attempt) {
-    const int shift = std::clamp(attempt - 1, 0, 20);
-    std::int64_t cap = opts.retry_base.count();
-    for (int i = 0; i < shift && cap < opts.retry_cap.count(); ++i) cap *= 2;
-    cap = std::max<std::int64_t>(1, std::min<std::int64_t>(cap, opts.retry_cap.count()));
-    std::uniform_int_distribution<std::int64_t> jitter(0, cap / 2);
-    return milliseconds(cap - cap / 2 + jitter(rng));
-  }
-
-  void ExpectServedByHub(const std::string& path, std::uint64_t size) {
-    if (!ValidateHubPath(path).ok()) return;  // its requests fail with the reason
-    FileState& f = files[FileFor(path)];
-    if (f.state != FileState::State::kUnresolved || f.ever_resolved) return;
-    f.state = FileState::State::kReady;
-    f.url = hub.ResolveUrl(path);
-    f.on_hub = true;
-    f.presumed = true;
-    f.size = size;
-    f.expires = Clock::time_point::max();
-    ++f.generation;
-  }
-
-  std::uint32_t FileFor(const std::string& path) {
-    auto it = file_index.find(std::string_view(path));
-    if (it != file_index.end()) return it->second;
-    const auto idx = static_cast<std::uint32_t>(files.size());
-    files.emplace_back();
-    files.back().path = path;
-    file_index.emplace(path, idx);
-    return idx;
-  }
+  milliseconds Backoff(int attempt) { return sched.Backoff(attempt); }
 
   Transfer* FreeTransfer() {
     if (busy_transfers >= opts.max_parallel) return nullptr;
@@ -309,19 +219,20 @@ struct RangeFetcher::Impl {
   void Retry(std::uint32_t ji, const Status& error) {
     Job& j = jobs[ji];
     ++j.attempts;
-    if (j.attempts >= opts.max_attempts) {
+    const std::optional<Clock::TimePoint> when = sched.AfterFailedTry(j.attempts);
+    if (!when) {
       FailJob(ji, Status(error.code(), Describe(j) + ": failed after " + std::to_string(j.attempts) +
                                            " attempts; last error: " + error.message()));
       return;
     }
     Inc(counters.retries);
     if (j.delivered > 0) Inc(counters.resumes);
-    Schedule(ji, Clock::now() + Backoff(j.attempts));
+    Schedule(ji, *when);
   }
 
-  void Schedule(std::uint32_t ji, Clock::time_point when) {
+  void Schedule(std::uint32_t ji, Clock::TimePoint when) {
     jobs[ji].state = Job::State::kBackoff;
-    backoff.emplace(when, ji);
+    sched.RetryAt(ji, jobs[ji].req.priority, when);
   }
 
   void CompleteJob(std::uint32_t ji) {
@@ -341,7 +252,7 @@ struct RangeFetcher::Impl {
     while (!verifying.empty()) {
       ApplyDeliveredVerdicts(&cancel_reason);
       if (verifying.empty()) break;
-      curl_multi_poll(multi, nullptr, 0, 100, nullptr);  // Deliver wakes it
+      (void)transport->Wait(milliseconds(100));  // Deliver wakes it
     }
   }
 
@@ -350,7 +261,7 @@ struct RangeFetcher::Impl {
   void ApplyDeliveredVerdicts(const Status* cancelled = nullptr) {
     std::vector<std::pair<std::uint64_t, RangeVerdict>> batch;
     {
-      std::lock_guard<std::mutex> lock(verdict_mu);
+      MutexLock lock(&verdict_mu);
       if (delivered_verdicts.empty()) return;
       batch.swap(delivered_verdicts);
     }
@@ -383,7 +294,8 @@ struct RangeFetcher::Impl {
         return;
       case RangeVerdict::Kind::kRefetch:
         if (j.refetches >= opts.max_refetches) {
-          std::string msg = Describe(j) + ": data failed verification " + std::to_string(j.refetches + 1) + " times";
+          std::string msg =
+              Describe(j) + ": data failed verification " + std::to_string(j.refetches + 1) + " times";
           if (!v.status.ok()) msg += " (" + v.status.message() + ")";
           FailJob(ji, CorruptionError(std::move(msg)));
           return;
@@ -394,7 +306,7 @@ struct RangeFetcher::Impl {
         j.delivered = 0;
         j.attempts = 0;
         j.state = Job::State::kReady;
-        ready.Push(ji, jobs[ji].req.priority);
+        sched.MakeReady(ji, jobs[ji].req.priority);
         return;
       case RangeVerdict::Kind::kPending:
         break;  // handled by the callers
@@ -403,501 +315,286 @@ struct RangeFetcher::Impl {
 
   // ------------------------------------------------------------ file state
 
-  void FailFile(std::uint32_t fi, Status status) {
-    FileState& f = files[fi];
-    f.state = FileState::State::kFailed;
-    f.failure = std::move(status);
-    std::vector<std::uint32_t> waiters;
-    waiters.swap(f.waiters);
-    for (std::uint32_t ji : waiters) FailJob(ji, f.failure.WithContext(Describe(jobs[ji])));
-  }
-
-  // The URL stopped working (403 from the CDN) or expired: resolve again.
-  // Returns false (and fails the file) past max_reresolves_per_file.
-  bool InvalidateFile(std::uint32_t fi, std::string_view why) {
-    FileState& f = files[fi];
-    if (f.state != FileState::State::kReady) return true;
-    if (f.resolves_this_run >= opts.max_reresolves_per_file) {
-      // The token never goes to the CDN, so this is not the token's fault
-      // (found by review: it said "fix HF_TOKEN", exit 5): the hub signs
-      // URLs its CDN refuses (a mirror's signing, a clock skewed, access
-      // revoked meanwhile). Unavailable: a later rerun may pass.
-      FailFile(fi, UnavailableError(hub.DescribeFile(f.path) + ": " + std::string(why) + " after " +
-                                    std::to_string(f.resolves_this_run) +
-                                    " re-resolves: the CDN refuses the URLs the hub signs (the token is never "
-                                    "sent to the CDN)"));
-      return false;
+  // Ends the requests a resolve's end decided on.
+  void Apply(const FileResolver::Outcome& out) {
+    for (std::uint32_t ji : out.ready) {
+      jobs[ji].state = Job::State::kReady;
+      sched.MakeReady(ji, jobs[ji].req.priority);
     }
-    // A URL refused again right after a fresh resolve: back off before the
-    // next one, so a CDN refusing everything is not met with a resolve storm
-    // (the hub rate-limits /resolve/). Expiry (the first one) waits for nothing.
-    if (f.resolves_this_run > 0)
-      resolve_not_before = std::max(resolve_not_before, Clock::now() + Backoff(f.resolves_this_run));
-    f.state = FileState::State::kUnresolved;
-    return true;
+    for (std::uint32_t ji : out.failed) FailJob(ji, out.failure.WithContext(Describe(jobs[ji])));
   }
 
-  void QueueResolve(std::uint32_t fi) {
-    FileState& f = files[fi];
-    if (f.state != FileState::State::kUnresolved) return;
-    f.state = FileState::State::kQueued;
-    f.hops = 0;
-    f.next_url = hub.ResolveUrl(f.path);
-    resolve_queue.push_back(fi);
-  }
-
-  void StartResolves(Clock::time_point now) {
-    while (!resolve_queue.empty() && running_resolves < opts.max_parallel_resolves && now >= resolve_not_before &&
-           !stopping) {
+  void StartResolves() {
+    while (resolver.CanStartResolve() && !stopping) {
       Transfer* t = FreeTransfer();
       if (t == nullptr) return;
-      const std::uint32_t fi = resolve_queue.front();
-      resolve_queue.pop_front();
-      FileState& f = files[fi];
-      if (f.waiters.empty()) {  // nobody needs it any more
-        f.state = FileState::State::kUnresolved;
-        continue;
-      }
-      f.state = FileState::State::kResolving;
+      const std::optional<std::uint32_t> fi = resolver.StartNextResolve();
+      if (!fi) return;
+      const FileState& f = resolver.file(*fi);
       BeginTransfer(*t, f.next_url);
       t->is_resolve = true;
-      t->index = fi;
-      curl_easy_setopt(t->easy, CURLOPT_NOBODY, 1L);
-      curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER,
-                       hub.http_settings().ShouldSendToken(t->url) ? hub_headers : plain_headers);
+      t->index = *fi;
+      HttpRequest req;
+      req.url = t->url;
+      req.head_only = true;
       Inc(counters.resolves);
       hub.CountResolve();
       if (f.ever_resolved && f.hops == 0) Inc(counters.reresolves);
-      ++running_resolves;
-      AddTransfer(*t);
+      AddTransfer(*t, req);
     }
   }
 
-  void OnResolveDone(Transfer& t, CURLcode rc) {
-    --running_resolves;
+  void OnResolveDone(Transfer& t, const TransferEnd& end) {
     const std::uint32_t fi = t.index;
-    FileState& f = files[fi];
-    const auto now = Clock::now();
-    auto retry = [&](const Status& error, std::optional<milliseconds> wait) {
-      ++f.failed_tries;
-      if (f.failed_tries >= opts.max_attempts) {
-        FailFile(fi, Status(error.code(), error.message() + " (resolve failed " + std::to_string(f.failed_tries) +
-                                              " times)"));
-        return;
-      }
-      if (wait && *wait > opts.max_throttle_wait) {
-        FailFile(fi, Status(error.code(), error.message() + WaitPastCap(*wait, opts.max_throttle_wait)));
-        return;
-      }
-      resolve_not_before = std::max(resolve_not_before, now + (wait ? *wait : Backoff(f.failed_tries)));
-      f.state = FileState::State::kQueued;
-      resolve_queue.push_back(fi);
-    };
-    if (rc != CURLE_OK) {
-      const Status error = IOError(hub.DescribeFile(f.path) + ": resolve: " +
-                                   DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url)));
-      if (IsPermanentCurlError(rc)) FailFile(fi, error);  // another try meets the same certificate
-      else retry(error, std::nullopt);
-      return;
-    }
-    HubClient::ResolveStep step = hub.InterpretResolve(f.path, t.url, t.head);
-    if (step.resolved) {
-      if (f.ever_resolved) ++f.resolves_this_run;
-      f.ever_resolved = true;
-      f.failed_tries = 0;
-      f.url = std::move(step.resolved->url);
-      f.presumed = false;
-      f.on_hub = step.resolved->on_hub;
-      f.size = step.resolved->size;
-      f.expires = step.resolved->expires;
-      ++f.generation;
-      f.state = FileState::State::kReady;
-      for (std::uint32_t ji : f.waiters) {
-        jobs[ji].state = Job::State::kReady;
-        ready.Push(ji, jobs[ji].req.priority);
-      }
-      f.waiters.clear();
-      return;
-    }
-    if (step.follow) {
-      if (++f.hops >= kMaxResolveHops) {
-        FailFile(fi, IOError(hub.DescribeFile(f.path) + ": too many redirects on the hub"));
-        return;
-      }
-      f.next_url = std::move(*step.follow);
-      f.state = FileState::State::kQueued;
-      resolve_queue.push_front(fi);
-      return;
-    }
-    if (t.head.status == 429) {
-      Inc(counters.rate_limited);
-      hub.CountRateLimited();
-    }
-    if (step.retryable) {
-      retry(step.status, step.wait);
+    const std::string& path = resolver.file(fi).path;
+    HubClient::ResolveStep step;
+    if (!end.ok) {
+      step.status = IOError(hub.DescribeFile(path) + ": resolve: " + end.error);
+      step.retryable = !end.permanent;  // another try meets the same certificate
     } else {
-      FailFile(fi, step.status);
+      step = hub.InterpretResolve(path, t.url, t.head, clock->Now());
+      if (!step.resolved && !step.follow && t.head.status == 429) {
+        Inc(counters.rate_limited);
+        hub.CountRateLimited();
+      }
     }
+    Apply(resolver.OnResolveEnd(fi, std::move(step)));
   }
 
   // --------------------------------------------------------------- ranges
 
   void BeginTransfer(Transfer& t, const std::string& url) {
-    if (t.easy == nullptr) t.easy = curl_easy_init();
     t.busy = true;
     t.url = url;
-    t.head.Reset();
-    t.errbuf[0] = '\0';
-    t.skip = 0;
-    t.body_bytes = 0;
-    t.checked = t.discard = t.complete_early = t.overlong = t.bad_answer = t.paused = t.multiplexed = false;
-    t.error = Status::Ok();
+    t.checker = AnswerChecker();
+    t.paused = false;
     t.consumer_error = Status::Ok();
-    ApplyCommonOptions(t.easy, hub.http_settings(), t.url);
-    curl_easy_setopt(t.easy, CURLOPT_PRIVATE, &t);
-    curl_easy_setopt(t.easy, CURLOPT_ERRORBUFFER, t.errbuf);
-    curl_easy_setopt(t.easy, CURLOPT_HEADERFUNCTION, &CurlHeaderCallback);
-    curl_easy_setopt(t.easy, CURLOPT_HEADERDATA, &t.head);
-    curl_easy_setopt(t.easy, CURLOPT_WRITEFUNCTION, &WriteCallback);
-    curl_easy_setopt(t.easy, CURLOPT_WRITEDATA, &t);
   }
 
-  void AddTransfer(Transfer& t) {
+  void AddTransfer(Transfer& t, const HttpRequest& req) {
     ++busy_transfers;
     Inc(counters.active_transfers);
-    curl_multi_add_handle(multi, t.easy);
+    transport->Start(req, &t);
   }
 
   void StartRange(std::uint32_t ji, Transfer& t) {
     Job& j = jobs[ji];
-    const FileState& f = files[j.file];
+    const FileState& f = resolver.file(j.file);
     j.state = Job::State::kRunning;
     BeginTransfer(t, f.url);
     t.is_resolve = false;
     t.index = ji;
     t.generation = f.generation;
-    t.presumed_url = f.presumed;
-    t.want_start = j.req.offset + j.delivered;
-    t.want_end = j.req.offset + j.req.length - 1;
-    const std::string range = std::to_string(t.want_start) + "-" + std::to_string(t.want_end);
-    curl_easy_setopt(t.easy, CURLOPT_RANGE, range.c_str());  // copied by libcurl
-    curl_easy_setopt(t.easy, CURLOPT_HTTPHEADER,
-                     hub.http_settings().ShouldSendToken(t.url) ? hub_headers : plain_headers);
+    RangeExpectation want;
+    want.offset = j.req.offset;
+    want.length = j.req.length;
+    want.delivered = j.delivered;
+    want.file_size = f.size;
+    want.on_hub = f.on_hub;
+    want.presumed_url = f.presumed;
+    want.pinned_commit = hub.commit();
+    want.token_sent = f.on_hub && hub.has_token();
+    want.token = hub.http_settings().token;
+    t.checker = AnswerChecker(want);
+    HttpRequest req;
+    req.url = t.url;
+    req.has_range = true;
+    req.range_first = t.checker.first();
+    req.range_last = t.checker.last();
     Inc(counters.transfers);
     if (f.on_hub) {  // a GET of the hub's /resolve/ URL: the Hub rate-limits these too
       Inc(counters.resolves);
       hub.CountResolve();
     }
-    AddTransfer(t);
+    AddTransfer(t, req);
   }
 
-  void StartRanges(Clock::time_point now) {
-    while (!ready.empty() && !stopping) {
-      const std::uint32_t ji = ready.front();
+  void StartRanges(Clock::TimePoint now) {
+    while (sched.HasReady() && !stopping) {
+      const std::uint32_t ji = sched.FrontReady();
       Job& j = jobs[ji];
-      FileState& f = files[j.file];
-      if (f.state == FileState::State::kReady && f.expires <= now) {
-        if (!InvalidateFile(j.file, "signed URL expired")) continue;  // f failed; ji was not a waiter
-      }
+      // A failed re-resolve fails the file; the switch then fails the job.
+      resolver.ExpireIfDue(j.file, now);
+      const FileState& f = resolver.file(j.file);
       switch (f.state) {
         case FileState::State::kReady: {
           if (f.size && j.req.offset + j.req.length > *f.size) {
-            ready.pop_front();
+            sched.PopReady();
             // The server's own answer disagrees with the listing the plan
             // came from: Corruption (exit 3), not a usage error.
-            FailJob(ji, CorruptionError(Describe(j) + ": range ends at " + std::to_string(j.req.offset + j.req.length) +
+            FailJob(ji, CorruptionError(Describe(j) + ": range ends at " +
+                                        std::to_string(j.req.offset + j.req.length) +
                                         ", past the file size " + std::to_string(*f.size) +
                                         " that its resolve answered (the hub's listing says otherwise)"));
             continue;
           }
           Transfer* t = FreeTransfer();
           if (t == nullptr) return;
-          ready.pop_front();
+          sched.PopReady();
           StartRange(ji, *t);
           continue;
         }
         case FileState::State::kFailed:
-          ready.pop_front();
+          sched.PopReady();
           FailJob(ji, f.failure.WithContext(Describe(j)));
           continue;
         case FileState::State::kUnresolved:
-          QueueResolve(j.file);
-          [[fallthrough]];
         case FileState::State::kQueued:
         case FileState::State::kResolving:
-          ready.pop_front();
+          sched.PopReady();
           j.state = Job::State::kWaitFile;
-          f.waiters.push_back(ji);
-          StartResolves(now);
+          resolver.Wait(j.file, ji);
+          StartResolves();
           continue;
       }
     }
   }
 
-  // libcurl write callback for range transfers (and error bodies).
-  static std::size_t WriteCallback(char* p, std::size_t size, std::size_t nmemb, void* ud) {
-    auto* t = static_cast<Transfer*>(ud);
-    return t->impl->OnBody(*t, p, size * nmemb);
-  }
-
-  bool OverBudget(Clock::time_point now) const { return rate != nullptr && rate->Exhausted(now); }
+  bool OverBudget(Clock::TimePoint now) const { return rate != nullptr && rate->Exhausted(now); }
 
   // Unpauses transfers held back (by the bandwidth limit while the budget
-  // allows, or by a consumer that was not ready). libcurl re-delivers the
-  // held chunk from inside curl_easy_pause, which may pause it again.
-  void ResumePaused(Clock::time_point now) {
+  // allows, or by a consumer that was not ready). The transport offers the
+  // held chunk again from inside Resume, which may pause it again.
+  void ResumePaused(Clock::TimePoint now) {
     if (paused_transfers == 0) return;
     for (Transfer& t : transfers) {
       if (!t.busy || !t.paused) continue;
       if (OverBudget(now)) return;
       t.paused = false;
       --paused_transfers;
-      curl_easy_pause(t.easy, CURLPAUSE_CONT);
+      transport->Resume(&t);
     }
   }
 
-  std::size_t OnBody(Transfer& t, char* p, std::size_t n) {
-    if (t.is_resolve) return n;  // HEAD: no body expected
-    if (rate != nullptr && !t.paused && OverBudget(Clock::now())) {
-      // libcurl keeps this chunk and stops reading the socket; TCP flow
-      // control then slows the sender. ResumePaused lets it go on.
+  // A body chunk of a range transfer (or an error body).
+  HttpTransfer::Body OnBody(Transfer& t, const char* p, std::size_t n) {
+    using Body = HttpTransfer::Body;
+    if (t.is_resolve) return Body::kContinue;  // HEAD: no body expected
+    if (rate != nullptr && !t.paused && OverBudget(clock->Now())) {
+      // The transport keeps this chunk and stops reading the socket; TCP
+      // flow control then slows the sender. ResumePaused lets it go on.
       t.paused = true;
       ++paused_transfers;
-      return CURL_WRITEFUNC_PAUSE;
+      return Body::kPause;
     }
     Job& j = jobs[t.index];
-    if (!t.checked) {
-      long version = 0;
-      curl_easy_getinfo(t.easy, CURLINFO_HTTP_VERSION, &version);
-      t.multiplexed = version >= CURL_HTTP_VERSION_2_0;
-    }
     // Only a transfer with a connection of its own is held back for its
     // consumer: pausing one stream of a shared HTTP/2 connection stalls the
-    // others with it (libcurl stops reading the connection, or buffers the
-    // stream). A multiplexed transfer's OnData applies the backpressure.
-    if (!t.discard && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
+    // others with it (the transport stops reading the connection, or
+    // buffers the stream). A multiplexed transfer's OnData applies the backpressure.
+    if (!t.checker.discarding() && !t.multiplexed && !consumer->ReadyFor(j.req.id, n)) {
       t.paused = true;  // ResumePaused offers the chunk again
       ++paused_transfers;
-      return CURL_WRITEFUNC_PAUSE;
+      return Body::kPause;
     }
-    t.body_bytes += n;
+    t.checker.CountBody(n);
     // Every byte off the wire counts against the limit, discarded ones too.
-    if (rate != nullptr) rate->Consume(n, Clock::now());
-    if (!t.checked) {
-      t.checked = true;
-      const std::uint64_t want_len = t.want_end - t.want_start + 1;
-      if (t.head.status == 206) {
-        auto cr = ParseContentRange(t.head.content_range);
-        if (!cr || cr->first != t.want_start || cr->last != t.want_end) {
-          t.bad_answer = true;
-          t.error = CorruptionError("answered Content-Range '" + EscapeForMessage(t.head.content_range) +
-                                    "' for bytes=" + std::to_string(t.want_start) + "-" + std::to_string(t.want_end));
-          return 0;
-        }
-        const auto& size = files[j.file].size;
-        if (cr->total && size && *cr->total != *size) {
-          t.bad_answer = true;
-          t.error = CorruptionError("answered Content-Range '" + EscapeForMessage(t.head.content_range) +
-                                    "' for a file of " + std::to_string(*size) + " bytes");
-          return 0;
-        }
-        if (t.head.content_length && *t.head.content_length > want_len) t.overlong = true;
-      } else if (t.head.status == 200) {
-        Inc(counters.ignored_range);
-        t.skip = t.want_start;  // the body starts at byte 0 of the file
-      } else {
-        t.discard = true;
-      }
-      // Ranges are asked for with Accept-Encoding: identity; a compressed
-      // body's bytes are not the file's (found by review: reported as a
-      // "short body", the encoding unnamed).
-      if (!t.discard && !t.head.content_encoding.empty() && t.head.content_encoding != "identity") {
-        t.bad_answer = true;
-        t.error = CorruptionError("answered Content-Encoding '" + EscapeForMessage(t.head.content_encoding) +
-                                  "' to a request for identity (uncompressed) bytes");
-        return 0;
-      }
-      // The hub names the commit it answered for; the URL pins ours, so a
-      // different one is a broken hub or mirror (the HEAD path checks the
-      // same in HubClient::InterpretResolve).
-      if (!t.discard && files[j.file].on_hub && !t.head.x_repo_commit.empty() &&
-          t.head.x_repo_commit != hub.commit()) {
-        t.bad_answer = true;
-        t.error = CorruptionError("hub answered for commit '" + EscapeForMessage(t.head.x_repo_commit) +
-                                  "', pinned " + hub.commit());
-        return 0;
-      }
+    if (rate != nullptr) rate->Consume(n, clock->Now());
+    if (!t.checker.head_checked()) {
+      if (t.head.status == 200) Inc(counters.ignored_range);
+      if (t.checker.CheckHead(t.head) == AnswerChecker::Head::kBad) return Body::kStop;
     }
-    if (t.discard) return t.body_bytes > kMaxErrorBody ? 0 : n;
+    if (t.checker.discarding()) return t.checker.error_body_too_long() ? Body::kStop : Body::kContinue;
 
-    std::size_t off = 0;
-    if (t.skip > 0) {
-      const std::uint64_t drop = std::min<std::uint64_t>(t.skip, n);
-      t.skip -= drop;
-      off = static_cast<std::size_t>(drop);
-      Inc(counters.bytes_discarded, drop);
-      if (off == n) return n;
-    }
-    const std::uint64_t remaining = j.req.length - j.delivered;
-    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, n - off));
-    if (take > 0) {
-      Status s = consumer->OnData(j.req.id, j.req.offset + j.delivered,
-                                  std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + off), take));
+    const AnswerChecker::Slice slice = t.checker.Plan(n);
+    if (slice.skip > 0) Inc(counters.bytes_discarded, slice.skip);
+    if (slice.take > 0) {
+      Status s = consumer->OnData(
+          j.req.id, t.checker.next_offset(),
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(p + slice.skip), slice.take));
       if (!s.ok()) {
         t.consumer_error = std::move(s);
-        return 0;
+        return Body::kStop;
       }
-      j.delivered += take;
-      Inc(counters.bytes_received, take);
+      j.delivered += slice.take;
+      Inc(counters.bytes_received, slice.take);
     }
-    if (off + take < n) {
-      // Bytes beyond the range: a 206 with a body longer than asked, or the
-      // rest of a whole-file 200. Cut the transfer here.
-      Inc(counters.bytes_discarded, n - off - take);
-      if (t.head.status == 206) t.overlong = true;
-      t.complete_early = true;
-      return 0;
-    }
-    if (j.delivered == j.req.length) {
-      // Range complete; stop a 200 (or announced-overlong 206) body now
-      // unless this was the body's natural end. A 206 with no length says
-      // nothing of its end either: a server that then holds the connection
-      // open cost 30 s per range (the stall timeout) before this (found by
-      // review).
-      const bool body_done = t.head.content_length && t.body_bytes >= *t.head.content_length;
-      const bool unsized_206 = t.head.status == 206 && !t.head.content_length;
-      if (!body_done && (t.head.status == 200 || t.overlong || unsized_206)) {
-        t.complete_early = true;
-        return 0;
-      }
-    }
-    return n;
+    t.checker.Accept(slice);
+    if (slice.beyond > 0) Inc(counters.bytes_discarded, slice.beyond);
+    return slice.cut ? Body::kStop : Body::kContinue;
   }
 
-  void OnRangeDone(Transfer& t, CURLcode rc) {
+  void OnRangeDone(Transfer& t, const TransferEnd& end) {
     const std::uint32_t ji = t.index;
     Job& j = jobs[ji];
-    const long status = t.head.status;
-    if (t.overlong) Inc(counters.overlong_bodies);
+    if (t.checker.overlong()) Inc(counters.overlong_bodies);
     if (!t.consumer_error.ok()) {
       FailJob(ji, t.consumer_error);
       return;
     }
-    if (j.delivered == j.req.length && (status == 200 || status == 206)) {
+    const long status = t.head.status;
+    if (t.checker.complete() && (status == 200 || status == 206)) {
       CompleteJob(ji);
       return;
     }
-    if (t.bad_answer) {
-      Inc(counters.bad_answers);
-      Retry(ji, t.error);
-      return;
-    }
-    if (status == 0 && IsPermanentCurlError(rc)) {  // the CDN's certificate: no try will pass
-      FailJob(ji, IOError(Describe(j) + ": " + DescribeCurlError(rc, t.errbuf)));
-      return;
-    }
-    if (status == 200 || status == 206 || status == 0) {
-      std::string msg;
-      if (rc != CURLE_OK) {
-        msg = DescribeCurlError(rc, t.errbuf, ProxyOf(hub.http_settings(), t.url));
-      } else {
-        Inc(counters.bad_answers);
-        msg = "short body";
-      }
-      Retry(ji, IOError(msg + " after " + std::to_string(j.delivered) + " of " + std::to_string(j.req.length) +
-                        " bytes"));
-      return;
-    }
-    FileState& f = files[j.file];
-    if (IsRedirectStatus(status) && t.presumed_url) {
-      // The listing made this file look like one the hub serves itself, but
-      // the hub redirects: resolve it the usual way (HEAD) and try again
-      // (every transfer sent before the first redirect came back lands
-      // here). Not an attempt; bounded, since a resolved file is never
-      // presumed again.
-      if (t.generation == f.generation && f.state == FileState::State::kReady) {
-        f.presumed = false;
-        f.state = FileState::State::kUnresolved;
-      }
-      j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-      return;
-    }
-    if ((status == 403 || status == 401) && !f.on_hub) {
-      // Signed URL expired or revoked: resolve again; this does not use up
-      // an attempt, but re-resolves per file are bounded.
-      if (t.generation == f.generation && f.state == FileState::State::kReady) {
-        if (!InvalidateFile(j.file, "CDN answered " + std::to_string(status))) {
-          FailJob(ji, f.failure.WithContext(Describe(j)));
-          return;
+    AnswerVerdict v = t.checker.Finish(t.head, end, Describe(j));
+    const FileState& f = resolver.file(j.file);
+    switch (v.kind) {
+      case AnswerVerdict::Kind::kComplete:
+        CompleteJob(ji);
+        return;
+      case AnswerVerdict::Kind::kRetry:
+        if (v.bad_answer) Inc(counters.bad_answers);
+        if (status >= 500) Inc(counters.unavailable);
+        Retry(ji, v.status);
+        return;
+      case AnswerVerdict::Kind::kFail:
+        FailJob(ji, std::move(v.status));
+        return;
+      case AnswerVerdict::Kind::kReresolve:
+        // Not an attempt. A redirect where the hub was presumed to serve
+        // the bytes is bounded since a resolved file is never presumed
+        // again; a CDN's refusals are bounded by max_reresolves_per_file.
+        // Only the first answer about the file's current URL acts on it.
+        if (t.generation == f.generation && f.state == FileState::State::kReady) {
+          if (IsRedirectStatus(status)) {
+            resolver.Unpresume(j.file);
+          } else if (!resolver.Invalidate(j.file, v.status.message())) {
+            FailJob(ji, f.failure.WithContext(Describe(j)));
+            return;
+          }
         }
-      }
-      j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-      return;
-    }
-    if (status == 429 || status == 503) {
-      if (status == 429) Inc(counters.rate_limited);
-      else Inc(counters.unavailable);
-      const Status error =
-          HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
-      auto wait = ThrottleWait(t.head);
-      if (wait && *wait > opts.max_throttle_wait) {
-        FailJob(ji, Status(error.code(), error.message() + WaitPastCap(*wait, opts.max_throttle_wait)));
+        j.state = Job::State::kReady;
+        sched.MakeReady(ji, jobs[ji].req.priority);
+        return;
+      case AnswerVerdict::Kind::kThrottled: {
+        if (status == 429)
+          Inc(counters.rate_limited);
+        else
+          Inc(counters.unavailable);
+        if (!v.wait || *v.wait <= opts.max_throttle_wait) ++j.throttled;  // a wait too long fails anyway
+        const TransferScheduler::Throttle next = sched.AfterThrottle(j.throttled, v.wait);
+        switch (next.kind) {
+          case TransferScheduler::Throttle::Kind::kWaitTooLong:
+            FailJob(ji, Status(v.status.code(),
+                               v.status.message() + WaitPastCap(*v.wait, opts.max_throttle_wait)));
+            return;
+          case TransferScheduler::Throttle::Kind::kTooOften:
+            FailJob(ji, Status(v.status.code(), v.status.message() + " (throttled " +
+                                                    std::to_string(j.throttled) + " times)"));
+            return;
+          case TransferScheduler::Throttle::Kind::kRetryAt:
+            break;
+        }
+        Inc(counters.retries);
+        Schedule(ji, next.when);
         return;
       }
-      if (++j.throttled > opts.max_throttled) {
-        FailJob(ji, Status(error.code(), error.message() + " (throttled " + std::to_string(j.throttled) + " times)"));
-        return;
-      }
-      Inc(counters.retries);
-      Schedule(ji, Clock::now() + (wait ? *wait : Backoff(j.throttled)));
-      return;
     }
-    const Status error = HttpError(status, t.head, Describe(j), f.on_hub && hub.has_token(), hub.http_settings().token);
-    if (IsRetryableHttp(status)) {
-      if (status >= 500) Inc(counters.unavailable);
-      Retry(ji, error);
-      return;
-    }
-    FailJob(ji, error);
   }
 
-  // Lifts the per-host connection bound (see the constructor) once any
-  // answer came over HTTP/1.x, where a connection carries one transfer.
-  void NoteHttpVersion(CURL* easy) {
-    if (!host_connections_capped) return;
-    long version = 0;
-    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK || version == 0) return;  // no answer
-    if (version >= CURL_HTTP_VERSION_2_0) return;
-    host_connections_capped = false;
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_parallel));
-  }
-
-  // Handles finished transfers; returns how many.
-  int ProcessDone() {
-    int left = 0;
-    int done = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
-      if (msg->msg != CURLMSG_DONE) continue;
-      ++done;
-      Transfer* t = nullptr;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
-      const CURLcode rc = msg->data.result;
-      NoteHttpVersion(msg->easy_handle);
-      curl_multi_remove_handle(multi, msg->easy_handle);
-      if (t->paused) --paused_transfers;
-      t->paused = false;
-      t->busy = false;
-      --busy_transfers;
-      counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
-      if (t->is_resolve) {
-        OnResolveDone(*t, rc);
-      } else {
-        OnRangeDone(*t, rc);
-      }
+  // A transfer ended (the transport calls this from Perform).
+  void OnTransferDone(Transfer& t, const TransferEnd& end) {
+    if (t.paused) --paused_transfers;
+    t.paused = false;
+    t.busy = false;
+    --busy_transfers;
+    counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
+    if (t.is_resolve) {
+      OnResolveDone(t, end);
+    } else {
+      OnRangeDone(t, end);
     }
-    return done;
   }
 
   // ------------------------------------------------------------- the loop
@@ -914,7 +611,8 @@ struct RangeFetcher::Impl {
       Inc(counters.requests_started);
       j.delivered = 0;
       j.attempts = j.refetches = j.throttled = 0;
-      if (j.req.length == 0 || j.req.offset > kMaxHubFileSize || j.req.length > kMaxHubFileSize - j.req.offset) {
+      if (j.req.length == 0 || j.req.offset > kMaxHubFileSize ||
+          j.req.length > kMaxHubFileSize - j.req.offset) {
         j.file = kNone;
         FailJob(ji, InvalidArgumentError((j.req.label.empty() ? std::string("range") : j.req.label) +
                                          ": bad range offset " + std::to_string(j.req.offset) + " length " +
@@ -926,20 +624,18 @@ struct RangeFetcher::Impl {
                            (j.req.label.empty() ? std::string("range") : j.req.label) + ": " + s.message()));
         continue;
       }
-      j.file = FileFor(j.req.path);
+      j.file = resolver.FileFor(j.req.path);
       j.state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
+      sched.MakeReady(ji, jobs[ji].req.priority);
     }
   }
 
-  void PromoteDue(Clock::time_point now) {
-    while (!backoff.empty() && backoff.top().first <= now) {
-      const std::uint32_t ji = backoff.top().second;
-      backoff.pop();
-      if (jobs[ji].state != Job::State::kBackoff) continue;
+  void PromoteDue() {
+    sched.PromoteDue([this](std::uint32_t ji) {
+      if (jobs[ji].state != Job::State::kBackoff) return false;
       jobs[ji].state = Job::State::kReady;
-      ready.Push(ji, jobs[ji].req.priority);
-    }
+      return true;
+    });
   }
 
   bool AnyLive() const { return free_jobs.size() < jobs.size() || busy_transfers > 0; }
@@ -947,27 +643,15 @@ struct RangeFetcher::Impl {
   void CancelAll(const Status& why) {
     for (Transfer& t : transfers) {
       if (!t.busy) continue;
-      curl_multi_remove_handle(multi, t.easy);
+      transport->Abandon(&t);
       if (t.paused) --paused_transfers;
       t.paused = false;
       t.busy = false;
       --busy_transfers;
       counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
-      if (t.is_resolve) {
-        --running_resolves;
-        FileState& f = files[t.index];
-        f.state = FileState::State::kUnresolved;
-      }
     }
-    for (FileState& f : files) {
-      f.waiters.clear();
-      if (f.state == FileState::State::kQueued || f.state == FileState::State::kResolving) {
-        f.state = FileState::State::kUnresolved;
-      }
-    }
-    resolve_queue.clear();
-    ready.clear();
-    while (!backoff.empty()) backoff.pop();
+    resolver.CancelRun();
+    sched.Clear();
     cancel_reason = why;
     for (std::uint32_t ji = 0; ji < jobs.size(); ++ji) {
       // A job whose verdict is pending keeps it: the consumer may already
@@ -979,34 +663,19 @@ struct RangeFetcher::Impl {
     }
   }
 
-  int PollTimeoutMs(Clock::time_point now) const {
-    Clock::time_point next = now + milliseconds(100);
-    if (!backoff.empty()) next = std::min(next, backoff.top().first);
-    if (!resolve_queue.empty() && resolve_not_before > now) next = std::min(next, resolve_not_before);
-    if (paused_transfers > 0) next = std::min(next, now + milliseconds(2));
-    const auto ms = std::chrono::duration_cast<milliseconds>(next - now).count();
-    return static_cast<int>(std::clamp<std::int64_t>(ms, 0, 100));
-  }
-
   Status Run(RangeConsumer& c, const std::atomic<bool>* cancel) {
     consumer = &c;
-    const std::size_t cap = static_cast<std::size_t>(opts.max_parallel) + static_cast<std::size_t>(opts.max_queued);
+    const std::size_t cap =
+        static_cast<std::size_t>(opts.max_parallel) + static_cast<std::size_t>(opts.max_queued);
     jobs.assign(cap, Job());
     free_jobs.clear();
     for (std::size_t i = cap; i-- > 0;) free_jobs.push_back(static_cast<std::uint32_t>(i));
-    ready.clear();
-    resolve_queue.clear();
-    while (!backoff.empty()) backoff.pop();
-    for (FileState& f : files) {
-      f.resolves_this_run = 0;
-      f.failed_tries = 0;
-      if (f.state == FileState::State::kFailed) f.state = FileState::State::kUnresolved;
-    }
-    resolve_not_before = Clock::time_point();
+    sched.Clear();
+    resolver.StartRun();
     source_done = stopping = false;
     verifying.clear();
     {
-      std::lock_guard<std::mutex> lock(verdict_mu);
+      MutexLock lock(&verdict_mu);
       delivered_verdicts.clear();  // stale: from an earlier Run
     }
     failed_this_run = 0;
@@ -1022,13 +691,14 @@ struct RangeFetcher::Impl {
       if (cancelled || stopping) {
         Status aborted;
         {
-          std::lock_guard<std::mutex> lock(abort_mu);
+          MutexLock lock(&abort_mu);
           aborted = std::exchange(abort_reason, Status::Ok());
         }
-        const Status why = !cancelled ? CancelledError("fetch stopped after an earlier failure")
-                           : (!by_caller && !aborted.ok())
-                               ? Status(aborted.code(), "stopped after another request failed: " + aborted.message())
-                               : CancelledError("fetch cancelled");
+        const Status why =
+            !cancelled ? CancelledError("fetch stopped after an earlier failure")
+            : (!by_caller && !aborted.ok())
+                ? Status(aborted.code(), "stopped after another request failed: " + aborted.message())
+                : CancelledError("fetch cancelled");
         CancelAll(why);
         if (cancelled) {
           cancel_flag.store(false);
@@ -1037,31 +707,31 @@ struct RangeFetcher::Impl {
         }
         break;
       }
-      const auto now = Clock::now();
+      const auto now = clock->Now();
       ApplyDeliveredVerdicts();
       PullRequests();
-      PromoteDue(now);
-      StartResolves(now);
+      PromoteDue();
+      StartResolves();
       StartRanges(now);
       if (!AnyLive() && source_done) break;
       if (stopping) continue;
 
       ResumePaused(now);
 
-      int running = 0;
-      const CURLMcode mc = curl_multi_perform(multi, &running);
-      if (mc != CURLM_OK) {
-        result = InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+      const Result<int> done = transport->Perform();
+      if (!done.ok()) {
+        result = done.status();
         CancelAll(result);
         break;
       }
       // Completions free slots and may end the run: loop before sleeping.
-      if (ProcessDone() > 0) continue;
-      const int timeout = PollTimeoutMs(Clock::now());
+      if (*done > 0) continue;
+      const int timeout =
+          static_cast<int>(sched.PollTimeout(resolver.HasQueued(), paused_transfers > 0).count());
       if (timeout > 0) {
-        const CURLMcode pc = curl_multi_poll(multi, nullptr, 0, timeout, nullptr);
-        if (pc != CURLM_OK) {
-          result = InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(pc));
+        const Status waited = transport->Wait(milliseconds(timeout));
+        if (!waited.ok()) {
+          result = waited;
           CancelAll(result);
           break;
         }
@@ -1071,8 +741,8 @@ struct RangeFetcher::Impl {
     consumer = nullptr;
     if (!result.ok()) return result;
     if (failed_this_run > 0) {
-      return Status(first_failure.code(), first_failure.message() + " (" + std::to_string(failed_this_run) +
-                                              " request(s) failed)");
+      return Status(first_failure.code(),
+                    first_failure.message() + " (" + std::to_string(failed_this_run) + " request(s) failed)");
     }
     return Status::Ok();
   }
@@ -1090,30 +760,31 @@ Status RangeFetcher::Run(RangeConsumer& consumer, const std::atomic<bool>* cance
 void RangeFetcher::Cancel() {
   impl_->user_cancel.store(true);
   impl_->cancel_flag.store(true);
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
 void RangeFetcher::Abort(const Status& reason) {
   {
-    std::lock_guard<std::mutex> lock(impl_->abort_mu);
-    if (impl_->abort_reason.ok()) impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
+    MutexLock lock(&impl_->abort_mu);
+    if (impl_->abort_reason.ok())
+      impl_->abort_reason = reason.ok() ? CancelledError("fetch aborted") : reason;
   }
   impl_->cancel_flag.store(true);
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
-void RangeFetcher::Wake() { curl_multi_wakeup(impl_->multi); }
+void RangeFetcher::Wake() { impl_->transport->Wake(); }
 
 void RangeFetcher::ExpectServedByHub(const std::string& path, std::uint64_t size) {
-  impl_->ExpectServedByHub(path, size);
+  impl_->resolver.ExpectServedByHub(path, size);
 }
 
 void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
   {
-    std::lock_guard<std::mutex> lock(impl_->verdict_mu);
+    MutexLock lock(&impl_->verdict_mu);
     impl_->delivered_verdicts.emplace_back(id, std::move(verdict));
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->transport->Wake();
 }
 
 FetchCounters RangeFetcher::counters() const {

@@ -1,5 +1,6 @@
 // RangeFetcher: many byte ranges of a pinned hub repo, fetched in parallel
-// over libcurl's multi interface, delivered in order to a consumer.
+// over an HttpTransport (libcurl's multi interface unless the options name
+// another), delivered in order to a consumer.
 //
 // Shape of a pull:
 //
@@ -32,13 +33,13 @@
 //    overlong_bodies); a short body, a reset or a stall (low-speed limit) is
 //    retried and RESUMES from the first byte not yet delivered;
 //  - 403 from a CDN -> re-resolve and retry; 401/403 from the hub ->
-//    PermissionDenied; 404 -> NotFound; 416 -> InvalidArgument (not retried);
+//    PermissionDenied; 404 -> NotFound; 416 -> Corruption (not retried);
 //  - 429/503 wait as Retry-After / RateLimit `t=` say (else backoff);
 //    408/5xx and transport errors back off exponentially with jitter.
 // After `max_attempts` failed tries of one range it fails with a message
 // naming the request's label, file, range and last error.
 //
-// Performance: OnData gets libcurl's receive buffer directly (no copy); the
+// Performance: OnData gets the transport's receive buffer directly (no copy); the
 // per-byte work is the consumer's. Connections are reused (keep-alive; HTTP/2
 // multiplexing where the server offers it over TLS).
 #pragma once
@@ -51,11 +52,14 @@
 #include <span>
 #include <string>
 
+#include "daemon/base/clock.h"
 #include "daemon/hub/hub_client.h"
 #include "daemon/hub/rate_limiter.h"
 #include "format/status.h"
 
 namespace exlr8 {
+
+class HttpTransport;
 
 // One range to fetch. Small; the fetcher copies it when it starts.
 struct RangeRequest {
@@ -139,7 +143,7 @@ class RangeConsumer {
   virtual void OnReset(std::uint64_t id) = 0;
 
   // The request failed for good. `status` names the label, file and range.
-  // Codes: NotFound, PermissionDenied, InvalidArgument (416, bad request),
+  // Codes: NotFound, PermissionDenied, InvalidArgument (bad request), Corruption (416),
   // Corruption (bad answers or refetches exhausted), Unavailable/IOError
   // (retries exhausted), Cancelled, or the consumer's own status.
   virtual void OnFailed(std::uint64_t id, const Status& status) = 0;
@@ -194,6 +198,12 @@ struct RangeFetcherOptions {
   // If true, the first failed request cancels the rest (they fail with
   // Cancelled) and Run returns that failure.
   bool stop_on_failure = false;
+  // The time that backoff, Retry-After waits, URL expiry and the rate limit
+  // are measured in; null = Clock::Real(). REQUIRES: outlives the fetcher.
+  Clock* clock = nullptr;
+  // What carries the requests (http_transport.h); null = the fetcher's own
+  // CurlTransport. REQUIRES: outlives the fetcher, serves no other one.
+  HttpTransport* transport = nullptr;
 };
 
 // Progress counters, cumulative over the fetcher's life.

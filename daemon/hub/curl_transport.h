@@ -1,0 +1,45 @@
+// CurlTransport: HttpTransport over libcurl's multi interface, the
+// daemon's driver under RangeFetcher.
+//
+// One multi handle; one reusable easy handle per transfer slot. HTTP/2 is
+// multiplexed where the server offers it over TLS, connections are kept
+// alive, and the connection pool is sized for the fetcher's transfers
+// plus its resolves (see the constructor for the per-host bound).
+//
+// Thread rules: as HttpTransport (Wake from any thread; the rest on the
+// thread that drives it).
+#pragma once
+
+#include <memory>
+
+#include "daemon/hub/http_common.h"
+#include "daemon/hub/http_transport.h"
+
+namespace exlr8 {
+
+class CurlTransport final : public HttpTransport {
+ public:
+  struct Options {
+    int max_transfers = 16;             // at once; the fetcher's max_parallel
+    int extra_connections = 4;          // room in the pool beside them (resolves to the hub)
+    int h2_streams_per_connection = 4;  // RangeFetcherOptions::h2_streams_per_connection
+  };
+  // REQUIRES: `settings` outlives the transport.
+  CurlTransport(const HttpSettings& settings, Options options);
+  ~CurlTransport() override;
+  CurlTransport(const CurlTransport&) = delete;
+  CurlTransport& operator=(const CurlTransport&) = delete;
+
+  void Start(const HttpRequest& req, HttpTransfer* t) override;
+  void Resume(HttpTransfer* t) override;
+  void Abandon(HttpTransfer* t) override;
+  Result<int> Perform() override;
+  Status Wait(std::chrono::milliseconds timeout) override;
+  void Wake() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exlr8

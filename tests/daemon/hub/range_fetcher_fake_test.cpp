@@ -1,0 +1,172 @@
+// RangeFetcher on the in-memory hub of fake_transport.h and a FakeClock:
+// no request leaves the process (the hub test server only answers the
+// revision lookup of HubClient::Open), and every wait is fake time.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "daemon/hub/range_fetcher.h"
+#include "tests/daemon/base/fake_clock.h"
+#include "tests/daemon/hub/fake_transport.h"
+#include "tests/daemon/hub_test_server.h"
+#include "tests/daemon/test_consumer.h"
+
+namespace exlr8 {
+namespace {
+
+using std::chrono::seconds;
+using testing::FakeClock;
+using testing::FakeHub;
+using testing::FakeHubTransport;
+using testing::MakeBlob;
+using testing::OpenHub;
+using testing::TestConsumer;
+
+class RangeFetcherFakeTest : public ::testing::Test {
+ protected:
+  RangeFetcherFakeTest() : client_(OpenHub(hub_)) {
+    std::string prefix = client_->ResolveUrl("x");
+    prefix.pop_back();
+    net_ = std::make_unique<FakeHubTransport>(prefix, client_->commit(), &clock_);
+    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
+    net_->lfs_files["w/b.safetensors"] = MakeBlob(50'000, 2);
+    net_->regular_files["config.json"] = MakeBlob(3'000, 3);
+  }
+
+  RangeFetcherOptions Options() {
+    RangeFetcherOptions o = testing::FastOptions();
+    o.transport = net_.get();
+    o.clock = &clock_;
+    o.max_parallel = 4;
+    return o;
+  }
+
+  // Ranges of `path` of `n` bytes each, covering it.
+  void Split(TestConsumer& c, const std::string& path, std::uint64_t size, std::uint64_t n) {
+    for (std::uint64_t off = 0; off < size; off += n) c.Add(path, off, std::min(n, size - off));
+  }
+
+  std::map<std::string, std::string> AllFiles() const {
+    auto all = net_->lfs_files;
+    all.insert(net_->regular_files.begin(), net_->regular_files.end());
+    return all;
+  }
+
+  FakeHub hub_;
+  std::unique_ptr<HubClient> client_;
+  FakeClock clock_;
+  std::unique_ptr<FakeHubTransport> net_;
+};
+
+TEST_F(RangeFetcherFakeTest, FetchesEveryRangeWithOneHeadPerLfsFile) {
+  TestConsumer c;
+  Split(c, "w/a.safetensors", 100'000, 30'000);
+  Split(c, "w/b.safetensors", 50'000, 20'000);
+  Split(c, "config.json", 3'000, 1'000);
+  RangeFetcher f(*client_, Options());
+  f.ExpectServedByHub("config.json", 3'000);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  EXPECT_EQ(c.accepted.size(), 10u);
+  c.ExpectBytes(AllFiles());
+  EXPECT_EQ(net_->CountCalls(/*head_only=*/true), 2);  // config.json needs none
+  EXPECT_EQ(net_->CountCalls(/*head_only=*/false), 10);
+  EXPECT_EQ(f.counters().retries, 0u);
+}
+
+TEST_F(RangeFetcherFakeTest, ResetOnTheNthCallIsRetried) {
+  net_->FailCall(2, {});  // the first range GET: no answer
+  TestConsumer c;
+  Split(c, "w/a.safetensors", 100'000, 50'000);
+  RangeFetcher f(*client_, Options());
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);
+  c.ExpectBytes(AllFiles());
+  const FetchCounters k = f.counters();
+  EXPECT_EQ(k.retries, 1u);
+  EXPECT_EQ(k.transfers, 3u);
+  EXPECT_EQ(k.resumes, 0u);
+  EXPECT_EQ(net_->calls().size(), 4u);  // HEAD, reset GET, GET, retried GET
+}
+
+TEST_F(RangeFetcherFakeTest, ResetMidBodyResumesFromTheFirstMissingByte) {
+  net_->chunk = 4'000;
+  net_->FailCall(2, {0, {}, 10'000});  // the first range GET breaks after 10,000 bytes
+  TestConsumer c;
+  c.Add("w/a.safetensors", 20'000, 50'000);
+  RangeFetcher f(*client_, Options());
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.violations, 0);  // no byte delivered twice
+  c.ExpectBytes(AllFiles());
+  EXPECT_EQ(f.counters().resumes, 1u);
+  ASSERT_EQ(net_->calls().size(), 3u);
+  EXPECT_EQ(net_->calls()[2].range_first, 30'000u);
+  EXPECT_EQ(net_->calls()[2].range_last, 69'999u);
+}
+
+TEST_F(RangeFetcherFakeTest, RetryAfterIsWaitedInFakeTime) {
+  net_->FailCall(2, {429, {"Retry-After: 30"}});
+  TestConsumer c;
+  c.Add("w/a.safetensors", 0, 100'000);
+  RangeFetcher f(*client_, Options());
+  const Clock::TimePoint start = clock_.Now();
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(AllFiles());
+  ASSERT_EQ(net_->call_times().size(), 3u);
+  EXPECT_GE(net_->call_times()[2] - net_->call_times()[1], seconds(30));
+  EXPECT_LT(net_->call_times()[2] - start, seconds(31));
+  EXPECT_EQ(f.counters().rate_limited, 1u);
+}
+
+TEST_F(RangeFetcherFakeTest, ThrottledResolveHoldsEveryResolveForTheHubsWait) {
+  net_->FailCall(1, {503, {"Retry-After: 10"}});
+  TestConsumer c;
+  c.Add("w/a.safetensors", 0, 1'000);
+  c.Add("w/b.safetensors", 0, 1'000);
+  RangeFetcherOptions o = Options();
+  o.max_parallel_resolves = 1;
+  RangeFetcher f(*client_, o);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto& calls = net_->calls();
+  const auto& times = net_->call_times();
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    if (calls[i].head_only) {
+      EXPECT_GE(times[i] - times[0], seconds(10)) << calls[i].url;
+    }
+  }
+  EXPECT_EQ(net_->CountCalls(/*head_only=*/true), 3);
+}
+
+TEST_F(RangeFetcherFakeTest, CdnRefusalResolvesTheFileAgain) {
+  net_->FailCall(2, {403, {}});
+  TestConsumer c;
+  Split(c, "w/b.safetensors", 50'000, 25'000);
+  RangeFetcherOptions o = Options();
+  o.max_parallel = 1;  // one transfer at a time: call 2 is the first range
+  RangeFetcher f(*client_, o);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(AllFiles());
+  EXPECT_EQ(net_->CountCalls(/*head_only=*/true), 2);
+  EXPECT_EQ(f.counters().reresolves, 1u);
+}
+
+TEST_F(RangeFetcherFakeTest, MissingFileFailsItsRequestsAsNotFound) {
+  TestConsumer c;
+  c.Add("w/missing.safetensors", 0, 10, "L1 gate");
+  c.Add("w/b.safetensors", 0, 10);
+  RangeFetcher f(*client_, Options());
+  const Status s = f.Run(c);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  ASSERT_EQ(c.failed.count(0), 1u);
+  EXPECT_NE(c.failed[0].message().find("L1 gate"), std::string::npos) << c.failed[0].ToString();
+  EXPECT_EQ(c.accepted.size(), 1u);
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -3,7 +3,7 @@
 # build needs, builds from scratch and runs a tier of the tests.
 #
 #   scripts/test.sh          the default tier, about 12 minutes on 2 cores:
-#                              build/       g++, -O2, test code -O1; every
+#                              build/       g++, -O1; every
 #                                           unit and integration test
 #                                           (ctest -LE full), the fuzz replays
 #                              build-asan/  ASan + UBSan over format/ and the
@@ -69,9 +69,9 @@ if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   scripts/setup.sh
 fi
 
-step "build (g++ -O2, test code -O1) in build/"
+step "build (g++ -O1) in build/"
 quiet_build configure cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1
 quiet_build build cmake --build build -j"$jobs"
 
 step "tests (ctest -LE full)"

@@ -34,11 +34,11 @@ AnswerChecker::Head AnswerChecker::CheckHead(const ResponseHead& head) {
   if (head.status == 206) {
     auto cr = ParseContentRange(head.content_range);
     if (!cr || cr->first != first_ || cr->last != last_) {
-      return Bad(CorruptionError("answered Content-Range '" + EscapeForMessage(head.content_range) +
+      return Bad(CorruptionError("answered Content-Range '" + QuoteServerText(head.content_range, token_) +
                                  "' for bytes=" + std::to_string(first_) + "-" + std::to_string(last_)));
     }
     if (cr->total && file_size_ && *cr->total != *file_size_) {
-      return Bad(CorruptionError("answered Content-Range '" + EscapeForMessage(head.content_range) +
+      return Bad(CorruptionError("answered Content-Range '" + QuoteServerText(head.content_range, token_) +
                                  "' for a file of " + std::to_string(*file_size_) + " bytes"));
     }
     if (head.content_length && *head.content_length > last_ - first_ + 1) overlong_ = true;
@@ -53,14 +53,14 @@ AnswerChecker::Head AnswerChecker::CheckHead(const ResponseHead& head) {
   // Ranges are asked for with Accept-Encoding: identity; a compressed
   // body's bytes are not the file's, and the message names the encoding.
   if (!head.content_encoding.empty() && head.content_encoding != "identity") {
-    return Bad(CorruptionError("answered Content-Encoding '" + EscapeForMessage(head.content_encoding) +
+    return Bad(CorruptionError("answered Content-Encoding '" + QuoteServerText(head.content_encoding, token_) +
                                "' to a request for identity (uncompressed) bytes"));
   }
   // The hub names the commit it answered for; the URL pins ours, so a
   // different one is a broken hub or mirror (HubClient::InterpretResolve
   // checks the same on the HEAD path).
   if (on_hub_ && !head.x_repo_commit.empty() && head.x_repo_commit != pinned_commit_) {
-    return Bad(CorruptionError("hub answered for commit '" + EscapeForMessage(head.x_repo_commit) +
+    return Bad(CorruptionError("hub answered for commit '" + QuoteServerText(head.x_repo_commit, token_) +
                                "', pinned " + std::string(pinned_commit_)));
   }
   return kind;

@@ -277,17 +277,20 @@ bool IsRedirectStatus(long status) {
   return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
 }
 
+std::string QuoteServerText(std::string_view text, std::string_view secret) {
+  std::string shown(text);
+  if (!secret.empty()) {
+    for (std::size_t at = shown.find(secret); at != std::string::npos; at = shown.find(secret, at))
+      shown.replace(at, secret.size(), "[token]");
+  }
+  return EscapeForMessage(shown);
+}
+
 Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent,
                  std::string_view secret) {
-  auto redacted = [&](std::string text) {
-    if (secret.empty()) return text;
-    for (std::size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at))
-      text.replace(at, secret.size(), "[token]");
-    return text;
-  };
   std::string msg = std::string(what) + ": HTTP " + std::to_string(status);
-  if (!head.x_error_code.empty()) msg += " (" + EscapeForMessage(redacted(head.x_error_code)) + ")";
-  if (!head.x_error_message.empty()) msg += ": " + EscapeForMessage(redacted(head.x_error_message));
+  if (!head.x_error_code.empty()) msg += " (" + QuoteServerText(head.x_error_code, secret) + ")";
+  if (!head.x_error_message.empty()) msg += ": " + QuoteServerText(head.x_error_message, secret);
   // The Hub answers 401 RepoNotFound for a repo that does not exist or that
   // this caller may not see (huggingface_hub: RepositoryNotFoundError).
   if (status == 401 && head.x_error_code == "RepoNotFound") {

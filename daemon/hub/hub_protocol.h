@@ -107,4 +107,9 @@ std::optional<std::string> ResolveLocation(std::string_view base_url, std::strin
 // signature in the query, which must never reach a log or error message.
 std::string RedactUrl(std::string_view url);
 
+// Server-sent text made fit for a message: every occurrence of `secret`
+// (the hub token, which a server may echo in any header) replaced by
+// "[token]", then escaped and bounded by EscapeForMessage.
+std::string QuoteServerText(std::string_view text, std::string_view secret);
+
 }  // namespace exlr8

@@ -266,5 +266,22 @@ TEST(AnswerCheckerTest, TokenEchoedByTheHubNeverReachesTheMessage) {
   EXPECT_EQ(v.status.message().find("hf_secret_token_value"), std::string::npos) << v.status.ToString();
 }
 
+// Every header an answer check quotes is redacted, not only the error ones.
+TEST(AnswerCheckerTest, TokenEchoedInAQuotedHeaderNeverReachesTheMessage) {
+  RangeExpectation w = Want(0, 10);
+  w.on_hub = true;
+  w.token_sent = true;
+  w.token = "hf_secret_token_value";
+  for (const std::string& line : {std::string("Content-Range: bytes hf_secret_token_value"),
+                                  std::string("Content-Encoding: hf_secret_token_value"),
+                                  std::string("X-Repo-Commit: hf_secret_token_value")}) {
+    AnswerChecker c(w);
+    const std::string status = line.starts_with("Content-Range") ? "HTTP/1.1 206 x" : "HTTP/1.1 200 OK";
+    EXPECT_EQ(c.CheckHead(Head({status, line})), AnswerChecker::Head::kBad) << line;
+    EXPECT_EQ(c.error().message().find("hf_secret_token_value"), std::string::npos) << c.error().ToString();
+    EXPECT_NE(c.error().message().find("[token]"), std::string::npos) << c.error().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -105,8 +105,8 @@ int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
   auto set = FindFilesetArg(**cache, args);
   if (!set.ok()) return ReportError(prog, set.status());
   // Unpinning what is not pinned changes nothing and is no error (a stop
-  // script may run twice), but say so: a mistyped holder looked like
-  // success while the real pin stayed (found by review).
+  // script may run twice), but say so: a mistyped holder must not look
+  // like success while the real pin stays.
   if (!pin && std::find(set->pins.begin(), set->pins.end(), holder) == set->pins.end()) {
     std::string others;
     for (const std::string& p : set->pins) others += (others.empty() ? "" : ", ") + std::string("'") + p + "'";

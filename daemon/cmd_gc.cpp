@@ -75,7 +75,7 @@ int RunGcCommand(const std::vector<std::string>& argv) {
   std::printf("evicted %zu filesets, freed %s; %s remain cached\n", r->evicted.size(), HumanBytes(r->bytes_freed).c_str(),
               HumanBytes(r->bytes_remaining).c_str());
   // Not a failure (gc took all it may), but said where the timer's journal
-  // shows it (found by review: silent while pins kept the cache over).
+  // shows it: pins keeping the cache over budget must not go unnoticed.
   if (args.Has("budget") && r->bytes_remaining > budget)
     std::fprintf(stderr,
                  "%s: warning: the cache stays %s over its budget of %s: what remains is pinned, held by an "

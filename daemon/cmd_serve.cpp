@@ -130,7 +130,7 @@ Status ParsePullDefaults(const Args& args, JobRunnerOptions* jobs) {
   EXLR8_ASSIGN_OR_RETURN(jobs->cache.byte_budget, args.GetBytes("budget"));
   p.offline = HubOfflineFromEnvironment();
   // A token file that cannot be read fails every job: say so now, not
-  // after the unit reported ready (found by review).
+  // after the unit reported ready.
   if (Result<std::string> token = LoadHubToken(p.hub); !token.ok()) return token.status();
   return Status::Ok();
 }
@@ -195,7 +195,8 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   if (!serve_lock.ok() && serve_lock.status().code() == StatusCode::kFailedPrecondition)
     return ReportError(kProg, Status(serve_lock.status().code(),
                                      "another exlr8d serve runs on this cache: " + serve_lock.status().message()));
-  // Found by review: a read-only cache said "another exlr8d serve runs".
+  // Any other failure (a read-only cache) is reported as itself, never as
+  // another exlr8d serve running.
   if (!serve_lock.ok())
     return ReportError(kProg, Status(serve_lock.status().code(),
                                      serve_lock.status().message() + " (serve keeps its queue and lock in " +

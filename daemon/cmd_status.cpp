@@ -79,8 +79,7 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
   if (!cache.ok()) return ReportError(kProg, cache.status());
   auto st = CheckRankStatus(**cache, q.repo, q.revision, q.manifest, q.tp, q.rank);
   // As for pull: a manifest the release does not have may be a local file
-  // (a custom width mix; found by review: such a rank could be pulled but
-  // not checked).
+  // (a custom width mix): a rank that can be pulled can be checked.
   std::error_code ec;
   if (!st.ok() && st.status().code() == StatusCode::kNotFound && !IsManifestName(q.manifest) &&
       std::filesystem::is_regular_file(q.manifest, ec)) {

@@ -130,7 +130,7 @@ Result<Manifest> ParseManifest(std::string_view json, std::string_view name,
   m.name_ = std::string(name);
   ManifestReader r(name);
   // A DOM costs ~64 bytes per value: the default cap (50M values, ~3 GB)
-  // would let a 100 MB manifest of junk take 5 GB (found by review). What
+  // would let a 100 MB manifest of junk take 5 GB. What
   // the geometry can use, twice over, plus room for small unknown keys.
   std::size_t needed = 16;
   for (const auto& [layer, geo] : geometry)

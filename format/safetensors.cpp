@@ -206,8 +206,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> byte
   limits.max_string_bytes = 1 << 20;
   limits.max_object_members = kMaxSafetensorsTensors + 1;  // + __metadata__
   // No array of a header is longer than a shape of the highest rank
-  // allowed; a 14M-value shape was parsed whole (1.5 GB) before its rank
-  // was refused (found by review).
+  // allowed, so a huge shape (14M values, 1.5 GB) is refused while parsing,
+  // not parsed whole before its rank is refused.
   limits.max_array_elements = std::max<std::size_t>(kMaxTensorRank, 2) + 1;
   Result<JsonValue> parsed = ParseJsonAt(text, 8, limits);
   if (!parsed.ok())

@@ -100,8 +100,8 @@ std::optional<int> ParseCommandLine(std::string_view prog, std::string_view usag
     return 0;
   }
   if (args->positional().size() != positionals) {
-    // Found by review: a stray word (a value whose --name was forgotten)
-    // printed only the usage, with no word of what was wrong.
+    // A stray word (a value whose --name was forgotten) is named in the
+    // error, not answered with the usage alone.
     if (args->positional().size() > positionals)
       std::cerr << prog << ": error: unexpected argument '" << args->positional()[positionals]
                 << "' (an option's value needs its --name)\n";

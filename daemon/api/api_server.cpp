@@ -430,7 +430,7 @@ void DoAccept(Acceptor* acceptor, Listening* listening) {
     if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
     if (ec) {
       // Out of descriptors (EMFILE, ENFILE) fails again at once: pause, or
-      // the loop spins at 100% CPU and answers no one (found by review).
+      // the loop spins at 100% CPU and answers no one.
       auto timer = std::make_shared<net::steady_timer>(acceptor->get_executor(), std::chrono::milliseconds(100));
       timer->async_wait([acceptor, listening, timer](beast::error_code wait_ec) {
         if (!wait_ec && acceptor->is_open()) DoAccept<Acceptor, Protocol>(acceptor, listening);

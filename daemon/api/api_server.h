@@ -94,8 +94,8 @@ struct ApiServerOptions {
   // Connections open at once on each listener (the Unix socket's and the
   // TCP port's are counted apart, so filling one never locks out the
   // other); one more is closed at once. Each costs a descriptor, which
-  // the pulls need too (found by review: 1,024 idle connections used up
-  // the process's descriptors and failed the running pull).
+  // the pulls need too: idle connections must not use up the process's
+  // descriptors and fail a running pull.
   std::size_t max_connections = 256;
   // Of a listener's connections, at most this many per peer: per uid, from
   // SO_PEERCRED on the socket, and on TCP from the kernel's socket table

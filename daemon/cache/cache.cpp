@@ -89,15 +89,15 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   EXLR8_RETURN_IF_ERROR(db->PersistWal());  // for read-only views of other users
   EXLR8_RETURN_IF_ERROR(ApplyMigrations(db, BuiltinMigrations()));
   // We hold the lock, so no process runs the pulls still marked running.
-  // Not on a full disk (found by review: after a pull failed for lack of
-  // space, gc, unpin, verify and list all failed on this UPDATE): the rows
-  // are then treated as failed without it (Rep::IsStalePull).
+  // Not on a full disk, where this UPDATE fails and must not fail gc, unpin,
+  // verify or list with it: the rows are then treated as failed without it
+  // (Rep::IsStalePull).
   if (Status marked = rep->MarkStalePulls(); !marked.ok() && marked.code() != StatusCode::kResourceExhausted)
     return marked;
   // What an eviction a crash interrupted left on disk (its rows gone, some
   // of its files not yet): no rerun of that eviction finds the fileset
-  // again, so the first owner after it removes them (found by review: they
-  // stayed until a gc that evicted something). Best effort: a failure here
+  // again, so the first owner after it removes them rather than leaving
+  // them to a gc that evicts something. Best effort: a failure here
   // is said again by the next eviction, which sweeps too.
   (void)rep->RemoveOrphanDirs();
   // Made when there is room to spare; one released above waits until the

@@ -73,8 +73,8 @@ struct CacheOptions {
   std::uint64_t write_behind_bytes = 8 << 20;
   // How long Open waits for the cache's lock when another process holds it,
   // before FailedPrecondition. Commands that hold it for a moment (`list`,
-  // `pin`) must not make a pull starting just then fail (found by review: a
-  // `list` loop failed 4 pulls in 30); a pull that owns the cache for an
+  // `pin`) must not make a pull starting just then fail, even under a
+  // `list` loop; a pull that owns the cache for an
   // hour still gets its clear error after this.
   std::chrono::milliseconds lock_wait{2000};
   // Room for the index on a full file system. SQLite needs space of its own

@@ -177,8 +177,8 @@ Result<BeneathFile> OpenBeneath(int root_fd, std::string_view rel, bool create, 
   // a directory: put there by hand). Its bytes are not the cache's: for a
   // reader the file is not there (NotFound, so what was recorded of it is
   // forgotten as lost); one that creates replaces it, except a directory,
-  // whose contents it will not delete (found by review: every later pull
-  // failed, exit 7, and the file could never be fetched again). O_NONBLOCK:
+  // whose contents it will not delete: a stray entry must not fail every
+  // later pull nor keep the file from being fetched again. O_NONBLOCK:
   // opening a FIFO must not wait for a writer.
   struct stat leaf_st;
   if (::fstatat(at, leaf.c_str(), &leaf_st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(leaf_st.st_mode)) {
@@ -241,8 +241,8 @@ Result<std::string> CacheDirOr(const std::optional<std::string>& given) {
   // The XDG spec: a relative XDG_CACHE_HOME is invalid and ignored.
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/exlr8";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/exlr8";
-  // Found by review: this used to be ./.exlr8-cache, a different cache in
-  // every directory a command ran from.
+  // No fallback to a directory relative to the working directory: that
+  // would be a different cache in every directory a command runs from.
   return InvalidArgumentError("no cache directory: give --cache, or set EXLR8_CACHE, XDG_CACHE_HOME or HOME");
 }
 

@@ -140,10 +140,10 @@ struct Cache::Rep {
   // The set is taken whole, under mu, and put back if a sync fails. One
   // caller at a time: a commit that finds a directory taken by another
   // commit's sync must wait for that sync to end, or it could record a file
-  // whose name is not yet durable. (Found by review: commits copied the set,
-  // then erased what they had synced, including a name a file created
-  // meanwhile had added again.) A directory gone since (its fileset
-  // evicted) holds nothing to record and is skipped.
+  // whose name is not yet durable. Taking the set whole keeps a name that a
+  // file created meanwhile adds again from being erased with the synced
+  // ones. A directory gone since (its fileset evicted) holds nothing to
+  // record and is skipped.
   Status SyncNewNames() EXLR8_EXCLUDES(mu) {
     std::lock_guard<std::mutex> one_at_a_time(dir_sync_mu);
     std::set<std::string> dirs;
@@ -210,7 +210,7 @@ struct Cache::Rep {
     if (opened.created) {
       // Created, so it was not there (deleted, or something else in its
       // place), yet the index records bytes of it: never let new writes
-      // stand in for them (found by review). A pull forgets them first
+      // stand in for them. A pull forgets them first
       // (ForgetLostBytes); met later, it fails.
       EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> recorded, AllExtents(file));
       if (!recorded.empty())
@@ -234,7 +234,7 @@ struct Cache::Rep {
       if (static_cast<std::uint64_t>(st.st_size) != row.size) {
         // Cutting a longer file back never cuts recorded bytes away: an
         // index that records bytes past the listed size disagrees with
-        // itself (edited by hand; found by review: the bytes were lost).
+        // itself (edited by hand), and cutting would lose recorded bytes.
         if (static_cast<std::uint64_t>(st.st_size) > row.size) {
           EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> recorded, AllExtents(file));
           if (!recorded.empty() && recorded.back().offset + recorded.back().length > row.size)

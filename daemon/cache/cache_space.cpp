@@ -307,8 +307,8 @@ Status Cache::Rep::RemoveOrphanDirs() {
   };
   // Only <org>/<name>/<commit> triples with valid names are ever touched,
   // so the index, the lock and anything foreign stay put: an org directory
-  // goes only once emptied of repos here (found by review: every empty
-  // directory at the root went, lost+found of a dedicated file system too).
+  // goes only once emptied of repos here; other empty directories at the
+  // root (lost+found of a dedicated file system) are not the cache's.
   for (const fs::path& org : subdirs(dir)) {
     if (org.filename().string().rfind("exlr8d.", 0) == 0) continue;  // the cache's own: pins, stage records
     bool held_repos = false;

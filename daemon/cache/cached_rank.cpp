@@ -39,9 +39,9 @@ Result<std::optional<std::uint64_t>> CachedHeaderSize(Cache& cache, const FileIn
 
 // Whole files the plan is made from (index files, the manifest) are
 // checked against their listed hash each time: a pull verified them, but
-// nothing covers them since (found by review: a manifest edited or rotted
-// in the cache staged another width mix under the asked-for name, its
-// halves all passing their checksums). Small: some 70 MB at GLM-5.3 scale.
+// nothing covers them since: a manifest edited or rotted in the cache
+// would stage another width mix under the asked-for name, its halves all
+// passing their checksums. Small: some 70 MB at GLM-5.3 scale.
 Status CheckWholeFileHash(const ByteSource& src, const FileInfo& f) {
   if (!f.sha256 && !f.git_sha1) return CorruptionError(f.path + ": the cache lists no hash to check it by");
   const auto kind = f.sha256 ? StreamDigest::Kind::kSha256 : StreamDigest::Kind::kGitBlobSha1;
@@ -128,8 +128,8 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(cache, repo, revision));
   RankStatus st;
   st.commit = set.commit;
-  // What the plan is made from, not verified yet (found by review: a pull
-  // just begun gave GET /v1/ranks a 404, "never pulled" to a client). A
+  // What the plan is made from, not verified yet: a pull just begun is not
+  // planned, never a 404 ("never pulled") to a GET /v1/ranks client. A
   // manifest the release does not list stays an error (PlanRankFromCache).
   // Verified as the planner reads it: recorded whole (the flag may lag).
   auto not_planned = [&st](std::string why) {
@@ -164,9 +164,9 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
     auto it = planned.by_path.find(pf.path);
     if (it == planned.by_path.end()) return InternalError(pf.path + ": in the plan but not in the cache's listing");
     const FileInfo& f = *it->second;
-    // What the file holds now (found by review: after `truncate -s 1000` of
-    // a cached width file the rank was "complete"; verify, the next pull and
-    // the stage all caught it). Bytes past its end are not there.
+    // What the file holds now: a cached width file cut short (`truncate -s
+    // 1000`) leaves its rank incomplete, as verify, the next pull and the
+    // stage all see it. Bytes past its end are not there.
     std::uint64_t held = f.size;
     if (f.bytes_cached > 0 || f.whole_verified) {
       EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> on_disk, cache.SizeOnDisk(f.id));

@@ -183,8 +183,8 @@ std::string DescribeCurlError(int curl_code, const char* errbuf, std::string_vie
            " (--proxy, HTTPS_PROXY/HTTP_PROXY, NO_PROXY): check that it is up";
   }
   // libcurl before 8.6 reports a response header line over its 100 kB limit
-  // as "Out of memory", with nothing in the error buffer (found by review:
-  // a server's 200 kB header read as the node running out of memory).
+  // as "Out of memory", with nothing in the error buffer: say it may be the
+  // server's answer, not the node running out of memory.
   if (code == CURLE_OUT_OF_MEMORY && (errbuf == nullptr || errbuf[0] == '\0'))
     msg += " (libcurl also says this of a response header line over 100 kB: the server's answer)";
   if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_ISSUER_ERROR)

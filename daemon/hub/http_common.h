@@ -132,7 +132,7 @@ std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::millisecond
 //   5xx -> Unavailable; others -> IOError.
 // `secret` (the token) is cut out of what the server said: a hub may echo
 // the Authorization header into X-Error-Message, and the token must reach
-// no error, log or record (found by review).
+// no error, log or record.
 Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent,
                  std::string_view secret = {});
 

@@ -136,9 +136,9 @@ SlistPtr MakeHeaders(const HttpSettings& s, const std::string& url, const std::s
 
 // A token file: a regular file of at most 4096 bytes. One named explicitly
 // (`must_exist`) must be readable; at a default location a missing or
-// unreadable file means no token. (Found by review: a directory named as
-// the token file threw out of an ifstream read and aborted the process,
-// and serve with it at every restart; a FIFO would have hung the pull.)
+// unreadable file means no token. Anything else (a directory, a FIFO) is
+// never read: reading it could throw and abort the process (and serve at
+// every restart), or hang the pull.
 Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
   auto unreadable = [&](const std::string& why) -> Result<std::string> {
     if (!must_exist) return std::string();
@@ -174,8 +174,8 @@ Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
 Result<std::string> LoadHubToken(const HubOptions& options) {
   std::string token;
   std::string source;
-  // What the operator named on the command line wins over the environment
-  // (found by review: HF_TOKEN silently overrode --token-file).
+  // What the operator named on the command line wins over the environment:
+  // --token-file over HF_TOKEN.
   if (options.token) {
     token = *options.token;
     source = "the token option";
@@ -383,8 +383,8 @@ Result<HubClient::Response> HubClient::Request(const std::string& url, bool head
       }
     } else if (json && status == 200 && !r.head.content_length && !ParseJson(r.body).ok()) {
       // A JSON answer with no length, ended by a close: a connection cut
-      // mid-answer looks just like its end (found by review: reported as
-      // corrupt, exit 3). Retried as the transport error it most likely is;
+      // mid-answer looks just like its end, and is not corruption (exit 3).
+      // Retried as the transport error it most likely is;
       // a length-delimited answer that does not parse stays Corruption.
       last_error = IOError(std::string(what) + ": answer with no Content-Length ended before its JSON did");
       last_outage = HubOutage::kNone;

@@ -40,9 +40,9 @@ void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
   // this as the reason every other open request (of any consumer) ends with.
   // Unavailable too: a request that used up its retries on 5xx/429 means
   // the server is down or throttling hard, and the pull can no longer
-  // complete; going on kept it running until every other request had used
-  // up its own retries (found by review: a 503 storm gave up first at 354 s
-  // and ended at 790 s). The next run resumes from what is recorded.
+  // complete; going on would keep it running until every other request had
+  // used up its own retries (in a 503 storm, more than twice as long as the
+  // first to give up). The next run resumes from what is recorded.
   if (status.code() == StatusCode::kResourceExhausted || status.code() == StatusCode::kPermissionDenied ||
       status.code() == StatusCode::kIOError || status.code() == StatusCode::kUnavailable)
     fetcher_.Abort(status);

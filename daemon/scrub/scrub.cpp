@@ -328,8 +328,8 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
     // A data file longer than its recorded size: the recorded bytes are
     // intact, but exlr8d-stage refuses the file. A writable open (this
     // scrub repairing, the next pull) cuts it back, so only a check-only
-    // scrub still sees it: reported, nothing to forget (found by review:
-    // "clean" while the stage refused it).
+    // scrub still sees it: reported, nothing to forget, never "clean" for a
+    // file the stage refuses.
     if (f.source) {
       std::error_code ec;
       const auto path = cache.DataPath(info.id);

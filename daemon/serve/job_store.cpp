@@ -41,9 +41,9 @@ Status CheckRequest(const JobRequest& r) {
   // never run is refused when it is asked for.
   if (Status s = ValidateRepoId(r.repo); !s.ok()) return InvalidArgumentError("repo: " + s.message());
   if (r.revision.empty()) return InvalidArgumentError("revision must not be empty");
-  // What the job would fail on only after it ran (found by review: a pin
-  // holder the cache refuses was found after the whole pull, and the
-  // fileset was left unpinned).
+  // What the job would fail on only after it ran is refused up front: a pin
+  // holder the cache refuses must not surface after the whole pull, with
+  // the fileset left unpinned.
   if (Status s = ValidateRevision(r.revision); !s.ok()) return InvalidArgumentError("revision: " + s.message());
   if (!r.pin.empty())
     if (Status s = ValidateHolder(r.pin); !s.ok()) return InvalidArgumentError("pin: " + s.message());

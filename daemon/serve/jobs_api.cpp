@@ -241,8 +241,8 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     if (!job.ok()) return ErrorResponse(job.status());
     return JobResponse(202, *job);
   }
-  // The methods each job route takes (found by review: GET /v1/verify said
-  // "no route", PUT /v1/pulls said "GET only").
+  // The methods each job route takes: a known path with the wrong method is
+  // a 405 naming the methods it takes, never "no route" nor a wrong list.
   if ((path == "/v1/verify" || path == "/v1/evict") && req.method != "POST")
     return MethodNotAllowed(req.method, path, "POST");
   if (path == "/v1/pulls" && req.method != "GET" && req.method != "POST")
@@ -257,7 +257,8 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     if (!pull) return ErrorResponse(NotFoundError("no pull '" + EscapeForMessage(tail) + "'"));
     const auto job = runner_.RunningJobOfPull(*pull);
     if (!job) {
-      // 404 for a pull the cache never had (found by review: 409).
+      // 404 for a pull the cache never had; 409 only for one it has that is
+      // not running.
       ApiResponse known = status_.Handle({"GET", std::string(kPullsPrefix) + std::to_string(*pull), ""});
       if (known.status == 404) return known;
     }

@@ -243,7 +243,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   }
   // The holder's socket lives in the stage's directory: a cache directory
   // too deep for a socket path fails here, not after the holder has read
-  // and uploaded the rank (found by review).
+  // and uploaded the rank.
   if (auto addr = UnixSocketAddress(dir / "lease.sock"); !addr.ok()) {
     std::filesystem::remove(dir, ec);
     return FailedPreconditionError(addr.status().message() + ": the cache directory is too deep for the stage's "
@@ -298,8 +298,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   pid_t pid = 0;
   // The server's environment, less the hub token in any of the variables
   // it may come from: a holder never goes to the network, so it has no
-  // business holding one (found by review: HUGGING_FACE_HUB_TOKEN went
-  // through).
+  // business holding one (HUGGING_FACE_HUB_TOKEN included).
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view var(*e);

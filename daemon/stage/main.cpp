@@ -223,9 +223,9 @@ int Run(const std::vector<std::string>& argv) {
     step("released", members + ",\"exit_status\":" + std::to_string(code));
     return code;
   };
-  // Found by review: a --hold path too long for a socket (a deep --cache
-  // under exlr8d serve), or taken by a live holder, failed only after the
-  // whole read, upload and check.
+  // A --hold path too long for a socket (a deep --cache under exlr8d
+  // serve), or taken by a live holder, fails here, before the whole read,
+  // upload and check.
   if (!hold.empty())
     if (Status s = CheckCanHoldAt(hold); !s.ok()) return fail(s);
   step("reading", {}, &read_progress.bytes_checked, &read_progress.bytes_total);

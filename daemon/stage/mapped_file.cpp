@@ -15,7 +15,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::filesystem::path
   if (!fd.valid()) {
     // The cache recorded this file's bytes: one that is gone, or a link or
     // directory in its place, is the cache damaged (exit 3), not a usage
-    // or lock problem (ELOOP, EISDIR mapped to exit 7; found by review).
+    // or lock problem (ELOOP, EISDIR would otherwise map to exit 7).
     const int e = errno;
     const Status s = ErrnoStatus(e, "open " + path.string());
     if (e == ENOENT || e == ELOOP || e == EISDIR || e == ENOTDIR)

@@ -59,8 +59,8 @@ struct RankRequest {
   RankReadProgress* progress = nullptr;
   // Called once the halves are located in the cache, before any is read and
   // hashed; an error it returns ends the read. exlr8d-stage checks its GPU
-  // here, so a rank of 75 GB is not read for a device that is not there
-  // (found by review), while a rank that was never pulled still says so.
+  // here, so a rank of 75 GB is not read for a device that is not there,
+  // while a rank that was never pulled still says so.
   std::function<Status()> before_reading;
 };
 

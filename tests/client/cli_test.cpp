@@ -137,8 +137,8 @@ TEST(CliTest, VerifyNamesACorruptHalfAndExitsOne) {
   EXPECT_THAT(v.out, HasSubstr("1 failures"));
 }
 
-// Found by review: a width file holding only the shared expert (a width in
-// shared_widths and not in widths) was left out of the header checks.
+// A width file holding only the shared expert (a width in shared_widths and
+// not in widths) gets the header checks too.
 TEST(CliTest, VerifyChecksTheHeaderOfAWidthFileOnlyTheSharedExpertUses) {
   TempDir dir;
   const std::string rel = (dir.path() / "rel").string();
@@ -185,8 +185,8 @@ TEST(CliTest, VerifyNamesAHalfPastTheEndOfItsFile) {
                                std::to_string(fs::file_size(fs::path(rel) / ExpertWidthPath(3, 2))) + " bytes)"));
 }
 
-// Two halves on the same bytes are refused by plan too (found by review:
-// only the checks that read the width files refused them).
+// Two halves on the same bytes are refused by plan too, not only by the
+// checks that read the width files.
 TEST(CliTest, PlanRefusesHalvesThatOverlap) {
   TempDir dir;
   const std::string rel = (dir.path() / "rel").string();
@@ -253,9 +253,8 @@ TEST(CliTest, ExitStatuses) {
   EXPECT_EQ(manifest.status, 3);
   EXPECT_THAT(manifest.out, HasSubstr("manifest 'nope' not found"));
   for (const char* c : {"plan", "verify", "decode", "synth"}) EXPECT_EQ(Exlr8(std::string(c) + " --help").status, 0) << c;
-  // Found by review: a stray word printed only the usage; a byte count the
-  // pull takes ("1M") was "not an integer" here; a bad one did not name its
-  // option.
+  // A stray word is named, not answered with the usage alone; a byte count
+  // the pull takes ("1M") is taken here too; a bad one names its option.
   ProcessResult stray = Exlr8("plan " + fixture + " home --tp 4 --rank 0");
   EXPECT_EQ(stray.status, 2);
   EXPECT_THAT(stray.out, HasSubstr("unexpected argument 'home'"));

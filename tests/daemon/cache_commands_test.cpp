@@ -103,8 +103,8 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
   ASSERT_EQ(Shell(Exlr8d() + " unpin --repo exlr8/test --holder node-a" + c).status, 0);
   ASSERT_EQ(Shell(Exlr8d() + " gc --budget 0" + c).status, 0);
   EXPECT_TRUE(fs::exists(s->root));  // still pinned by "user"
-  // Found by review: a holder that holds no pin was "unpinned", and the
-  // real pin stayed without a word.
+  // A holder that holds no pin is not quietly "unpinned": the command says
+  // so, since the real pin stays.
   const ShellRun mistyped = Shell(Exlr8d() + " unpin --repo exlr8/test --holder usr" + c);
   EXPECT_EQ(mistyped.status, 0) << mistyped.out;
   EXPECT_THAT(mistyped.out, HasSubstr("has no pin of 'usr': nothing to unpin (its pins: 'user')"));
@@ -251,11 +251,11 @@ const JsonValue* LatestPull(const JsonValue& list, const std::string& repo) {
   return nullptr;
 }
 
-// Found by review: after a pull ended with exit 6 on a full file system,
-// `gc --budget`, `gc --repo`, `pull --make-room`, `unpin`, `verify` and
-// `list` all exited 6: the dead pull's row stayed 'running', every command
-// tried to mark it failed first, and SQLite had no room for that UPDATE.
-// Each command here meets a file system filled to the last byte.
+// After a pull ends with exit 6 on a full file system, `gc --budget`, `gc
+// --repo`, `pull --make-room`, `unpin`, `verify` and `list` still work: the
+// dead pull's row stays 'running', and SQLite has no room to mark it failed,
+// so no command may depend on that UPDATE. These are the commands that free
+// space. Each command here meets a file system filled to the last byte.
 TEST(CacheCommandsTest, CommandsThatFreeSpaceWorkOnAFullDisk) {
   TmpfsMount mnt("64m");
   if (!mnt.mounted())
@@ -351,8 +351,8 @@ TEST(CacheCommandsTest, CommandsThatFreeSpaceWorkOnAFullDisk) {
   EXPECT_EQ(clean.status, 0) << clean.out;
 }
 
-// Found by review: a rank pulled with a local manifest (a custom width mix)
-// could not be checked: status looked the path up in the release only.
+// A rank pulled with a local manifest (a custom width mix) can be checked:
+// status looks the path up on disk too, not in the release only.
 TEST(CacheCommandsTest, StatusChecksARankPulledWithALocalManifest) {
   auto sim = StartSim(TinyRelease());
   TempDir cache, local;
@@ -478,9 +478,9 @@ TEST(CacheCommandsTest, ReadOnlyViewRefusesEveryChange) {
 // another shows it running, with its progress as of its last commit.
 // A user who may read the cache but not write it (an operator's account,
 // a stage running as another user) gets list, status and verify
-// --check-only. Found by review: once the owner had closed the cache, the
-// index's -shm file was gone and SQLite could not open it read-only
-// ("attempt to write a readonly database"), and list failed on the lock.
+// --check-only, also once the owner has closed the cache: the index's -shm
+// file is then gone, SQLite must still open it read-only (not "attempt to
+// write a readonly database"), and list must not fail on the lock.
 TEST(CacheCommandsTest, AUserWhoMayNotWriteTheCacheStillReadsIt) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the commands as another user (nobody)";
   if (Shell("command -v setpriv").status != 0) GTEST_SKIP() << "needs setpriv (util-linux)";

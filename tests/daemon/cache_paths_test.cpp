@@ -165,8 +165,9 @@ TEST(ExtentSetTest, SubtractAgreesWithAByteMap) {
 namespace exlr8 {
 namespace {
 
-// Found by review: without HOME the cache went to ./.exlr8-cache, another
-// one in every directory; a relative XDG_CACHE_HOME was taken as it is.
+// Without --cache, EXLR8_CACHE, XDG_CACHE_HOME or HOME the answer is a clear
+// error, never a cache relative to the working directory (another one in
+// every directory); a relative XDG_CACHE_HOME is ignored, as the spec says.
 TEST(CachePathsTest, CacheDirOrTheEnvironmentOrAClearError) {
   const auto saved = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);

@@ -200,9 +200,9 @@ TEST(CacheTest, MarkWholeFileVerified) {
 }
 
 // A whole-file extent sets whole_verified in the commit that records it:
-// no moment exists at which the bytes are recorded and the flag is not (a
-// pull killed there left bytes that verify skipped and a later pull wrote
-// over while they stayed recorded; found by review).
+// no moment exists at which the bytes are recorded and the flag is not. A
+// pull killed at such a moment would leave bytes that verify skips and a
+// later pull writes over while they stay recorded.
 TEST(CacheTest, AWholeFileExtentIsFlaggedInTheSameCommit) {
   Fixture fx(3000);
   ASSERT_TRUE(fx.cache->WriteAt(fx.file, 0, Pattern(fx.file, 0, 3000)).ok());
@@ -824,9 +824,9 @@ TEST(CacheTest, GcEvictsLeastRecentlyUsedAndSkipsPinned) {
 }
 
 // A fileset read (its directories noted for the name sync every commit
-// makes) and then evicted does not stop later commits of another fileset
-// (found by review: every commit of that `serve` failed, "open directory
-// ...: No such file or directory").
+// makes) and then evicted does not stop later commits of another fileset:
+// the gone directory is skipped, not an "open directory ...: No such file
+// or directory" that fails every commit of a long-lived `serve`.
 TEST(CacheTest, CommitsGoOnAfterAFilesetThatWasReadIsEvicted) {
   TempDir tmp;
   std::unique_ptr<Cache> cache = MustOpen(tmp.path());
@@ -852,8 +852,8 @@ TEST(CacheTest, CommitsGoOnAfterAFilesetThatWasReadIsEvicted) {
 
 // A read-only view changes nothing, even where the cache is damaged: a file
 // cut short stays short (a writer would extend it), and reading past its
-// end fails instead of serving zeros. Found by review: the view opened
-// files read-write and extended them, hiding the damage from later pulls.
+// end fails instead of serving zeros. The view opens files read-only, so
+// it cannot hide the damage from later pulls.
 TEST(CacheTest, AReadOnlyViewNeverChangesADataFile) {
   Fixture fx(3000);
   fx.WriteVerified(0, 3000);
@@ -906,9 +906,9 @@ TEST(CacheTest, ForgetLostBytesUnrecordsWhatTheDirectoryNoLongerHolds) {
   EXPECT_EQ(*fx.cache->ForgetLostBytes(fx.fileset), 0u);
 }
 
-// Found by review: a data file replaced by a symbolic link or a directory
-// (by hand) made every later pull fail with exit 7, so its bytes could never
-// be fetched again. Now what is not a regular file holds none of the cache's
+// A data file replaced by a symbolic link or a directory (by hand) must not
+// fail every later pull (exit 7) and so keep its bytes from ever being
+// fetched again. What is not a regular file holds none of the cache's
 // bytes: a reader finds it missing, the lost bytes are forgotten, and a
 // writer replaces it (a link itself, never its target; a FIFO without
 // waiting for a writer), except a directory, which it names and leaves.
@@ -961,7 +961,7 @@ TEST(CacheTest, ADataFileReplacedByALinkOrAFifoIsReplacedAgain) {
 }
 
 // A data file gone from disk while the index records bytes of it is never
-// quietly made again underneath them (found by review): a write to it fails
+// quietly made again underneath them: a write to it fails
 // until those bytes are forgotten.
 TEST(CacheTest, AFileGoneWithRecordedBytesIsNotMadeAgainUnderThem) {
   Fixture fx(3000);
@@ -979,9 +979,9 @@ TEST(CacheTest, AFileGoneWithRecordedBytesIsNotMadeAgainUnderThem) {
   EXPECT_EQ(ReadFileBytes(data, 0, 3000), Pattern(fx.file, 0, 3000));
 }
 
-// Found by review: an index whose listed size was cut by hand below its
-// recorded bytes made the next writable open truncate the file, losing
-// them. The open now refuses, and leaves the file as it is.
+// An index whose listed size was cut by hand below its recorded bytes
+// disagrees with itself: the next writable open refuses, and leaves the
+// file as it is, rather than truncate it and lose those bytes.
 TEST(CacheTest, AListedSizeBelowTheRecordedBytesNeverCutsThem) {
   Fixture fx(3000);
   fx.WriteVerified(0, 3000);
@@ -1099,9 +1099,9 @@ TEST(CacheTest, GcRemovesOrphanDataLeftByACrash) {
   EXPECT_EQ(ReadFileBytes(*fx.cache->DataPath(fx.file), 0, 100), Pattern(fx.file, 0, 100));
 }
 
-// Found by review: an eviction killed after its rows were gone left its
-// files, and no rerun found the fileset to finish it; the next owner of the
-// cache removes them. Foreign directories at the root stay, empty or not.
+// An eviction killed after its rows are gone leaves its files, and no rerun
+// finds the fileset to finish it; the next owner of the cache removes them.
+// Foreign directories at the root stay, empty or not.
 TEST(CacheTest, TheNextOwnerRemovesWhatAnInterruptedEvictionLeft) {
   TempDir tmp;
   const std::filesystem::path left = tmp.path() / "org" / "gone" / kCommitB;

@@ -86,7 +86,7 @@ TEST(CachedRankTest, ForgottenBytesMakeTheRankIncomplete) {
 }
 
 // A pull just begun has no verified index files yet: the rank is not
-// complete (found by review: an error, GET /v1/ranks 404 "never pulled").
+// complete, not an error (GET /v1/ranks would say 404 "never pulled").
 TEST(CachedRankTest, ARankWhoseIndexIsNotThereYetIsIncomplete) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
@@ -176,9 +176,9 @@ FileInfo FirstCachedFile(const fs::path& cache, ReleaseFileKind kind) {
   return {};
 }
 
-// Found by review: after `truncate -s 1000` of a cached width file, `exlr8d
-// status` said "complete" (exit 0); verify, the next pull and the stage all
-// caught it. The status looks at each file's size now: a file truncated,
+// `exlr8d status` agrees with verify, the next pull and the stage about a
+// cached width file cut short (`truncate -s 1000`): it is not "complete".
+// The status looks at each file's size now: a file truncated,
 // grown or deleted since the pull makes the rank incomplete, named with
 // what changed, and the next pull mends it.
 TEST(CachedRankTest, AFileTruncatedGrownOrDeletedSinceThePullMakesTheRankIncomplete) {

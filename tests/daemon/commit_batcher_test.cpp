@@ -91,9 +91,9 @@ bool RecordedSoon(Cache& cache, FileId file, std::uint64_t offset, std::uint64_t
   return false;
 }
 
-// Found by review: what was queued after the last hand-over waited for the
-// next Add, or for Flush at the pull's end when none came (the last index
-// files and headers of a planning step), whatever the interval said.
+// What is queued after the last hand-over is recorded within the interval,
+// without waiting for the next Add, or for Flush at the pull's end when none
+// comes (the last index files and headers of a planning step).
 TEST(CommitBatcherTest, WhatIsQueuedIsRecordedWithinAnIntervalWithoutMoreAdds) {
   Fixture fx;
   CommitBatcher batch(*fx.cache, std::chrono::milliseconds(50), 1ull << 40);

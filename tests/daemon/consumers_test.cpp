@@ -37,8 +37,8 @@ std::string Sha256Hex(const std::string& bytes) {
 // A request that used up its retries on 503s ends the whole run at once:
 // the server is down or throttling hard, so the run cannot complete, and
 // the requests still streaming would only keep it going until each had used
-// up its own retries (found by review: a 503 storm gave up first at 354 s
-// and ended at 790 s). Here the other file streams for 6 s; the run ends
+// up its own retries (in a 503 storm, more than twice as long as the first
+// to give up). Here the other file streams for 6 s; the run ends
 // long before, and that file is not recorded.
 TEST(ConsumersTest, AFileThatUsedUpItsRetriesOn503EndsTheRun) {
   FakeHub hub;

@@ -407,8 +407,8 @@ TEST(HubClientTest, RateLimitWaitAboveCapFailsFast) {
 }
 
 // A cancel reaches the API calls: an answer that never comes, and a wait
-// the server asked for, both end within a second or so (found by review:
-// SIGTERM was ignored for 10 minutes while the revision answer dripped).
+// the server asked for, both end within a second or so: SIGTERM must not
+// wait on a revision answer that drips for minutes.
 TEST(HubClientTest, CancelEndsAnApiCallAndItsRetryWait) {
   FakeHub hub;
   std::atomic<bool> cancel{false};
@@ -484,8 +484,8 @@ TEST(HubClientTest, AnUnsizedJsonAnswerCutShortIsRetried) {
   EXPECT_GE(c->stats().retries, 1u);
 }
 
-// Found by review: a 64 MiB tree page exited 6, the code that tells an
-// operator to free disk space. It is the server's fault.
+// An oversized answer (a 64 MiB tree page) is the server's fault, not exit
+// 6, the code that tells an operator to free disk space.
 TEST(HubClientTest, AnOversizedApiAnswerIsTheServersFault) {
   FakeHub hub;
   hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
@@ -503,8 +503,9 @@ TEST(HubClientTest, AnOversizedApiAnswerIsTheServersFault) {
   EXPECT_THAT(s.message(), HasSubstr("file list page 0: answer larger than 4096 bytes"));
 }
 
-// Found by review: libcurl (before 8.6) reports a header line over 100 kB
-// as "Out of memory", which sent an operator looking at the node.
+// libcurl (before 8.6) reports a header line over 100 kB as "Out of
+// memory"; the error names the server's answer so no operator goes looking
+// at the node.
 TEST(HubClientTest, AnOversizedHeaderLineIsNamedAsTheServers) {
   FakeHub hub;
   hub.hub_override = [&](const TestRequest& r) -> std::optional<TestResponse> {
@@ -665,8 +666,8 @@ TEST(HubClientTest, OfflineFromTheEnvironmentAsHuggingFaceHubReadsIt) {
   EXPECT_FALSE(HubOfflineFromEnvironment());
 }
 
-// Found by review: a dead proxy failed as "Couldn't connect to 127.0.0.1
-// port 1", which did not say that this was the proxy. Its password stays out.
+// A connection that fails through a proxy names the proxy, not just
+// "Couldn't connect to <host> port <n>". Its password stays out.
 TEST(HubClientTest, AConnectionThatFailsThroughAProxySaysSo) {
   const std::string said = DescribeCurlError(CURLE_COULDNT_CONNECT, "Failed to connect", "http://u:s3cret@10.0.0.9:3128");
   EXPECT_THAT(said, HasSubstr("through the proxy http://10.0.0.9:3128"));
@@ -698,14 +699,14 @@ TEST(HubClientTest, TokenSources) {
   EXPECT_EQ(*LoadHubToken(o), "hf_from_home");
   ::setenv("HF_TOKEN", "hf_from_env", 1);
   EXPECT_EQ(*LoadHubToken(o), "hf_from_env");
-  // Found by review: HF_TOKEN overrode the file named on the command line.
+  // The file named on the command line wins over HF_TOKEN.
   o.token_file = (dir / "explicit").string();
   EXPECT_EQ(*LoadHubToken(o), "hf_from_file");
   o.token = "hf_explicit";
   EXPECT_EQ(*LoadHubToken(o), "hf_explicit");
   ::unsetenv("HF_TOKEN");
-  // Found by review: a directory as the token file aborted the process (an
-  // ifstream read threw). A FIFO must not hang it either.
+  // A directory as the token file is an error, not a read that throws and
+  // aborts the process. A FIFO must not hang it either.
   HubOptions a_dir;
   a_dir.token_file = dir.string();
   auto d = LoadHubToken(a_dir);

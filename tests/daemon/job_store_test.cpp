@@ -105,8 +105,8 @@ TEST(JobStoreTest, StatesMoveOnlyForward) {
 }
 
 // A client's cancel marks only a queued job: one that started meanwhile
-// is cancelled by its runner (found by review: a cancel racing the start
-// marked a running pull "cancelled before it started" while it ran on).
+// is cancelled by its runner, so a cancel racing the start never marks a
+// running pull "cancelled before it started" while it runs on.
 TEST(JobStoreTest, CancelQueuedNeverMarksARunningJob) {
   TempDir dir;
   auto store = JobStore::Open(dir.path() / "q.db");
@@ -171,8 +171,8 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   refused(r, "manifest");
   r.manifest = "manifests/../../x.json";
   refused(r, "manifest");
-  // Found by review: a name could carry a newline into the server's log,
-  // forging a line there.
+  // No name may carry a newline into the server's log, forging a line
+  // there.
   r.manifest = "home\nexlr8d serve: job 1: done";
   refused(r, "contains a control character");
   r.manifest = "manifests/exlr8-manifest-x\x1b.json";
@@ -183,7 +183,7 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   r = Request();
   r.pin = std::string(1001, 'p');
   refused(r, "pin");
-  // Found by review: these were accepted, and failed only once the job ran
+  // These are refused at submission, not found only once the job has run
   // (the pin after the whole pull).
   r = Request();
   r.pin = "a\nb";

@@ -138,10 +138,9 @@ TEST(LeaseServerTest, LesseesAreBounded) {
   EXPECT_EQ(ReadDescription(again.get()), "{}");
 }
 
-// Found by review (issue #24): one member of the socket's group could hold
-// every connection, locking the other lessees out (and holding a release
-// off). A user gets kMaxLesseesPerUser; root and the holder's user keep a
-// reserve.
+// No one member of the socket's group may hold every connection, locking
+// the other lessees out (and holding a release off; issue #24). A user gets
+// kMaxLesseesPerUser; root and the holder's user keep a reserve.
 TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to lease as other users";
   TempDir dir;
@@ -180,10 +179,9 @@ TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
   EXPECT_TRUE(WaitFor([&] { return (*server)->Lessees().size() == LeaseServer::kReservedLessees; }, 5));
 }
 
-// Found by review: the description was written on the server's only
-// thread, so one client reading it slowly (or not at all) kept every other
-// lessee waiting and held off SIGTERM's StopAccepting for as long as it
-// liked. 20 MB is about a GLM-5.3 rank's description.
+// The description is written off the server's thread: a client that reads
+// slowly, or not at all, must hold up neither other lessees nor SIGTERM's
+// StopAccepting. 20 MB is about a GLM-5.3 rank's description.
 TEST(LeaseServerTest, AClientThatDoesNotReadHoldsUpNoOne) {
   TempDir dir;
   const fs::path socket = dir.path() / "lease.sock";

@@ -174,9 +174,9 @@ TEST(ProgressTerminalTest, PullOnANarrowTerminalRedrawsInPlaceAndEndsOnAFreshLin
   EXPECT_EQ(seen.substr(seen.size() - 2), "\r\n") << seen;
 }
 
-// Found by review: a quick pull's last log line (not a terminal) said
-// "0 B/s": the moving average had not been updated yet. The last line says
-// the run's rate, as the summary does.
+// A quick pull's last log line (not a terminal) must not say "0 B/s" when
+// the moving average has not been updated yet: the last line says the run's
+// rate, as the summary does.
 TEST(ProgressLogTest, TheLastLineSaysTheRunsRate) {
   auto sim = StartSim(TinyRelease());
   ASSERT_NE(sim, nullptr);

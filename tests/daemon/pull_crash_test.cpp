@@ -195,10 +195,9 @@ std::optional<std::int64_t> QueryIndex(const fs::path& cache, const std::string&
   return q->Int(0);
 }
 
-// Found by review: the index files, the manifest and the width files'
-// headers were recorded only when the pull ended (the last batch of each
-// planning step waited for the final flush), so every kill -9 refetched all
-// of them (812 MB of index files at GLM-5.3 scale). Now each step's batch
+// The index files, the manifest and the width files' headers are recorded
+// as each planning step ends, not at the pull's end, so a kill -9 refetches
+// none of them (812 MB of index files at GLM-5.3 scale). Each step's batch
 // commits as the step ends: the pull is killed as soon as it is planned and
 // what the plan was made from is recorded, which must come long before the
 // halves are done, and a rerun fetches none of it again.

@@ -165,9 +165,9 @@ void ExpectRecordedBytesMatchSource(const fs::path& cache_dir, const fs::path& s
 }
 
 // A coalesced request spans the halves of other ranks lying between its
-// own: only its halves are written. Found by review: the gaps were written
-// too, so rank 1's unverified (here: corrupted) responses replaced rank 0's
-// verified halves, and the cache reported them present.
+// own: only its halves are written. Writing the gaps would let rank 1's
+// unverified (here: corrupted) responses replace rank 0's verified halves
+// while the cache reports them present.
 TEST(PullTest, CoalescedGapsAreNeverWritten) {
   {
     auto sim = StartSim(TinyRelease());
@@ -179,7 +179,7 @@ TEST(PullTest, CoalescedGapsAreNeverWritten) {
     EXPECT_LT(s->plan.totals.requests, s->plan.totals.routed_halves);  // coalesced across the gaps
     ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);  // zeros between the halves
     // The summary's plan is what the rank keeps, not what its requests span
-    // (found by review: "planned" 16.85 MB against 4.32 MB in the cache).
+    // (here 16.85 MB of requests for 4.32 MB kept in the cache).
     EXPECT_GT(s->plan.totals.bytes, s->plan.totals.needed_bytes);
     EXPECT_EQ(s->bytes_planned, s->plan.totals.needed_bytes);
     auto c = Cache::Open(cache.path());
@@ -212,7 +212,7 @@ TEST(PullTest, CoalescedGapsAreNeverWritten) {
 // Bytes of a whole file recorded without its whole_verified flag (a cache
 // an older exlr8d left when killed between the two) are un-recorded before
 // the file is fetched again, so a failed fetch leaves nothing recorded over
-// unchecked bytes (found by review: they stayed recorded).
+// unchecked bytes.
 TEST(PullTest, AWholeFileRecordedWithoutItsFlagIsUnrecordedBeforeItIsWrittenAgain) {
   const std::string path = "dense/exlr8-dense-003.safetensors";
   TempDir cache;
@@ -265,11 +265,10 @@ TEST(PullTest, AWholeFileRecordedWithoutItsFlagIsUnrecordedBeforeItIsWrittenAgai
 
 // A dense file the format forbids (data_offsets past its end, overlapping
 // tensors, a block whose checksum fails), listed by the hub with the SHA-256
-// of those very bytes. Found by review: pulled with exit 0 "verified yes",
-// then `exlr8d verify` said clean and `status` complete, while `exlr8 verify`
-// on the same directory failed. Now the pull fails (exit 3, as for a
-// checksum failure) naming the file and the problem, records none of it,
-// and the rank is not complete.
+// of those very bytes. The hash matching is not enough: the pull checks
+// the format as `exlr8 verify` does, and fails (exit 3, as for a checksum
+// failure) naming the file and the problem, records none of it, and the
+// rank is not complete, so `exlr8d verify` and `status` agree with it.
 class PullMalformedDenseTest : public ::testing::TestWithParam<testing::DenseDamage> {};
 
 TEST_P(PullMalformedDenseTest, FailsNamingTheFileAndNeverRecordsIt) {
@@ -316,8 +315,8 @@ INSTANTIATE_TEST_SUITE_P(All, PullMalformedDenseTest,
                          });
 
 // A pull reuses only what the cache directory still holds: files deleted
-// or cut short by hand are fetched again (found by review: the pull said
-// "fetched 0 B" and the rank complete).
+// or cut short by hand are fetched again, never "fetched 0 B" with the rank
+// complete.
 TEST(PullTest, BytesLostFromTheCacheDirectoryAreFetchedAgain) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
@@ -335,7 +334,7 @@ TEST(PullTest, BytesLostFromTheCacheDirectoryAreFetchedAgain) {
 }
 
 // A hub that echoes the Authorization header into its error message: the
-// token is in no error the pull returns (found by review).
+// token is in no error the pull returns.
 TEST(PullTest, ATokenAHubEchoesNeverReachesTheError) {
   testing::TestHttpServer hub([](const testing::TestRequest& r) {
     testing::TestResponse resp;
@@ -448,10 +447,10 @@ TEST(PullTest, BudgetExhaustedFailsCleanlyThenCompletes) {
   ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *ok);
 }
 
-// Found by review: bytes a pull had written but not yet recorded (its
-// whole files, index files, headers) were counted against the budget
-// nowhere, so a pull whose plan is larger than the budget completed and
-// left the cache over it (a budget of 86% of the plan, every time).
+// Bytes a pull has written but not yet recorded (its whole files, index
+// files, headers) count against the budget too, so a pull whose plan is
+// larger than the budget never completes leaving the cache over it (here a
+// budget of 86% of the plan).
 TEST(PullTest, APullNeverLeavesTheCacheOverItsBudget) {
   auto sim = StartSim(TinyRelease());
   std::uint64_t plan = 0;
@@ -936,8 +935,8 @@ TEST(PullTest, BackgroundJobsSettingsAllGiveTheExactPlan) {
     EXPECT_NE(phases->Find(p), nullptr) << p;
 }
 
-// Found by review: --endpoint with a path failed as "HTTP 404: no such
-// route", not saying which URL.
+// An --endpoint that is no hub (one with a path) fails naming the URL it
+// asked, not a bare "HTTP 404: no such route".
 TEST(PullTest, AnEndpointThatIsNoHubSaysWhichUrl) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

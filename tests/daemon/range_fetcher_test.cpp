@@ -232,8 +232,8 @@ TEST(RangeFetcherTest, Cdn403TriggersOneReresolve) {
 }
 
 // The token never goes to the CDN, so a CDN that keeps refusing freshly
-// signed URLs is not the token's fault (found by review: "fix HF_TOKEN",
-// exit 5, and the re-resolves came back to back).
+// signed URLs is not the token's fault: Unavailable, not "fix HF_TOKEN"
+// (exit 5), and the re-resolves back off rather than come back to back.
 TEST(RangeFetcherTest, PersistentCdn403FailsAsUnavailableAfterBackedOffReresolves) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(1000, 3);
@@ -287,8 +287,8 @@ TEST(RangeFetcherTest, RateLimitWaitsAsRetryAfterSays) {
   EXPECT_EQ(f.counters().rate_limited, 1u);
 }
 
-// Found by review: a range that failed because the server asked to wait
-// longer than allowed said only "(throttled 1 times)".
+// A range that fails because the server asks to wait longer than allowed
+// fails at once and says so, not only "(throttled 1 times)".
 TEST(RangeFetcherTest, AWaitPastTheCapFailsAtOnceSayingSo) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(5000, 4);
@@ -452,8 +452,8 @@ TEST(RangeFetcherTest, AlwaysWrongContentRangeFailsWithLabel) {
   EXPECT_EQ(hub.cdn().request_count(), 4u);
 }
 
-// Found by review: a Content-Range whose total disagreed with the file's
-// size was accepted (the bytes were hash-checked later all the same).
+// A Content-Range whose total disagrees with the file's size is rejected at
+// once, though the bytes would be hash-checked later all the same.
 TEST(RangeFetcherTest, ContentRangeTotalOtherThanTheFileSizeIsRejected) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);
@@ -479,8 +479,8 @@ TEST(RangeFetcherTest, ContentRangeTotalOtherThanTheFileSizeIsRejected) {
   EXPECT_EQ(calls.load(), 2);
 }
 
-// Found by review: a server that compresses despite Accept-Encoding:
-// identity was reported as a "short body", the encoding never named.
+// A server that compresses despite Accept-Encoding: identity is rejected
+// naming the encoding, not reported as a "short body".
 TEST(RangeFetcherTest, ACompressedAnswerIsRejectedByItsEncoding) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(10'000, 7);

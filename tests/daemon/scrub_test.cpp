@@ -274,7 +274,7 @@ TEST(ScrubTest, AMissingOrTruncatedDataFileFailsEveryCheckOfIt) {
 }
 
 // A data file grown past its listed size keeps its recorded bytes, but the
-// stage refuses it: a check-only scrub says so (found by review: "clean"),
+// stage refuses it: a check-only scrub says so, never "clean",
 // and a repairing one (a writable open) cuts it back.
 TEST(ScrubTest, ADataFileLongerThanListedIsReportedAndCutBack) {
   Pulled p;

@@ -321,9 +321,9 @@ TEST(ServeJobsTest, CancelsQueuedAndRunningJobs) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
-// Found by review: a job whose end the queue could not record (its
-// database busy or unwritable) stayed "running" until the server restarted,
-// and its repo's later jobs waited behind it. Here another process holds the
+// A job whose end the queue cannot record (its database busy or
+// unwritable) is recorded once it can, not left "running" until the server
+// restarts with its repo's later jobs behind it. Here another process holds the
 // queue's write lock past SQLite's 5 s busy wait as the pull ends; once it
 // lets go, the end is recorded.
 TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
@@ -361,11 +361,10 @@ TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
-// Found by review: when the queue could not record a job's start (a full
-// disk), the job stayed queued with no word of why, and the scheduler,
-// woken by the failed start, started it again at once: on a full disk, at
-// full CPU. Now the job says why it waits, the log says it once, and the
-// job starts once the queue can record it. (A writer holding the queue's
+// When the queue cannot record a job's start (a full disk), the job says
+// why it waits, the log says it once, and the job starts once the queue can
+// record it; the scheduler, woken by the failed start, must not start it
+// again at once, spinning at full CPU on a full disk. (A writer holding the queue's
 // database stands in for the full disk, readers still reading: each start
 // then fails after the busy timeout.)
 TEST(ServeJobsTest, AJobWhoseStartTheQueueCannotRecordSaysSoAndStartsLater) {
@@ -403,8 +402,9 @@ TEST(ServeJobsTest, AJobWhoseStartTheQueueCannotRecordSaysSoAndStartsLater) {
   EXPECT_THAT(text, HasSubstr("job 1: its start is recorded now"));
 }
 
-// Found by review: an unknown pull's DELETE said 409, GET /v1/verify "no
-// route", and PUT /v1/pulls "GET only".
+// An unknown pull's DELETE is a 404, not 409; a wrong method on a known
+// route is a 405 naming every method it takes (GET /v1/verify, PUT
+// /v1/pulls), never "no route".
 TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
@@ -428,8 +428,8 @@ TEST(ServeJobsTest, RoutesSayWhatTheyTakeAndWhatIsNotThere) {
   EXPECT_EQ(put.headers["allow"], "GET, HEAD, POST");
   EXPECT_EQ(Http(serve.base() + "/v1/pulls/" + pull, "PUT", "", "{}").status, 405);
   EXPECT_THAT(Http(serve.base() + "/v1/nothing").body, HasSubstr("/v1/verify, /v1/evict"));
-  // The jobs of one state (found by review: a running job behind 100 newer
-  // queued ones could not be listed at all).
+  // The jobs of one state: a running job behind 100 newer queued ones can
+  // still be listed.
   auto ids = [&](const std::string& query) {
     std::vector<std::uint64_t> out;
     const JsonValue v = Parse(Http(serve.base() + "/v1/jobs" + query));
@@ -671,9 +671,9 @@ TEST(ServeJobsTest, APullThatMakesRoomSparesARunningPullThenEvictsWhatIsDone) {
 
 // POST /v1/evict: evicts a fileset after the jobs of its repo asked before
 // it; a pinned one fails the job, naming its holders.
-// Found by review: an evict job whose server was killed mid-eviction was
-// run again after the restart and resolved its revision again; a pull in
-// between had fetched another commit of the repo, and that one was evicted.
+// An evict job whose server is killed mid-eviction runs again after the
+// restart, but must not resolve its revision again: a pull in between may
+// have fetched another commit of the repo, which it would evict instead.
 // The first attempt records its commit; a retry evicts that one or, as
 // here, finds it gone and is done, sparing what the revision names now.
 TEST(ServeJobsTest, AnEvictJobRetriedAfterACrashEvictsTheCommitItChoseOrNothing) {
@@ -894,9 +894,9 @@ TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
-// Found by review (issue #24): a running job's samples were labelled `job`,
-// which Prometheus overwrites with its own target label (or renames to
-// exported_job): they are labelled `job_id`.
+// A running job's samples are labelled `job_id`, not `job`, which
+// Prometheus overwrites with its own target label (or renames to
+// exported_job; issue #24).
 TEST(ServeJobsTest, ARunningJobsMetricsAreLabelledJobId) {
   hubsim::FaultConfig slow;
   slow.throttle_bps = 100'000;

@@ -109,8 +109,8 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
   std::uint64_t id = 0;
   pid_t holder = 0;
   {
-    // The server's token, from any variable it reads: never the holder's
-    // (found by review: HUGGING_FACE_HUB_TOKEN went through).
+    // The server's token, from any variable it reads (HUGGING_FACE_HUB_TOKEN
+    // included): never the holder's.
     ::setenv("HF_TOKEN", "hf_not_for_holders", 1);
     ::setenv("HUGGING_FACE_HUB_TOKEN", "hf_not_for_holders_either", 1);
     ServeProcess serve(cache.path(), args, log);
@@ -253,9 +253,9 @@ TEST(ServeStagesTest, AMissingStageProgramIsAClearError) {
   EXPECT_THAT(a.body, HasSubstr("built only with the CUDA Toolkit"));
 }
 
-// Found by review: a cache directory whose serve socket fits but whose
-// stages' lease sockets do not (108 bytes) failed each stage only after the
-// holder had read and uploaded the rank. Now the POST says so at once.
+// A cache directory whose serve socket fits but whose stages' lease
+// sockets do not (108 bytes) is refused by the POST at once, not after the
+// holder has read and uploaded the rank.
 TEST(ServeStagesTest, ACacheTooDeepForTheLeaseSocketIsRefusedAtOnce) {
   TempDir base;
   if (base.path().native().size() > 80) GTEST_SKIP() << "TMPDIR is too deep to make a cache path of 90 bytes";

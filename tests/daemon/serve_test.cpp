@@ -120,9 +120,9 @@ TEST(ServeTest, ReportsTheCacheAndItsPullsOverBothListeners) {
   EXPECT_FALSE(fs::exists(socket));
 }
 
-// Found by review: after `truncate -s 1000` of a cached width file, GET
-// /v1/ranks said "complete":true. What the files no longer hold is not
-// there: complete false, the file named with what changed.
+// After `truncate -s 1000` of a cached width file, GET /v1/ranks does not
+// say "complete":true. What the files no longer hold is not there: complete
+// false, the file named with what changed.
 TEST(ServeTest, RanksSayARankWithATruncatedFileIsNotComplete) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;
@@ -327,9 +327,9 @@ std::string Exchange(std::uint16_t port, const std::string& requests) {
   return SendAndReadAll(ConnectLoopback(port), requests);
 }
 
-// Found by review: a HEAD got its answer's body too, which a client on the
-// same kept-alive connection then read as the next answer; and then every
-// route answered HEAD 405. A HEAD is the GET of its target, less the body.
+// A HEAD is the GET of its target, less the body: a body would be read as
+// the next answer by a client on the same kept-alive connection, and no
+// route that takes GET may answer HEAD with 405.
 TEST(ApiServerTest, AHeadIsAnsweredAsItsGetWithoutTheBody) {
   auto server = StartLoopback({}, [](const ApiRequest& r) {
     return ApiResponse{200, "{\"method\":\"" + r.method + "\"}"};
@@ -368,8 +368,8 @@ TEST(ServeTest, EveryGetRouteAnswersHead) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
-// Found by review: connections were unbounded, so a local client could use
-// up the process's descriptors (and fail the pulls).
+// Connections are bounded, so no local client can use up the process's
+// descriptors (and fail the pulls).
 TEST(ApiServerTest, ConnectionsAreBounded) {
   // Idle connections are held far longer than the waits below, so only the
   // one closed here makes room.
@@ -390,8 +390,8 @@ TEST(ApiServerTest, ConnectionsAreBounded) {
   for (int fd : idle) ::close(fd);
 }
 
-// Found by review: out of descriptors, the accept failed again at once, in a
-// loop, at 100% CPU. Now it pauses, and serves again once there is room.
+// Out of descriptors, a failed accept would fail again at once, in a loop,
+// at 100% CPU: it pauses, and serves again once there is room.
 TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   ApiServerOptions o;
   o.timeout = std::chrono::seconds(5);
@@ -504,10 +504,10 @@ bool CanRunAsOtherUsers(std::string* why) {
   return true;
 }
 
-// Found by review (issue #24): with --listen, a second local user evicted
-// root's fileset, cancelled a job and started an exlr8d-stage running as
-// root over 127.0.0.1. Every request over TCP but GET /v1/health now needs
-// the bearer token, which only the server's user can read.
+// With --listen, another local user must not evict root's fileset, cancel a
+// job or start an exlr8d-stage running as root over 127.0.0.1 (issue #24).
+// Every request over TCP but GET /v1/health needs the bearer token, which
+// only the server's user can read.
 TEST(ServeAccessTest, AnotherUserChangesAndReadsNothingOverTcpWithoutTheToken) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
@@ -548,9 +548,9 @@ TEST(ServeAccessTest, AnotherUserChangesAndReadsNothingOverTcpWithoutTheToken) {
   EXPECT_EQ(Http(serve.base() + "/v1/jobs/1", "DELETE").status, 202);
 }
 
-// Found by review (issue #24): what an HTML form sends (text/plain, a
-// foreign Origin) was queued, and a page of attacker.example resolving to
-// 127.0.0.1 (DNS rebinding) read every route. Each is refused with problem
+// What an HTML form sends (text/plain, a foreign Origin) must not be
+// queued, and a page of attacker.example resolving to 127.0.0.1 (DNS
+// rebinding) must read no route (issue #24). Each is refused with problem
 // details naming what was refused, before the token is even looked at.
 TEST(ServeAccessTest, RefusesCrossSiteRequestsAndForeignHosts) {
   TempDir cache;
@@ -783,10 +783,9 @@ TEST(ServeAccessTest, TheTcpListenerNeedsTheTokenOfItsFile) {
   EXPECT_FALSE(fs::exists(other.path() / "exlr8d.api-token"));  // none made beside the operator's
 }
 
-// Found by review (issue #24): the 256 connection slots were shared, so 300
-// idle TCP connections of an unprivileged user made 0 of 25 requests on the
-// Unix socket succeed over 30 s. Each listener has its own slots, and a
-// user its own share of them.
+// Idle TCP connections of one unprivileged user (300, more than the 256
+// slots) must not lock out requests on the Unix socket (issue #24). Each
+// listener has its own slots, and a user its own share of them.
 TEST(ServeAccessTest, IdleConnectionsOfOneUserLockNobodyOut) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
@@ -901,8 +900,8 @@ TEST(ApiServerTest, AHeaderAndAnIdleConnectionHaveDeadlinesOfTheirOwn) {
   EXPECT_LE(idle, 4.5);
 }
 
-// Found by review (issue #24): on a cache it may not write, serve said
-// "another exlr8d serve runs on this cache".
+// On a cache it may not write, serve says so, not "another exlr8d serve
+// runs on this cache" (issue #24).
 TEST(ServeAccessTest, ACacheItCannotWriteIsNamedAsSuch) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;

@@ -114,7 +114,7 @@ TEST_P(ScrubMalformedDenseTest, VerifyFailsForgetsItAndTheRankIsIncomplete) {
   const std::string rank = " --repo exlr8/test --manifest home --tp 4 --rank 0";
   const std::string c = " --no-progress --cache " + Quote(cache.path().string());
   auto pull = [&] { return Shell(Exlr8d() + " pull --endpoint " + sim->hub_url() + rank + c); };
-  ShellRun r = pull();  // records everything else (that file too, before the fix)
+  ShellRun r = pull();  // records everything else; that file is recorded by hand below
   ASSERT_TRUE(r.status == 0 || r.status == 3) << r.out;
   {
     auto cache_now = Cache::Open(cache.path());

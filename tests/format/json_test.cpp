@@ -319,9 +319,9 @@ TEST(JsonTest, DumpIsCompactAndExact) {
   EXPECT_EQ(MustParse(R"("\u00e9\/")").Dump(), "\"\xC3\xA9/\"");
 }
 
-// Found by review: strings built from a client's bytes (a query's name, a
-// job id in a path) reached error bodies with bytes no JSON string may
-// hold. Every Dump is valid JSON now; valid characters stay as they are.
+// Strings built from a client's bytes (a query's name, a job id in a path)
+// reach error bodies, so they may hold bytes no JSON string may hold. Every
+// Dump is valid JSON; valid characters stay as they are.
 TEST(JsonTest, DumpWritesBytesOfNoUtf8CharacterAsText) {
   const std::string raw = "a\xFF\xC3(\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xED\xA0\x80z";
   const std::string dumped = JsonValue::String(raw).Dump();

@@ -1,7 +1,15 @@
 # Shared compile settings and the test registration helper.
 
-# exlr8_set_warnings(target): strict warnings, errors when EXLR8_WERROR.
+# exlr8_set_warnings(target [TEST_CODE]): strict warnings, errors when
+# EXLR8_WERROR, and the sanitizer of the build. TEST_CODE marks test sources
+# (tests, their support library, fuzz drivers): with
+# EXLR8_SANITIZE_TEST_CODE=OFF they are linked with ASan + UBSan but not
+# instrumented, so what the sanitizers check is the product code the tests
+# call (ASan needs only the runtime in the process to see a product
+# library overrun a test's buffer). ThreadSanitizer always instruments
+# everything: an uninstrumented atomic would hide a happens-before edge.
 function(exlr8_set_warnings target)
+  cmake_parse_arguments(W "TEST_CODE" "" "" ${ARGN})
   target_compile_options(${target} PRIVATE
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wshadow=local>
     # GCC 12 at -O3 reports std::string concatenation as overlapping memcpy
@@ -13,8 +21,10 @@ function(exlr8_set_warnings target)
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${EXLR8_WERROR}>>:-Werror>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${EXLR8_WERROR}>>:-Werror=all-warnings>)
   if(EXLR8_SANITIZE)
-    target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    if(NOT W_TEST_CODE OR EXLR8_SANITIZE_TEST_CODE)
+      target_compile_options(${target} PRIVATE
+        $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    endif()
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
   if(EXLR8_TSAN)
@@ -72,7 +82,7 @@ function(exlr8_test_pch)
     EXLR8_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     EXLR8_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
     EXLR8_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
-  exlr8_set_warnings(exlr8_test_pch)
+  exlr8_set_warnings(exlr8_test_pch TEST_CODE)
   exlr8_test_code_options(exlr8_test_pch)
   target_precompile_headers(exlr8_test_pch PRIVATE
     <gmock/gmock.h> <gtest/gtest.h>
@@ -103,7 +113,7 @@ function(exlr8_add_test name)
     EXLR8_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
     EXLR8_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  exlr8_set_warnings(${name})
+  exlr8_set_warnings(${name} TEST_CODE)
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${A_PREFIX}"
     PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
 endfunction()

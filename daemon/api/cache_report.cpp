@@ -2,7 +2,7 @@
 
 #include <ctime>
 
-#include "format/json.h"
+#include "format/json_writer.h"
 
 namespace exlr8 {
 
@@ -30,102 +30,109 @@ std::string UtcTime(std::int64_t ms) {
   return buf;
 }
 
-std::string PullJson(const PullInfo& p) {
-  std::string o = "{\"id\":" + std::to_string(p.id) + ",\"manifest\":";
-  AppendJsonString(o, p.spec.manifest);
-  o += ",\"tp\":" + std::to_string(p.spec.tp) + ",\"rank\":" + std::to_string(p.spec.rank) + ",\"state\":";
-  AppendJsonString(o, PullStateName(p.state));
+namespace {
+
+std::optional<std::string> MaybeUtcTime(const std::optional<std::int64_t>& ms) {
+  return ms ? std::optional<std::string>(UtcTime(*ms)) : std::nullopt;
+}
+
+void WritePull(JsonWriter& w, const PullInfo& p) {
   const PullCounters& c = p.counters;
-  o += ",\"bytes_planned\":" + std::to_string(c.bytes_planned) + ",\"bytes_fetched\":" +
-       std::to_string(c.bytes_fetched) + ",\"bytes_reused\":" + std::to_string(c.bytes_reused) +
-       ",\"requests\":" + std::to_string(c.requests) + ",\"retries\":" + std::to_string(c.retries) +
-       ",\"checksum_failures\":" + std::to_string(c.checksum_failures) +
-       ",\"bytes_per_second\":" + std::to_string(FetchRate(p)) + ",\"started\":";
-  AppendJsonString(o, UtcTime(p.started_ms));
-  o += ",\"updated\":";
-  AppendJsonString(o, UtcTime(p.updated_ms));
-  o += ",\"finished\":";
-  if (p.finished_ms) {
-    AppendJsonString(o, UtcTime(*p.finished_ms));
-  } else {
-    o += "null";
-  }
-  o += ",\"error\":";
-  AppendJsonString(o, p.error);
-  return o + "}";
+  w.BeginObject()
+      .Field("id", p.id)
+      .Field("manifest", p.spec.manifest)
+      .Field("tp", p.spec.tp)
+      .Field("rank", p.spec.rank)
+      .Field("state", PullStateName(p.state))
+      .Field("bytes_planned", c.bytes_planned)
+      .Field("bytes_fetched", c.bytes_fetched)
+      .Field("bytes_reused", c.bytes_reused)
+      .Field("requests", c.requests)
+      .Field("retries", c.retries)
+      .Field("checksum_failures", c.checksum_failures)
+      .Field("bytes_per_second", FetchRate(p))
+      .Field("started", UtcTime(p.started_ms))
+      .Field("updated", UtcTime(p.updated_ms))
+      .Field("finished", MaybeUtcTime(p.finished_ms))
+      .Field("error", p.error)
+      .EndObject();
+}
+
+}  // namespace
+
+std::string PullJson(const PullInfo& p) {
+  JsonWriter w;
+  WritePull(w, p);
+  return std::move(w).Take();
 }
 
 std::string CacheReportJson(const CacheReport& r) {
-  std::string o = "{";
-  if (r.owned_by_another_process)
-    o += std::string("\"owned_by_another_process\":") + (*r.owned_by_another_process ? "true," : "false,");
-  o += "\"filesets\":[";
+  JsonWriter w;
+  w.BeginObject();
+  if (r.owned_by_another_process) w.Field("owned_by_another_process", *r.owned_by_another_process);
+  w.Key("filesets").BeginArray();
   for (std::size_t i = 0; i < r.filesets.size(); ++i) {
     const FilesetInfo& s = r.filesets[i];
-    if (i > 0) o += ',';
-    o += "{\"repo\":";
-    AppendJsonString(o, s.repo);
-    o += ",\"revision\":";
-    AppendJsonString(o, s.revision);
-    o += ",\"commit\":";
-    AppendJsonString(o, s.commit);
-    o += ",\"files\":" + std::to_string(s.file_count) + ",\"bytes_total\":" + std::to_string(s.bytes_total) +
-         ",\"bytes_cached\":" + std::to_string(s.bytes_cached) + ",\"last_used\":";
-    AppendJsonString(o, UtcTime(s.last_used_ms));
-    o += ",\"pins\":[";
-    for (std::size_t p = 0; p < s.pins.size(); ++p) {
-      if (p > 0) o += ',';
-      AppendJsonString(o, s.pins[p]);
-    }
-    o += "],\"process_pins\":[";
-    for (std::size_t p = 0; p < s.process_pins.size(); ++p) {
-      if (p > 0) o += ',';
-      o += "{\"holder\":";
-      AppendJsonString(o, s.process_pins[p].holder);
-      o += ",\"pid\":" + std::to_string(s.process_pins[p].pid) + "}";
-    }
-    o += "],\"verified\":";
+    w.BeginObject()
+        .Field("repo", s.repo)
+        .Field("revision", s.revision)
+        .Field("commit", s.commit)
+        .Field("files", s.file_count)
+        .Field("bytes_total", s.bytes_total)
+        .Field("bytes_cached", s.bytes_cached)
+        .Field("last_used", UtcTime(s.last_used_ms));
+    w.Key("pins").BeginArray();
+    for (const std::string& pin : s.pins) w.String(pin);
+    w.EndArray();
+    w.Key("process_pins").BeginArray();
+    for (const auto& pin : s.process_pins) w.BeginObject().Field("holder", pin.holder).Field("pid", pin.pid).EndObject();
+    w.EndArray();
+    w.Key("verified");
     if (s.verified_ms) {
-      o += "{\"at\":";
-      AppendJsonString(o, UtcTime(*s.verified_ms));
-      o += ",\"failures\":" + std::to_string(s.verify_failures) + "}";
+      w.BeginObject().Field("at", UtcTime(*s.verified_ms)).Field("failures", s.verify_failures).EndObject();
     } else {
-      o += "null";
+      w.Null();
     }
-    o += ",\"latest_pull\":" + (r.latest_pull[i] ? PullJson(*r.latest_pull[i]) : std::string("null")) + "}";
+    w.Key("latest_pull");
+    if (r.latest_pull[i]) {
+      WritePull(w, *r.latest_pull[i]);
+    } else {
+      w.Null();
+    }
+    w.EndObject();
   }
-  return o + "]}";
+  w.EndArray().EndObject();
+  return std::move(w).Take();
 }
 
 std::string RankStatusJson(const RankQuery& q, const RankStatus& st) {
-  std::string o = "{\"repo\":";
-  AppendJsonString(o, q.repo);
-  o += ",\"revision\":";
-  AppendJsonString(o, q.revision);
-  o += ",\"commit\":";
-  AppendJsonString(o, st.commit);
-  o += ",\"manifest\":";
-  AppendJsonString(o, q.manifest);
-  o += ",\"tp\":" + std::to_string(q.tp) + ",\"rank\":" + std::to_string(q.rank);
-  o += std::string(",\"complete\":") + (st.complete() ? "true" : "false");
-  o += std::string(",\"planned\":") + (st.planned ? "true" : "false");
-  auto count = [&o](const char* name, std::uint64_t value) { o += std::string(",\"") + name + "\":" + std::to_string(value); };
-  count("files", st.files);
-  count("files_verified", st.files_verified);
-  count("headers", st.headers);
-  count("headers_verified", st.headers_verified);
-  count("halves", st.halves);
-  count("halves_verified", st.halves_verified);
-  count("bytes_planned", st.bytes_planned);
-  count("bytes_verified", st.bytes_verified);
-  count("files_changed", st.files_changed);
-  o += ",\"first_missing\":";
+  JsonWriter w;
+  w.BeginObject()
+      .Field("repo", q.repo)
+      .Field("revision", q.revision)
+      .Field("commit", st.commit)
+      .Field("manifest", q.manifest)
+      .Field("tp", q.tp)
+      .Field("rank", q.rank)
+      .Field("complete", st.complete())
+      .Field("planned", st.planned)
+      .Field("files", st.files)
+      .Field("files_verified", st.files_verified)
+      .Field("headers", st.headers)
+      .Field("headers_verified", st.headers_verified)
+      .Field("halves", st.halves)
+      .Field("halves_verified", st.halves_verified)
+      .Field("bytes_planned", st.bytes_planned)
+      .Field("bytes_verified", st.bytes_verified)
+      .Field("files_changed", st.files_changed)
+      .Key("first_missing");
   if (st.first_missing.empty()) {
-    o += "null";
+    w.Null();
   } else {
-    AppendJsonString(o, st.first_missing);
+    w.String(st.first_missing);
   }
-  return o + "}";
+  w.EndObject();
+  return std::move(w).Take();
 }
 
 }  // namespace exlr8

@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "daemon/api/api_util.h"
-#include "format/json.h"
+#include "format/json_writer.h"
 
 namespace exlr8 {
 
@@ -450,15 +450,20 @@ void DoAccept(Acceptor* acceptor, Listening* listening) {
 }  // namespace
 
 ApiResponse ProblemResponse(int status, std::string_view code, std::string_view message) {
-  std::string body = "{\"type\":\"about:blank\",\"title\":";
-  AppendJsonString(body, http::obsolete_reason(static_cast<http::status>(status)));
-  body += ",\"status\":" + std::to_string(status) + ",\"detail\":";
-  AppendJsonString(body, message);
-  body += ",\"error\":{\"code\":";
-  AppendJsonString(body, code);
-  body += ",\"message\":";
-  AppendJsonString(body, message);
-  return {status, body + "}}", "application/problem+json"};
+  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  JsonWriter w;
+  w.BeginObject()
+      .Field("type", "about:blank")
+      .Field("title", std::string_view(reason.data(), reason.size()))
+      .Field("status", status)
+      .Field("detail", message)
+      .Key("error")
+      .BeginObject()
+      .Field("code", code)
+      .Field("message", message)
+      .EndObject()
+      .EndObject();
+  return {status, std::move(w).Take(), "application/problem+json"};
 }
 
 struct ApiServer::Rep {

@@ -8,7 +8,7 @@
 #include "daemon/api/cache_report.h"
 #include "daemon/api/query_string.h"
 #include "daemon/cache/cache.h"
-#include "format/json.h"
+#include "format/json_writer.h"
 
 namespace exlr8 {
 
@@ -62,11 +62,9 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
                                        "/v1/stages/{id}, /metrics"));
   if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD");
   if (path == "/v1/health") {
-    std::string body = "{\"status\":\"ok\",\"cache\":";
-    AppendJsonString(body, cache_dir_.string());
-    body += ",\"version\":";
-    AppendJsonString(body, version_);
-    return Json(body + "}");
+    JsonWriter w;
+    w.BeginObject().Field("status", "ok").Field("cache", cache_dir_.string()).Field("version", version_).EndObject();
+    return Json(std::move(w).Take());
   }
   if (path == "/v1/ranks") {
     auto query = ParseRankQuery(req.target);
@@ -103,19 +101,19 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   if (path == "/v1/pulls") {
     auto pulls = (*cache)->ListPulls();
     if (!pulls.ok()) return ErrorResponse(pulls.status());
-    std::string body = "{\"pulls\":[";
-    for (std::size_t i = 0; i < pulls->size() && i < kMaxPulls; ++i) body += (i ? "," : "") + PullJson((*pulls)[i]);
-    return Json(body + "]}");
+    JsonWriter w;
+    w.BeginObject().Key("pulls").BeginArray();
+    for (std::size_t i = 0; i < pulls->size() && i < kMaxPulls; ++i) w.Raw(PullJson((*pulls)[i]));
+    w.EndArray().EndObject();
+    return Json(std::move(w).Take());
   }
   auto pull = (*cache)->GetPull(*id);
   if (!pull.ok()) return ErrorResponse(pull.status());
   auto set = (*cache)->GetFileset(pull->spec.fileset);
   if (!set.ok()) return ErrorResponse(set.status());
-  std::string body = "{\"repo\":";
-  AppendJsonString(body, set->repo);
-  body += ",\"commit\":";
-  AppendJsonString(body, set->commit);
-  return Json(body + ",\"pull\":" + PullJson(*pull) + "}");
+  JsonWriter w;
+  w.BeginObject().Field("repo", set->repo).Field("commit", set->commit).Key("pull").Raw(PullJson(*pull)).EndObject();
+  return Json(std::move(w).Take());
 }
 
 Status StatusApi::AppendCacheMetrics(PrometheusText* out) const {

@@ -8,6 +8,7 @@
 #include "daemon/api/query_string.h"
 #include "daemon/serve/stages_api.h"
 #include "format/json.h"
+#include "format/json_writer.h"
 
 namespace exlr8 {
 
@@ -18,56 +19,54 @@ constexpr std::string_view kPullsPrefix = "/v1/pulls/";
 
 // 200 with the job, or 202 with Location: the job, where its progress is read.
 ApiResponse JobResponse(int status, const JobSnapshot& job) {
-  std::string body = "{\"job\":" + JobJson(job) + "}";
+  JsonWriter w;
+  w.BeginObject().Key("job").Raw(JobJson(job)).EndObject();
+  std::string body = std::move(w).Take();
   if (status == 202) return Accepted(std::move(body), "/v1/jobs/" + std::to_string(job.info.id));
   return {status, std::move(body)};
 }
 
-// ,"bytes_per_second":R,"eta_s":S (null while unknown),"elapsed_s":E
-std::string RateJson(double rate, bool total_known, std::uint64_t left, double elapsed_s) {
-  std::string o = ",\"bytes_per_second\":" + std::to_string(static_cast<std::uint64_t>(rate)) + ",\"eta_s\":";
+// "bytes_per_second":R,"eta_s":S (null while unknown),"elapsed_s":E
+void WriteRate(JsonWriter& w, double rate, bool total_known, std::uint64_t left, double elapsed_s) {
+  w.Field("bytes_per_second", static_cast<std::uint64_t>(rate)).Key("eta_s");
   if (rate > 0 && total_known) {
-    o += std::to_string(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
+    w.Uint(static_cast<std::uint64_t>(std::ceil(static_cast<double>(left) / rate)));
   } else {
-    o += "null";
+    w.Null();
   }
-  char elapsed[32];
-  std::snprintf(elapsed, sizeof elapsed, "%.3f", elapsed_s);
-  return o + ",\"elapsed_s\":" + elapsed;
+  w.Key("elapsed_s").Fixed(elapsed_s, 3);
 }
 
-std::string ProgressJson(const PullProgress& p) {
+void WriteProgress(JsonWriter& w, const PullProgress& p) {
   // Rate: bytes off the network over the time the attempt has run; ETA: what
   // is left to verify at that rate.
   const double rate = p.elapsed_s > 0 ? static_cast<double>(p.bytes_received) / p.elapsed_s : 0;
   const std::uint64_t have = p.bytes_reused + p.bytes_verified;
   const std::uint64_t left = p.bytes_planned > have ? p.bytes_planned - have : 0;
-  std::string o = "{\"phase\":";
-  AppendJsonString(o, PullPhaseName(p.phase));
-  o += ",\"bytes_planned\":" + std::to_string(p.bytes_planned) + ",\"bytes_reused\":" +
-       std::to_string(p.bytes_reused) + ",\"bytes_verified\":" + std::to_string(p.bytes_verified) +
-       ",\"bytes_received\":" + std::to_string(p.bytes_received) + ",\"ranges_total\":" +
-       std::to_string(p.ranges_total) + ",\"ranges_done\":" + std::to_string(p.ranges_done) +
-       ",\"requests\":" + std::to_string(p.fetch.transfers) + ",\"retries\":" + std::to_string(p.fetch.retries) +
-       ",\"checksum_failures\":" + std::to_string(p.checksum_failures);
-  return o + RateJson(rate, p.bytes_planned > 0, left, p.elapsed_s) + "}";
+  w.BeginObject()
+      .Field("phase", PullPhaseName(p.phase))
+      .Field("bytes_planned", p.bytes_planned)
+      .Field("bytes_reused", p.bytes_reused)
+      .Field("bytes_verified", p.bytes_verified)
+      .Field("bytes_received", p.bytes_received)
+      .Field("ranges_total", p.ranges_total)
+      .Field("ranges_done", p.ranges_done)
+      .Field("requests", p.fetch.transfers)
+      .Field("retries", p.fetch.retries)
+      .Field("checksum_failures", p.checksum_failures);
+  WriteRate(w, rate, p.bytes_planned > 0, left, p.elapsed_s);
+  w.EndObject();
 }
 
-std::string VerifyProgressJson(const VerifyProgress& p) {
+void WriteVerifyProgress(JsonWriter& w, const VerifyProgress& p) {
   const double rate = p.elapsed_s > 0 ? static_cast<double>(p.bytes_checked) / p.elapsed_s : 0;
   const std::uint64_t left = p.bytes_total > p.bytes_checked ? p.bytes_total - p.bytes_checked : 0;
-  std::string o = "{\"bytes_total\":" + std::to_string(p.bytes_total) +
-                  ",\"bytes_checked\":" + std::to_string(p.bytes_checked) +
-                  ",\"failures\":" + std::to_string(p.failures);
-  return o + RateJson(rate, p.bytes_total > 0, left, p.elapsed_s) + "}";
-}
-
-void AppendOptionalTime(std::string& o, const std::optional<std::int64_t>& ms) {
-  if (ms) {
-    AppendJsonString(o, UtcTime(*ms));
-  } else {
-    o += "null";
-  }
+  w.BeginObject()
+      .Field("bytes_total", p.bytes_total)
+      .Field("bytes_checked", p.bytes_checked)
+      .Field("failures", p.failures);
+  WriteRate(w, rate, p.bytes_total > 0, left, p.elapsed_s);
+  w.EndObject();
 }
 
 }  // namespace
@@ -75,42 +74,47 @@ void AppendOptionalTime(std::string& o, const std::optional<std::int64_t>& ms) {
 std::string JobJson(const JobSnapshot& s) {
   const JobInfo& j = s.info;
   const JobRequest& r = j.request;
-  std::string o = "{\"id\":" + std::to_string(j.id) + ",\"href\":\"/v1/jobs/" + std::to_string(j.id) + "\"";
-  auto text = [&o](const char* key, std::string_view value) {
-    o += std::string(",\"") + key + "\":";
-    AppendJsonString(o, value);
-  };
-  text("kind", JobKindName(r.kind));
-  text("state", JobStateName(j.state));
-  text("repo", r.repo);
-  text("revision", r.revision);
+  JsonWriter w;
+  w.BeginObject()
+      .Field("id", j.id)
+      .Field("href", "/v1/jobs/" + std::to_string(j.id))
+      .Field("kind", JobKindName(r.kind))
+      .Field("state", JobStateName(j.state))
+      .Field("repo", r.repo)
+      .Field("revision", r.revision);
   if (r.kind == JobKind::kPull) {
-    text("manifest", r.manifest);
-    o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank);
-    text("endpoint", r.endpoint);
-    text("pin", r.pin);
-    o += std::string(",\"make_room\":") + (r.make_room ? "true" : "false");
-    o += ",\"pull\":" + (j.pull ? std::to_string(*j.pull) : std::string("null"));
+    w.Field("manifest", r.manifest)
+        .Field("tp", r.tp)
+        .Field("rank", r.rank)
+        .Field("endpoint", r.endpoint)
+        .Field("pin", r.pin)
+        .Field("make_room", r.make_room)
+        .Field("pull", j.pull);
   }
-  o += ",\"attempts\":" + std::to_string(j.attempts);
-  text("error", j.error);
-  text("created", UtcTime(j.created_ms));
-  text("updated", UtcTime(j.updated_ms));
-  o += ",\"finished\":";
-  AppendOptionalTime(o, j.finished_ms);
-  if (!s.waiting.empty()) text("waiting", s.waiting);
-  if (s.cancel_requested) o += ",\"cancel_requested\":true";
-  if (s.progress) o += ",\"progress\":" + ProgressJson(*s.progress);
-  if (s.verify_progress) o += ",\"progress\":" + VerifyProgressJson(*s.verify_progress);
+  w.Field("attempts", j.attempts)
+      .Field("error", j.error)
+      .Field("created", UtcTime(j.created_ms))
+      .Field("updated", UtcTime(j.updated_ms))
+      .Key("finished");
+  if (j.finished_ms) {
+    w.String(UtcTime(*j.finished_ms));
+  } else {
+    w.Null();
+  }
+  if (!s.waiting.empty()) w.Field("waiting", s.waiting);
+  if (s.cancel_requested) w.Field("cancel_requested", true);
+  if (s.progress) WriteProgress(w.Key("progress"), *s.progress);
+  if (s.verify_progress) WriteVerifyProgress(w.Key("progress"), *s.verify_progress);
   if (!j.result.empty()) {
     // Written by this server as JSON; shown as a string if it no longer parses.
     if (ParseJson(j.result).ok()) {
-      o += ",\"result\":" + j.result;
+      w.Key("result").Raw(j.result);
     } else {
-      text("result", j.result);
+      w.Field("result", j.result);
     }
   }
-  return o + "}";
+  w.EndObject();
+  return std::move(w).Take();
 }
 
 Result<JobRequest> ParseJobRequest(std::string_view text) {
@@ -291,9 +295,11 @@ ApiResponse JobsApi::Handle(const ApiRequest& req) const {
     }
     auto jobs = runner_.List(100, state);
     if (!jobs.ok()) return ErrorResponse(jobs.status());
-    std::string body = "{\"jobs\":[";
-    for (std::size_t i = 0; i < jobs->size(); ++i) body += (i ? "," : "") + JobJson((*jobs)[i]);
-    return {200, body + "]}"};
+    JsonWriter w;
+    w.BeginObject().Key("jobs").BeginArray();
+    for (const JobSnapshot& job : *jobs) w.Raw(JobJson(job));
+    w.EndArray().EndObject();
+    return {200, std::move(w).Take()};
   }
   if (path.rfind(kJobsPrefix, 0) == 0) {
     const std::string_view tail = path.substr(kJobsPrefix.size());

@@ -16,6 +16,7 @@
 #include "daemon/base/posix.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/stage/lease_server.h"
+#include "format/json_writer.h"
 #include "format/layout.h"
 
 extern char** environ;
@@ -27,17 +28,19 @@ constexpr std::size_t kMaxRequestBytes = 64 << 10;
 constexpr std::size_t kLogTailBytes = 2048;
 
 std::string RequestJson(const StageRequest& r, std::int64_t created_ms) {
-  std::string o = "{\"repo\":";
-  AppendJsonString(o, r.repo);
-  o += ",\"revision\":";
-  AppendJsonString(o, r.revision);
-  o += ",\"manifest\":";
-  AppendJsonString(o, r.manifest);
-  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank) +
-       ",\"device\":" + std::to_string(r.device) + ",\"check\":";
-  AppendJsonString(o, r.check);
-  o += ",\"release_wait_s\":" + std::to_string(r.release_wait_s) + ",\"created\":" + std::to_string(created_ms);
-  return o + "}\n";
+  JsonWriter w;
+  w.BeginObject()
+      .Field("repo", r.repo)
+      .Field("revision", r.revision)
+      .Field("manifest", r.manifest)
+      .Field("tp", r.tp)
+      .Field("rank", r.rank)
+      .Field("device", r.device)
+      .Field("check", r.check)
+      .Field("release_wait_s", r.release_wait_s)
+      .Field("created", created_ms)
+      .EndObject();
+  return std::move(w).Take() + "\n";
 }
 
 Result<std::pair<StageRequest, std::int64_t>> ReadRequest(const std::filesystem::path& path) {

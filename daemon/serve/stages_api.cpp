@@ -5,6 +5,7 @@
 #include "daemon/api/api_util.h"
 #include "daemon/api/cache_report.h"
 #include "format/json.h"
+#include "format/json_writer.h"
 
 namespace exlr8 {
 
@@ -15,24 +16,29 @@ constexpr std::string_view kStagesPrefix = "/v1/stages/";
 
 // 202 with Location: the stage, where its progress is read.
 ApiResponse StageResponse(int status, const StageInfo& stage, bool forgotten = false) {
-  std::string body = "{\"stage\":" + StageJson(stage) + (forgotten ? ",\"forgotten\":true}" : "}");
+  JsonWriter w;
+  w.BeginObject().Key("stage").Raw(StageJson(stage));
+  if (forgotten) w.Field("forgotten", true);
+  w.EndObject();
+  std::string body = std::move(w).Take();
   if (status == 202) return Accepted(std::move(body), "/v1/stages/" + std::to_string(stage.id));
   return {status, std::move(body)};
 }
 
-// A string or a number of the holder's record as it was; anything else
-// (the holder writes no other kind) as null.
-void AppendScalar(std::string& out, const JsonValue& value) {
+// A string or a number of the holder's record as it was (a fraction to 6
+// significant digits); anything else (the holder writes no other kind) as
+// null.
+void WriteScalar(JsonWriter& w, const JsonValue& value) {
   if (value.is_string()) {
-    AppendJsonString(out, value.as_string());
+    w.String(value.as_string());
   } else if (value.is_number() && value.as_int64()) {
-    out += std::to_string(*value.as_int64());
+    w.Int(*value.as_int64());
   } else if (value.is_number()) {
-    char number[40];
+    char number[40];  // parsed JSON numbers are finite: %g writes no nan or inf
     std::snprintf(number, sizeof number, "%.6g", value.as_double());
-    out += number;
+    w.Raw(number);
   } else {
-    out += "null";
+    w.Null();
   }
 }
 
@@ -40,59 +46,58 @@ void AppendScalar(std::string& out, const JsonValue& value) {
 
 std::string StageJson(const StageInfo& s) {
   const StageRequest& r = s.request;
-  std::string o = "{\"id\":" + std::to_string(s.id) + ",\"href\":\"/v1/stages/" + std::to_string(s.id) + "\"";
-  auto text = [&o](const char* key, std::string_view value) {
-    o += std::string(",\"") + key + "\":";
-    AppendJsonString(o, value);
-  };
-  text("state", s.state);
-  o += std::string(",\"alive\":") + (s.alive ? "true" : "false");
-  o += ",\"pid\":" + (s.pid > 0 ? std::to_string(s.pid) : std::string("null"));
-  text("repo", r.repo);
-  text("revision", r.revision);
-  text("manifest", r.manifest);
-  o += ",\"tp\":" + std::to_string(r.tp) + ",\"rank\":" + std::to_string(r.rank) +
-       ",\"device\":" + std::to_string(r.device);
-  text("check", r.check);
-  o += ",\"release_wait_s\":" + std::to_string(r.release_wait_s);
-  o += ",\"lease\":";
-  if (s.lease.empty()) {
-    o += "null";
+  JsonWriter w;
+  w.BeginObject()
+      .Field("id", s.id)
+      .Field("href", "/v1/stages/" + std::to_string(s.id))
+      .Field("state", s.state)
+      .Field("alive", s.alive)
+      .Key("pid");
+  if (s.pid > 0) {
+    w.Int(s.pid);
   } else {
-    AppendJsonString(o, s.lease.string());
+    w.Null();
   }
-  text("created", UtcTime(s.created_ms));
-  text("error", s.error);
-  o += ",\"exit_status\":" + (s.exit_status ? std::to_string(*s.exit_status) : std::string("null"));
+  w.Field("repo", r.repo)
+      .Field("revision", r.revision)
+      .Field("manifest", r.manifest)
+      .Field("tp", r.tp)
+      .Field("rank", r.rank)
+      .Field("device", r.device)
+      .Field("check", r.check)
+      .Field("release_wait_s", r.release_wait_s)
+      .Key("lease");
+  if (s.lease.empty()) {
+    w.Null();
+  } else {
+    w.String(s.lease.string());
+  }
+  w.Field("created", UtcTime(s.created_ms)).Field("error", s.error).Field("exit_status", s.exit_status);
   // What the holder wrote (its state.json), for the details: bytes, halves,
   // the device's name, the upload rate, its lessees' pids, when it last
   // changed.
-  o += ",\"holder\":";
+  w.Key("holder");
   if (s.holder.is_object()) {
-    std::string details = "{";
+    w.BeginObject();
     for (const auto& [key, value] : s.holder.as_object()) {
       if (key == "state" || key == "pid" || key == "error" || key == "exit_status" || key == "lease") continue;
-      if (details.size() > 1) details += ',';
-      AppendJsonString(details, key);
-      details += ':';
+      w.Key(key);
       if (key == "updated" && value.is_number() && value.as_int64()) {
-        AppendJsonString(details, UtcTime(*value.as_int64()));
+        w.String(UtcTime(*value.as_int64()));
       } else if (value.is_array()) {
-        details += '[';
-        for (std::size_t i = 0; i < value.as_array().size(); ++i) {
-          if (i > 0) details += ',';
-          AppendScalar(details, value.as_array()[i]);
-        }
-        details += ']';
+        w.BeginArray();
+        for (const JsonValue& e : value.as_array()) WriteScalar(w, e);
+        w.EndArray();
       } else {
-        AppendScalar(details, value);
+        WriteScalar(w, value);
       }
     }
-    o += details + "}";
+    w.EndObject();
   } else {
-    o += "null";
+    w.Null();
   }
-  return o + "}";
+  w.EndObject();
+  return std::move(w).Take();
 }
 
 Result<StageRequest> ParseStageRequest(std::string_view text) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +31,10 @@ namespace exlr8 {
 
 class JsonWriter {
  public:
+  // `reserve`: the bytes the text is expected to take (saves reallocation
+  // when a large document's size is known roughly).
+  explicit JsonWriter(std::size_t reserve = 0) { out_.reserve(reserve); }
+
   JsonWriter& BeginObject();
   JsonWriter& EndObject();
   JsonWriter& BeginArray();

@@ -34,10 +34,14 @@ function(exlr8_set_warnings target)
   endif()
 endfunction()
 
-# exlr8_library(name ALIAS alias SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...)
+# exlr8_library(name ALIAS alias SOURCES ... PUBLIC_DEPS ... PRIVATE_DEPS ...
+#               [NO_UNITY])
+# NO_UNITY: the library's sources cannot share a unity translation unit yet
+# (file-local names that clash).
 function(exlr8_library name)
-  cmake_parse_arguments(A "" "ALIAS" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(A "NO_UNITY" "ALIAS" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SOURCES})
+  exlr8_unity_build(${name} ${A_NO_UNITY})
   add_library(${A_ALIAS} ALIAS ${name})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_PRIVATE_DEPS})
@@ -47,6 +51,21 @@ function(exlr8_library name)
   endif()
   if(EXLR8_TSAN)
     target_link_options(${name} INTERFACE -fsanitize=thread)
+  endif()
+endfunction()
+
+# exlr8_unity_build(target [no_unity]): with EXLR8_UNITY_BUILD, the
+# target's sources are compiled eight to a translation unit (CMake's unity
+# build), so headers shared by a library's files are parsed once per batch.
+# Sources with their own compile options (format/'s -O3 decoders) stay
+# alone.
+function(exlr8_unity_build target)
+  if(EXLR8_UNITY_BUILD AND NOT ARGV1)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    # g++ takes a .cpp included into the unity file for a header, and a
+    # class of that .cpp with a member of its anonymous namespace's types
+    # for one that other translation units could see.
+    target_compile_options(${target} PRIVATE $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-subobject-linkage>)
   endif()
 endfunction()
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "format/checksum.h"
+#include "format/expert_index.h"
 #include "format/layout.h"
 #include "format/safetensors_writer.h"
 
@@ -378,7 +379,6 @@ std::string JoinWidths(const std::vector<int>& w) {
   return s;
 }
 
-constexpr std::array<const char*, 3> kProjNames = {"gate", "up", "down"};
 constexpr std::array<const char*, 3> kVecNames = {"gate.svh", "up.svh", "down.suh"};
 constexpr std::array<const char*, 3> kBlockNames = {"gate.su_block", "up.su_block", "down.sv_block"};
 
@@ -575,7 +575,8 @@ class Synthesizer {
     SafetensorsBuilder builder(wo);
     for (std::size_t i = 0; i < order.size(); ++i) {
       const HalfRef& r = order[i];
-      std::string name = (r.shared ? std::string("eshared") : "e" + std::to_string(r.e)) + "." + kProjNames[r.p] +
+      std::string name = (r.shared ? std::string("eshared") : "e" + std::to_string(r.e)) + "." +
+                         std::string(ProjName(static_cast<Proj>(r.p))) +
                          ".h" + std::to_string(r.h);
       const bool aligned = o_.align_pairs ? (i % 2 == 0) : true;
       Status s = builder.Add(std::move(name), o_.byte_dtype, {half_bytes}, aligned);

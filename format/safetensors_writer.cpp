@@ -13,7 +13,9 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::uint64_t kU64Max = std::numeric_limits<std::uint64_t>::max();
+// Named apart from safetensors.cpp's kU64Max: the two files may share a
+// unity translation unit.
+constexpr std::uint64_t kMaxU64 = std::numeric_limits<std::uint64_t>::max();
 
 bool IsPowerOfTwo(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -76,7 +78,7 @@ Status SafetensorsBuilder::Add(std::string name, DType dtype, std::vector<std::u
                                   " tensors");
   std::uint64_t bytes = DTypeSize(dtype);
   for (std::uint64_t d : shape) {
-    if (d != 0 && bytes > kU64Max / d)
+    if (d != 0 && bytes > kMaxU64 / d)
       return InvalidArgumentError("safetensors writer: tensor '" + name + "' byte size overflows 64 bits");
     bytes *= d;
   }
@@ -112,11 +114,11 @@ Result<SafetensorsLayout> SafetensorsBuilder::Layout() const {
   for (const Entry& t : tensors_) {
     if (t.aligned && align > 1 && cursor % align != 0) {
       const std::uint64_t gap = align - cursor % align;
-      if (cursor > kU64Max - gap) return ResourceExhaustedError("safetensors writer: data size overflows");
+      if (cursor > kMaxU64 - gap) return ResourceExhaustedError("safetensors writer: data size overflows");
       raw.push_back(RawEntry{nullptr, pad_count++, DType::kU8, nullptr, cursor, cursor + gap});
       cursor += gap;
     }
-    if (cursor > kU64Max - t.bytes) return ResourceExhaustedError("safetensors writer: data size overflows");
+    if (cursor > kMaxU64 - t.bytes) return ResourceExhaustedError("safetensors writer: data size overflows");
     raw.push_back(RawEntry{&t.name, 0, t.dtype, &t.shape, cursor, cursor + t.bytes});
     layout.tensors.push_back(PlacedTensor{t.name, t.dtype, t.shape, cursor, cursor + t.bytes, 0});
     cursor += t.bytes;
@@ -151,7 +153,7 @@ Result<SafetensorsLayout> SafetensorsBuilder::Layout() const {
     return ResourceExhaustedError("safetensors writer: header of " + std::to_string(n) + " bytes exceeds the cap of " +
                                   std::to_string(kMaxSafetensorsHeaderBytes));
   json.resize(n, ' ');
-  if (cursor > kU64Max - data_start) return ResourceExhaustedError("safetensors writer: file size overflows");
+  if (cursor > kMaxU64 - data_start) return ResourceExhaustedError("safetensors writer: file size overflows");
 
   layout.head.resize(data_start);
   StoreLE64(layout.head.data(), n);

@@ -71,7 +71,7 @@ fi
 
 step "build (g++ -O1) in build/"
 quiet_build configure cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_GPU_PTDS_TESTS=OFF
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_GPU_PTDS_TESTS=OFF -DEXLR8_UNITY_BUILD=ON
 quiet_build build cmake --build build -j"$jobs"
 
 step "tests (ctest -LE full)"
@@ -87,7 +87,7 @@ asan_targets=(status_test json_test safetensors_test safetensors_writer_test rel
               fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query fuzz_lease_description fuzz_answer_checker)
 quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
   -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_SANITIZE_TEST_CODE=OFF -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
-  -DEXLR8_TEST_OPTIMIZE=-O1
+  -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
 quiet_build build-asan cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
 

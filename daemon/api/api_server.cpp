@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/api/api_token.h"
 #include "daemon/api/api_util.h"
 #include "format/json_writer.h"
 
@@ -37,7 +38,6 @@ using local = net::local::stream_protocol;
 
 constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kBodyLimit = 64 * 1024;
-constexpr std::size_t kMinTokenLength = 16;
 constexpr std::string_view kServer = "exlr8d/0.1.0";
 
 http::response<http::string_body> MakeResponse(unsigned version, bool keep_alive, const ApiResponse& a) {
@@ -485,9 +485,9 @@ struct ApiServer::Rep {
     if (o.unix_socket.empty() && o.tcp_address.empty())
       return InvalidArgumentError("no listener: give a Unix socket path or a loopback address");
     if (!o.tcp_address.empty()) {
-      if (o.tcp_token.size() < kMinTokenLength)
+      if (o.tcp_token.size() < kMinApiTokenLength)
         return InvalidArgumentError("the TCP listener needs a bearer token of at least " +
-                                    std::to_string(kMinTokenLength) + " characters");
+                                    std::to_string(kMinApiTokenLength) + " characters");
       for (char c : o.tcp_token)
         if (c <= ' ' || c > '~')
           return InvalidArgumentError("the bearer token must be printable ASCII without spaces");

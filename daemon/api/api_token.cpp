@@ -15,7 +15,6 @@ namespace exlr8 {
 namespace {
 
 constexpr std::size_t kMaxTokenFile = 4096;
-constexpr std::size_t kMinTokenLength = 16;
 constexpr std::size_t kRandomBytes = 32;
 
 std::string ModeText(mode_t mode) {
@@ -52,9 +51,9 @@ Result<std::string> ReadApiTokenFile(const std::filesystem::path& path) {
     if (token[i] <= ' ' || token[i] > '~')
       return InvalidArgumentError(where + ": byte " + std::to_string(i) +
                                   " is not printable ASCII (one token, no spaces, then an optional newline)");
-  if (token.size() < kMinTokenLength)
+  if (token.size() < kMinApiTokenLength)
     return InvalidArgumentError(where + ": a token of " + std::to_string(token.size()) +
-                                " characters is too short (" + std::to_string(kMinTokenLength) +
+                                " characters is too short (" + std::to_string(kMinApiTokenLength) +
                                 " at least)");
   return token;
 }

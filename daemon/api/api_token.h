@@ -9,12 +9,16 @@
 // change over TCP.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 
 #include "format/status.h"
 
 namespace exlr8 {
+
+// The shortest token the server takes, from a file or from its caller.
+inline constexpr std::size_t kMinApiTokenLength = 16;
 
 // The token in `path`. InvalidArgument naming the path and what is wrong
 // (not a regular file, group or other access, another owner, empty,

@@ -20,22 +20,6 @@
 namespace exlr8 {
 
 namespace {
-
-// The peer's pid and uid (SO_PEERCRED); pid 0 and no uid when unknown.
-struct Peer {
-  pid_t pid = 0;
-  std::optional<uid_t> uid;
-};
-Peer PeerOf(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return {};
-  return {cred.pid, cred.uid};
-}
-
-}  // namespace
-
-namespace {
 // Whether a holder answers on `addr`.
 bool SomeoneAnswers(const sockaddr_un& addr) {
   UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -50,6 +34,18 @@ Status CheckCanHoldAt(const std::filesystem::path& path) {
 }
 
 struct LeaseServer::Rep {
+  // The peer's pid and uid (SO_PEERCRED); pid 0 and no uid when unknown.
+  struct Peer {
+    pid_t pid = 0;
+    std::optional<uid_t> uid;
+  };
+  static Peer PeerOf(int fd) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return {};
+    return {cred.pid, cred.uid};
+  }
+
   struct Lessee {
     UniqueFd fd;
     Peer peer;

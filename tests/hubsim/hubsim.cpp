@@ -56,13 +56,6 @@ struct Reply {
   std::string kind = "other";               // stats bucket
 };
 
-struct HostCounters {
-  std::uint64_t requests = 0;
-  std::uint64_t with_auth = 0;
-  std::uint64_t bytes = 0;
-  std::map<std::string, std::uint64_t> by_kind;
-  std::map<unsigned, std::uint64_t> by_status;
-};
 
 struct Target {
   std::string_view path;   // raw (still percent-encoded)
@@ -78,6 +71,16 @@ Target SplitTarget(std::string_view target) {
 std::uint64_t NowUnix() { return static_cast<std::uint64_t>(std::time(nullptr)); }
 
 }  // namespace
+
+namespace detail {
+struct HostCounters {
+  std::uint64_t requests = 0;
+  std::uint64_t with_auth = 0;
+  std::uint64_t bytes = 0;
+  std::map<std::string, std::uint64_t> by_kind;
+  std::map<unsigned, std::uint64_t> by_status;
+};
+}  // namespace detail
 
 struct detail::HubSimRep {
   HubSimOptions options;
@@ -724,7 +727,7 @@ class Session : public std::enable_shared_from_this<Session> {
     reply_ = std::move(reply);
     {
       std::lock_guard lock(rep_->stats_mu);
-      HostCounters& c = rep_->host_stats[static_cast<int>(host_)];
+      detail::HostCounters& c = rep_->host_stats[static_cast<int>(host_)];
       ++c.requests;
       if (had_auth) ++c.with_auth;
       ++c.by_kind[reply_.kind];
@@ -941,7 +944,7 @@ std::string HubSim::StatsJson() const {
   {
     std::lock_guard lock(rep_->stats_mu);
     for (int h = 0; h < 2; ++h) {
-      const HostCounters& c = rep_->host_stats[h];
+      const detail::HostCounters& c = rep_->host_stats[h];
       json::object ho;
       ho["requests"] = c.requests;
       ho["with_authorization"] = c.with_auth;
@@ -973,8 +976,8 @@ std::string HubSim::StatsJson() const {
 void HubSim::Reset() {
   {
     std::lock_guard lock(rep_->stats_mu);
-    rep_->host_stats[0] = HostCounters{};
-    rep_->host_stats[1] = HostCounters{};
+    rep_->host_stats[0] = detail::HostCounters{};
+    rep_->host_stats[1] = detail::HostCounters{};
     rep_->resolve_count = 0;
     rep_->signed_urls = 0;
     rep_->file_gets.clear();

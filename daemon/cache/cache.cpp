@@ -42,12 +42,7 @@ Cache::~Cache() {
     MutexLock l(&rep_->mu);
     rep_->db.reset();
   }
-  bool released = false;
-  {
-    std::lock_guard<std::mutex> l(rep_->reserve_mu);
-    released = rep_->released_reserve;
-  }
-  rep_->RestoreReserve(/*keep_free=*/released ? 0 : rep_->options.reserve_bytes);
+  rep_->space->RestoreReserve(/*keep_free=*/rep_->space->released_reserve() ? 0 : rep_->options.reserve_bytes);
 }
 
 const std::filesystem::path& Cache::dir() const { return rep_->dir; }
@@ -62,16 +57,14 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   if (ec) return ErrnoStatus(ec.value(), "create cache directory " + rep->shown);
   rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
+  rep->space = std::make_unique<SpaceAccount>(
+      rep->root_fd.get(), rep->shown,
+      SpaceAccount::Options{rep->options.byte_budget, rep->options.reserve_bytes, /*read_only=*/false});
   EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait));
   // On a full disk, room for the index before SQLite needs it: opening may
   // already write (its shared-memory file, a checkpoint that grows the
   // database).
-  if (rep->options.use_reserve && rep->options.reserve_bytes > 0) {
-    struct statvfs vfs;
-    if (::fstatvfs(rep->root_fd.get(), &vfs) == 0 &&
-        static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize < rep->options.reserve_bytes)
-      (void)rep->ReleaseReserve();
-  }
+  if (rep->options.use_reserve) rep->space->ReleaseReserveIfLow();
 
   MutexLock l(&rep->mu);
   EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open((rep->dir / kCacheDbName).string()));
@@ -102,7 +95,7 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   (void)rep->RemoveOrphanDirs();
   // Made when there is room to spare; one released above waits until the
   // work is done (~Cache).
-  rep->RestoreReserve(/*keep_free=*/rep->options.reserve_bytes);
+  rep->space->RestoreReserve(/*keep_free=*/rep->options.reserve_bytes);
   return std::unique_ptr<Cache>(new Cache(std::move(rep)));
 }
 
@@ -113,6 +106,8 @@ Result<std::unique_ptr<Cache>> Cache::OpenReadOnly(std::filesystem::path dir) {
   rep->read_only = true;
   rep->root_fd = UniqueFd(::open(rep->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
+  rep->space = std::make_unique<SpaceAccount>(rep->root_fd.get(), rep->shown,
+                                              SpaceAccount::Options{std::nullopt, 0, /*read_only=*/true});
   MutexLock l(&rep->mu);
   EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::OpenReadOnly((rep->dir / kCacheDbName).string()));
   // The owner migrates when it opens; an index at another version than this

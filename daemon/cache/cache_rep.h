@@ -26,6 +26,7 @@
 #include "daemon/base/sqlite_db.h"
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cache_paths.h"
+#include "daemon/cache/space_account.h"
 
 namespace exlr8 {
 namespace cache_internal {
@@ -86,39 +87,9 @@ struct Cache::Rep {
     auto it = open_files.find(file);
     return it == open_files.end() ? nullptr : it->second;
   }
-  // Space claims (Cache::SpaceClaim), by id; a lock of their own, taken
-  // without mu or after it (eviction reads the claimed filesets), never
-  // before it: nothing that holds claims_mu calls into the Cache.
-  std::mutex claims_mu;
-  std::map<std::uint64_t, std::function<Cache::ClaimedBytes()>> claims;  // guarded by claims_mu
-  std::map<std::uint64_t, FilesetId> claim_filesets;                     // guarded by claims_mu
-  std::uint64_t next_claim = 1;                                          // guarded by claims_mu
-
-  // The filesets that claims say are being written: never evicted.
-  std::set<FilesetId> ClaimedFilesets() {
-    std::lock_guard<std::mutex> l(claims_mu);
-    std::set<FilesetId> out;
-    for (const auto& [id, fileset] : claim_filesets) out.insert(fileset);
-    return out;
-  }
-
-  // What the claim `own` (0: none) and every other claim still hold. Under
-  // mu, so that no commit moves bytes from a claim to the recorded sum
-  // while the caller reads both (CommitVerified's on_recorded).
-  struct ClaimSums {
-    Cache::ClaimedBytes own, others;
-  };
-  ClaimSums SumClaims(std::uint64_t own) EXLR8_REQUIRES(mu) {
-    std::lock_guard<std::mutex> l(claims_mu);
-    ClaimSums sums;
-    for (const auto& [id, remaining] : claims) {
-      const Cache::ClaimedBytes held = remaining();
-      Cache::ClaimedBytes& into = id == own ? sums.own : sums.others;
-      into.unwritten += held.unwritten;
-      into.unrecorded += held.unrecorded;
-    }
-    return sums;
-  }
+  // Free space, the reserve and the claims of pulls in flight; borrows
+  // root_fd. Set by Open and OpenReadOnly.
+  std::unique_ptr<SpaceAccount> space;
 
   // Directories (relative, "" = root) holding a data file opened by this
   // process whose name has not been fsynced yet.
@@ -363,22 +334,6 @@ struct Cache::Rep {
   bool IsStalePull(PullId id) const EXLR8_REQUIRES(mu) { return !read_only && !own_pulls.contains(id); }
   // The filesets with a pull running now (stale rows left out).
   Result<std::set<FilesetId>> FilesetsBeingPulled() EXLR8_REQUIRES(mu);
-
-  // ---- the reserve (CacheOptions::reserve_bytes; cache_space.cpp) ----
-
-  // Deletes the reserve if there is one; true if it did. Best effort.
-  bool ReleaseReserve();
-  // Makes the reserve reserve_bytes large again (creating it, or completing
-  // one cut short) out of the free space, leaving at least `keep_free` of
-  // it; never shrinks it. Best effort: the reserve is a safety margin, not
-  // a precondition of anything.
-  void RestoreReserve(std::uint64_t keep_free);
-  // What of the reserve this Cache released is not there again: room kept
-  // for the index, so Cache::FreeBytes does not count it free (a pull
-  // with --make-room evicts for its data instead of filling it).
-  std::uint64_t ReserveOwed();
-  std::mutex reserve_mu;          // one release or restore at a time
-  bool released_reserve = false;  // by this Cache; guarded by reserve_mu
 };
 
 }  // namespace exlr8

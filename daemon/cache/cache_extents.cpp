@@ -1,5 +1,3 @@
-#include "daemon/cache/cache.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cache/cache.h"
 #include "daemon/cache/cache_rep.h"
 
 // Cache: writing data, making it durable and recording it as verified
@@ -18,7 +17,7 @@
 namespace exlr8 {
 
 using cache_internal::DataFile;
-using cache_internal::FileRow;
+using FileRow = Catalog::FileRow;
 
 namespace {
 
@@ -33,16 +32,17 @@ Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offs
 
 }  // namespace
 
-// fdatasync each file, outside the cache lock (taken only to consult and
-// note failures: see Rep::failed_syncs).
+// fdatasync each file, outside the index lock (sync_mu is taken only to
+// consult and note failures: see Rep::failed_syncs).
 Status Cache::Rep::SyncFiles(const std::vector<std::shared_ptr<DataFile>>& files) {
   Rep& r = *this;
   auto failed_before = [&](const DataFile& f) -> Status {
-    MutexLock l(&r.mu);
+    MutexLock l(&r.sync_mu);
     auto it = r.failed_syncs.find(f.rel);
     if (it == r.failed_syncs.end()) return Status::Ok();
-    return ErrnoStatus(it->second, "fdatasync " + f.shown + " failed earlier in this process, so bytes written to it "
-                                   "may be lost (nothing more of it is recorded until exlr8d restarts)");
+    return ErrnoStatus(it->second, "fdatasync " + f.shown +
+                                       " failed earlier in this process, so bytes written to it "
+                                       "may be lost (nothing more of it is recorded until exlr8d restarts)");
   };
   // Start write-back of every file first, so the device works on all of
   // them at once instead of one fdatasync after another. Only a hint: the
@@ -55,7 +55,7 @@ Status Cache::Rep::SyncFiles(const std::vector<std::shared_ptr<DataFile>>& files
       if (errno == EINTR) continue;
       const int e = errno;
       {
-        MutexLock l(&r.mu);
+        MutexLock l(&r.sync_mu);
         r.failed_syncs.emplace(f->rel, e);
       }
       return ErrnoStatus(e, "fdatasync " + f->shown);
@@ -65,6 +65,76 @@ Status Cache::Rep::SyncFiles(const std::vector<std::shared_ptr<DataFile>>& files
   return Status::Ok();
 }
 
+// ---- the data files ----
+
+Result<std::shared_ptr<DataFile>> Cache::Rep::GetDataFile(FileId file, bool create) {
+  if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, catalog.LoadFile(file));
+  EXLR8_ASSIGN_OR_RETURN(BeneathFile opened,
+                         OpenBeneath(root_fd.get(), row.rel, create && !read_only, shown, read_only));
+  if (opened.created) {
+    // Created, so it was not there (deleted, or something else in its
+    // place), yet the index records bytes of it: never let new writes
+    // stand in for them. A pull forgets them first
+    // (ForgetLostBytes); met later, it fails.
+    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> recorded, catalog.AllExtents(file));
+    if (!recorded.empty())
+      return CorruptionError(shown + "/" + row.rel +
+                             " was not on disk while the index records bytes of it; they "
+                             "are lost (the next pull forgets and fetches them again)");
+  }
+  auto df = std::make_shared<DataFile>();
+  df->fd = std::move(opened.fd);
+  df->fileset = row.fileset;
+  df->size = row.size;
+  df->rel = row.rel;
+  df->shown = shown + "/" + row.rel;
+  struct stat st;
+  if (::fstat(df->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + df->shown);
+  // A read-only view changes nothing: a file of another size stays as it
+  // is, and reading past its end fails (shorter than recorded).
+  if (!read_only) {
+    // A new file, or one a crash left short: extend it to its remote size.
+    // Truncation never frees blocks of a file whose size matches. (Bytes
+    // recorded past a short file's end were lost: ForgetLostBytes.)
+    if (static_cast<std::uint64_t>(st.st_size) != row.size) {
+      // Cutting a longer file back never cuts recorded bytes away: an
+      // index that records bytes past the listed size disagrees with
+      // itself (edited by hand), and cutting would lose recorded bytes.
+      if (static_cast<std::uint64_t>(st.st_size) > row.size) {
+        EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> recorded, catalog.AllExtents(file));
+        if (!recorded.empty() && recorded.back().offset + recorded.back().length > row.size)
+          return CorruptionError(df->shown + ": the index records bytes up to " +
+                                 std::to_string(recorded.back().offset + recorded.back().length) +
+                                 ", past the file's listed size of " + std::to_string(row.size) +
+                                 " bytes; the file is left as it is");
+      }
+      if (::ftruncate(df->fd.get(), static_cast<off_t>(row.size)) != 0)
+        return ErrnoStatus(errno, "size " + df->shown + " to " + std::to_string(row.size) + " bytes");
+    }
+    // Its name (and any directory made for it) must be durable before an
+    // extent of it is recorded; we cannot know whether a dead predecessor
+    // synced them, so every file opened by this process counts.
+    MutexLock sync_lock(&sync_mu);
+    for (std::string& d : ParentDirs(row.rel)) unsynced_dirs.insert(std::move(d));
+  }
+  MutexLock l(&open_mu);
+  if (open_files.size() >= cache_internal::kMaxOpenFiles) {
+    std::erase_if(open_files, [](const auto& kv) { return kv.second.use_count() == 1; });
+  }
+  open_files.emplace(file, df);
+  return df;
+}
+
+Result<std::shared_ptr<DataFile>> Cache::Rep::OpenWritten(FileId file) {
+  if (std::shared_ptr<DataFile> open = FindOpen(file)) return open;
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, catalog.LoadFile(file));
+  Result<std::shared_ptr<DataFile>> f = GetDataFile(file, /*create=*/false);
+  if (f.status().code() == StatusCode::kNotFound)
+    return FailedPreconditionError(shown + "/" + row.rel +
+                                   ": not in the cache directory (never written): " + f.status().message());
+  return f;
+}
 
 // ---- writing ----
 
@@ -72,7 +142,7 @@ Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::by
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   std::shared_ptr<DataFile> f = rep_->FindOpen(file);  // without mu: see open_mu
   if (!f) {
-    MutexLock l(&rep_->mu);
+    MutexLock l(&rep_->catalog.mu());
     EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
   }
   EXLR8_RETURN_IF_ERROR(CheckRange(f->shown, f->size, offset, data.size()));
@@ -107,7 +177,7 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   }
   if (by_file.empty()) {  // nothing to record
     if (on_recorded) {
-      MutexLock l(&r.mu);
+      MutexLock l(&r.catalog.mu());
       on_recorded();
     }
     return Status::Ok();
@@ -116,17 +186,18 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   // 1. resolve and check every extent
   std::vector<std::shared_ptr<DataFile>> files;
   {
-    MutexLock l(&r.mu);
+    MutexLock l(&r.catalog.mu());
     for (auto& [id, list] : by_file) {
       Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
       if (!f.ok()) return f.status();
-      for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      for (const Extent& e : list)
+        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
       if (whole.contains(id))
         for (const VerifiedExtent& e : extents)
           if (e.file == id && e.whole_file && (e.offset != 0 || e.length != (*f)->size))
-            return InvalidArgumentError((*f)->shown + ": a whole-file extent [" + std::to_string(e.offset) + ", " +
-                                        std::to_string(e.offset + e.length) + ") is not the whole file (" +
-                                        std::to_string((*f)->size) + " bytes)");
+            return InvalidArgumentError((*f)->shown + ": a whole-file extent [" + std::to_string(e.offset) +
+                                        ", " + std::to_string(e.offset + e.length) +
+                                        ") is not the whole file (" + std::to_string((*f)->size) + " bytes)");
       if (auto p = prefix_of.find(id); p != prefix_of.end())
         EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
       list = NormalizeExtents(std::move(list));
@@ -137,36 +208,14 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
   EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
   // 3. record them, all in one transaction
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  for (const auto& [id, list] : by_file)
-    if (!list.empty()) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
-  if (!prefix_of.empty()) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt set, r.db->Prepare("UPDATE files SET durable_prefix = ? WHERE id = ?"));
-    for (const auto& [id, bytes] : prefix_of) {
-      if (whole.contains(id)) continue;  // done: no resume point any more
-      set.Reset();
-      EXLR8_RETURN_IF_ERROR(set.Bind(1, static_cast<std::int64_t>(bytes)).Bind(2, id).Run());
-    }
-  }
-  if (!whole.empty()) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
-                           r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
-    for (FileId id : whole) {
-      up.Reset();
-      EXLR8_RETURN_IF_ERROR(up.Bind(1, id).Run());
-    }
-  }
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
-  std::set<FilesetId> filesets;
-  for (const auto& f : files) filesets.insert(f->fileset);
-  const std::int64_t now = r.Now();
-  for (FilesetId fs : filesets) {
-    touch.Reset();
-    EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
-  }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  if (on_recorded) on_recorded();  // under mu still: see CheckSpace
+  Catalog::Commit commit;
+  commit.extents = std::move(by_file);
+  commit.prefixes = std::move(prefix_of);
+  commit.whole = std::move(whole);
+  for (const auto& f : files) commit.filesets.insert(f->fileset);
+  MutexLock l(&r.catalog.mu());
+  EXLR8_RETURN_IF_ERROR(r.catalog.RecordCommit(commit));
+  if (on_recorded) on_recorded();  // under the index lock still: see CheckSpace
   return Status::Ok();
 }
 
@@ -176,16 +225,13 @@ Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std
   Rep& r = *rep_;
   std::shared_ptr<DataFile> f;
   {
-    MutexLock l(&r.mu);
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT durable_prefix FROM files WHERE id = ?"));
-    q.Bind(1, file);
-    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) return NotFoundError(r.shown + ": no file with id " + std::to_string(file) + " in the cache index");
-    const auto prefix = static_cast<std::uint64_t>(q.Int(0));
+    MutexLock l(&r.catalog.mu());
+    EXLR8_ASSIGN_OR_RETURN(const std::uint64_t prefix, r.catalog.DurablePrefix(file));
     if (offset > prefix || out.size() > prefix - offset)
-      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" + std::to_string(offset) +
-                                     ", " + std::to_string(offset + out.size()) + ") are beyond its durable prefix (" +
-                                     std::to_string(prefix) + " bytes)");
+      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" +
+                                     std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                                     ") are beyond its durable prefix (" + std::to_string(prefix) +
+                                     " bytes)");
     EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
   }
   return PreadAll(f->fd.get(), offset, out, f->shown);
@@ -197,9 +243,9 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   Rep& r = *rep_;
   std::vector<std::shared_ptr<DataFile>> files;
   {
-    MutexLock l(&r.mu);
+    MutexLock l(&r.catalog.mu());
     for (FileId file : ids) {
-      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(file));
       // An empty file has no bytes to write, so nobody else creates it.
       if (row.size == 0) {
         EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.GetDataFile(file, /*create=*/true));
@@ -210,24 +256,10 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   }
   EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
   EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
-                                                       "VALUES (?, 0, ?)"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
-                         r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    del.Reset();
-    EXLR8_RETURN_IF_ERROR(del.Bind(1, ids[i]).Run());
-    if (files[i]->size > 0) {
-      ins.Reset();
-      EXLR8_RETURN_IF_ERROR(ins.Bind(1, ids[i]).Bind(2, static_cast<std::int64_t>(files[i]->size)).Run());
-    }
-    up.Reset();
-    EXLR8_RETURN_IF_ERROR(up.Bind(1, ids[i]).Run());
-  }
-  return txn.Commit();
+  MutexLock l(&r.catalog.mu());
+  std::vector<std::pair<FileId, std::uint64_t>> sized;
+  for (std::size_t i = 0; i < ids.size(); ++i) sized.emplace_back(ids[i], files[i]->size);
+  return r.catalog.RecordWholeFiles(sized);
 }
 
 Result<std::optional<std::uint64_t>> Cache::Rep::SizeOnDisk(FileId id, const FileRow& row) {
@@ -251,8 +283,8 @@ Result<std::optional<std::uint64_t>> Cache::Rep::SizeOnDisk(FileId id, const Fil
 
 Result<std::optional<std::uint64_t>> Cache::SizeOnDisk(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(file));
   return r.SizeOnDisk(file, row);
 }
 
@@ -261,19 +293,11 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
   Rep& r = *rep_;
   std::vector<VerifiedExtent> lost;
   {
-    MutexLock l(&r.mu);
-    EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT DISTINCT f.id FROM files f JOIN extents e ON "
-                                                       "e.file_id = f.id WHERE f.fileset_id = ?"));
-    q.Bind(1, fileset);
-    std::vector<FileId> ids;
-    while (true) {
-      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      ids.push_back(q.Int(0));
-    }
+    MutexLock l(&r.catalog.mu());
+    EXLR8_RETURN_IF_ERROR(r.catalog.CheckFilesetExists(fileset));
+    EXLR8_ASSIGN_OR_RETURN(const std::vector<FileId> ids, r.catalog.FilesWithExtents(fileset));
     for (FileId id : ids) {
-      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
+      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(id));
       EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> size, r.SizeOnDisk(id, row));
       const std::uint64_t on_disk = size.value_or(0);  // bytes of the file that exist
       if (on_disk < row.size) lost.push_back({id, on_disk, row.size - on_disk});
@@ -286,11 +310,12 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
 Status Cache::CutToListedSize(FileId file) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
+  MutexLock l(&r.catalog.mu());
   EXLR8_ASSIGN_OR_RETURN(std::shared_ptr<DataFile> f, r.OpenWritten(file));
   struct stat st;
   if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + f->shown);
-  if (static_cast<std::uint64_t>(st.st_size) > f->size && ::ftruncate(f->fd.get(), static_cast<off_t>(f->size)) != 0)
+  if (static_cast<std::uint64_t>(st.st_size) > f->size &&
+      ::ftruncate(f->fd.get(), static_cast<off_t>(f->size)) != 0)
     return ErrnoStatus(errno, "cut " + f->shown + " back to " + std::to_string(f->size) + " bytes");
   return Status::Ok();
 }
@@ -302,37 +327,13 @@ Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> range
   for (const VerifiedExtent& e : ranges)
     if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
   if (by_file.empty()) return std::uint64_t{0};
-  MutexLock l(&r.mu);
+  MutexLock l(&r.catalog.mu());
   for (const auto& [id, list] : by_file) {
-    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
-    for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
+    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(id));
+    for (const Extent& e : list)
+      EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
   }
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt demote, r.db->Prepare("UPDATE files SET whole_verified = 0, durable_prefix = 0 "
-                                                          "WHERE id = ?"));
-  std::uint64_t forgotten = 0;
-  for (auto& [id, list] : by_file) {
-    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, r.AllExtents(id));
-    const std::vector<Extent> keep = SubtractExtents(have, std::move(list));
-    const std::uint64_t lost = TotalLength(have) - TotalLength(keep);
-    if (lost == 0) continue;
-    forgotten += lost;
-    del.Reset();
-    EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
-    for (const Extent& e : keep) {
-      ins.Reset();
-      EXLR8_RETURN_IF_ERROR(ins.Bind(1, id)
-                                .Bind(2, static_cast<std::int64_t>(e.offset))
-                                .Bind(3, static_cast<std::int64_t>(e.length))
-                                .Run());
-    }
-    demote.Reset();
-    EXLR8_RETURN_IF_ERROR(demote.Bind(1, id).Run());
-  }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  return forgotten;
+  return r.catalog.ForgetRanges(by_file);
 }
 
 // ---- reading ----
@@ -344,18 +345,18 @@ Result<bool> Cache::Covers(FileId file, std::uint64_t offset, std::uint64_t leng
 
 Result<std::vector<Extent>> Cache::VerifiedExtents(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_RETURN_IF_ERROR(r.LoadFile(file).status());
-  return r.AllExtents(file);
+  MutexLock l(&r.catalog.mu());
+  EXLR8_RETURN_IF_ERROR(r.catalog.LoadFile(file).status());
+  return r.catalog.AllExtents(file);
 }
 
 Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(file));
   EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, offset, length));
   if (length == 0) return std::vector<Extent>{};
-  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.ExtentsNear(file, offset, offset + length));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.catalog.ExtentsNear(file, offset, offset + length));
   return MissingExtents(near, {offset, length});
 }
 
@@ -374,13 +375,14 @@ class VerifiedFileSource final : public ByteSource {
   Status ReadAt(std::uint64_t offset, std::span<std::byte> dst) const override {
     if (offset > size_ || dst.size() > size_ - offset)
       return CorruptionError(name_ + ": read of " + std::to_string(dst.size()) + " bytes at offset " +
-                             std::to_string(offset) + " runs past the end (" + std::to_string(size_) + " bytes)");
+                             std::to_string(offset) + " runs past the end (" + std::to_string(size_) +
+                             " bytes)");
     if (dst.empty()) return Status::Ok();
     const std::vector<Extent> holes = MissingExtents(extents_, {offset, dst.size()});
     if (!holes.empty())
-      return NotFoundError(name_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + dst.size()) +
-                           ") are not verified in the cache; first missing offset " +
-                           std::to_string(holes.front().offset));
+      return NotFoundError(
+          name_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + dst.size()) +
+          ") are not verified in the cache; first missing offset " + std::to_string(holes.front().offset));
     return PreadAll(file_->fd.get(), offset, dst, name_);
   }
 
@@ -395,14 +397,15 @@ class VerifiedFileSource final : public ByteSource {
 
 Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
-  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.AllExtents(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(file));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.catalog.AllExtents(file));
   std::shared_ptr<DataFile> df;
   if (!extents.empty()) {
     Result<std::shared_ptr<DataFile>> opened = r.OpenWritten(file);
     if (opened.status().code() == StatusCode::kFailedPrecondition)
-      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing (" +
+      return CorruptionError(r.shown + "/" + row.rel +
+                             ": the index records verified bytes but the file is missing (" +
                              opened.status().message() + ")");
     if (!opened.ok()) return opened.status();
     df = *std::move(opened);
@@ -413,8 +416,8 @@ Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
 
 Result<std::unique_ptr<ByteSource>> Cache::OpenCheckedByCaller(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.catalog.LoadFile(file));
   std::shared_ptr<DataFile> df;
   std::vector<Extent> all;
   if (row.size > 0) {

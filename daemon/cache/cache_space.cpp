@@ -22,8 +22,8 @@ Result<std::uint64_t> Cache::FreeBytes() { return rep_->space->FreeBytes(); }
 const std::optional<std::uint64_t>& Cache::byte_budget() const { return rep_->space->byte_budget(); }
 
 Result<std::uint64_t> Cache::RecordedBytes() {
-  MutexLock l(&rep_->mu);
-  return rep_->RecordedBytes();
+  MutexLock l(&rep_->catalog.mu());
+  return rep_->catalog.RecordedBytes();
 }
 
 Cache::SpaceClaim::~SpaceClaim() { account_->DropClaim(id_); }
@@ -41,8 +41,8 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
   {
     // The recorded bytes and the claims at one moment: a commit moves
     // bytes from a claim to the recorded sum under this lock.
-    MutexLock l(&rep_->mu);
-    EXLR8_ASSIGN_OR_RETURN(used, rep_->RecordedBytes());
+    MutexLock l(&rep_->catalog.mu());
+    EXLR8_ASSIGN_OR_RETURN(used, rep_->catalog.RecordedBytes());
     claims = rep_->space->SumClaims(own != nullptr ? own->id_ : 0);
   }
   // The free space after the claims: what is written meanwhile is then
@@ -53,7 +53,7 @@ Status Cache::CheckSpace(std::uint64_t bytes_needed, const SpaceClaim* own) {
 
 Result<GcResult> Cache::Gc(std::uint64_t budget) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
-  MutexLock l(&rep_->mu);
+  MutexLock l(&rep_->catalog.mu());
   Result<GcResult> r = rep_->EvictDownTo(budget);
   rep_->space->RestoreReserve(/*keep_free=*/rep_->options.reserve_bytes);
   return r;
@@ -63,8 +63,8 @@ Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* o
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   // The same sums as CheckSpace, solved for the recorded bytes that leave
   // room for `bytes_needed`.
-  MutexLock l(&rep_->mu);
-  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, rep_->RecordedBytes());
+  MutexLock l(&rep_->catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t used, rep_->catalog.RecordedBytes());
   const SpaceAccount::ClaimSums claims = rep_->space->SumClaims(own != nullptr ? own->id_ : 0);
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t free, FreeBytes());
   const std::uint64_t target = rep_->space->RoomTarget(bytes_needed, used, claims, free);
@@ -78,7 +78,7 @@ Result<GcResult> Cache::MakeRoom(std::uint64_t bytes_needed, const SpaceClaim* o
 
 Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
   GcResult result;
-  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, RecordedBytes());
+  EXLR8_ASSIGN_OR_RETURN(std::uint64_t total, catalog.RecordedBytes());
   std::vector<std::pair<FilesetId, std::uint64_t>> victims;  // id, verified bytes
   if (total > target) {
     // Listed before the victims are chosen; a pin taken after that races
@@ -87,34 +87,25 @@ Result<GcResult> Cache::Rep::EvictDownTo(std::uint64_t target) {
     std::set<std::pair<std::string, std::string>> held;  // repo, commit
     for (const ProcessPinInfo& p : live) held.emplace(p.repo, p.commit);
     const std::set<FilesetId> claimed = space->ClaimedFilesets();
-    EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, FilesetsBeingPulled());
-    EXLR8_ASSIGN_OR_RETURN(
-        SqliteStmt q,
-        db->Prepare("SELECT s.id, "
-                    "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
-                    "  WHERE f.fileset_id = s.id), s.repo, s.commit_sha "
-                    "FROM filesets s "
-                    "WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.fileset_id = s.id) "
-                    "ORDER BY s.last_used ASC, s.id ASC"));
+    EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, catalog.FilesetsBeingPulled());
+    EXLR8_ASSIGN_OR_RETURN(const std::vector<Catalog::EvictionCandidate> order, catalog.EvictionOrder());
     std::uint64_t left = total;
-    while (left > target) {
-      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      if (held.count({q.Text(2), q.Text(3)}) || claimed.count(q.Int(0)) || pulled.count(q.Int(0))) continue;
-      const auto bytes = static_cast<std::uint64_t>(q.Int(1));
-      left -= std::min(left, bytes);
-      victims.emplace_back(q.Int(0), bytes);
+    for (const Catalog::EvictionCandidate& c : order) {
+      if (left <= target) break;
+      if (held.count({c.repo, c.commit}) || claimed.count(c.id) || pulled.count(c.id)) continue;
+      left -= std::min(left, c.bytes);
+      victims.emplace_back(c.id, c.bytes);
     }
   }
   EXLR8_RETURN_IF_ERROR(EvictFilesets(victims, &result));
-  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, RecordedBytes());
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, catalog.RecordedBytes());
   return result;
 }
 
 Result<GcResult> Cache::Evict(FilesetId fileset) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
+  MutexLock l(&r.catalog.mu());
   EXLR8_ASSIGN_OR_RETURN(std::vector<FilesetInfo> list, r.QueryFilesets(fileset));
   if (list.empty())
     return NotFoundError(r.shown + ": no fileset with id " + std::to_string(fileset) + " in the cache index");
@@ -132,13 +123,13 @@ Result<GcResult> Cache::Evict(FilesetId fileset) {
     return FailedPreconditionError(name + " is held by " + holders +
                                    "; the pin goes when that process exits (stop it first)");
   }
-  EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, r.FilesetsBeingPulled());
+  EXLR8_ASSIGN_OR_RETURN(const std::set<FilesetId> pulled, r.catalog.FilesetsBeingPulled());
   if (pulled.count(fileset) || r.space->ClaimedFilesets().count(fileset))
     return FailedPreconditionError(name + " has a pull running");
   GcResult result;
   EXLR8_RETURN_IF_ERROR(r.EvictFilesets({{fileset, set.bytes_cached}}, &result));
   r.space->RestoreReserve(/*keep_free=*/r.options.reserve_bytes);
-  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.RecordedBytes());
+  EXLR8_ASSIGN_OR_RETURN(result.bytes_remaining, r.catalog.RecordedBytes());
   return result;
 }
 
@@ -147,20 +138,13 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
   if (!victims.empty()) {
     // Rows first, durably (synchronous=FULL); files after. A crash in
     // between leaves unrecorded files, which RemoveOrphanDirs sweeps.
-    auto delete_rows = [&]() -> Status {
-      mu.AssertHeld();  // called only below, under the caller's lock; the analysis does not follow lambdas
-      EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db.get()));
-      EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db->Prepare("DELETE FROM filesets WHERE id = ?"));
-      for (const auto& [id, bytes] : victims) {
-        del.Reset();
-        EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
-      }
-      return txn.Commit();
-    };
-    Status deleted = delete_rows();
+    std::vector<FilesetId> ids;
+    for (const auto& [id, bytes] : victims) ids.push_back(id);
+    Status deleted = catalog.DeleteFilesets(ids);
     // SQLite needs room even to delete (WAL frames): on a full disk the
     // reserve is what lets an eviction free the rest.
-    if (deleted.code() == StatusCode::kResourceExhausted && space->ReleaseReserve()) deleted = delete_rows();
+    if (deleted.code() == StatusCode::kResourceExhausted && space->ReleaseReserve())
+      deleted = catalog.DeleteFilesets(ids);
     EXLR8_RETURN_IF_ERROR(deleted);
     std::set<FilesetId> gone;
     for (const auto& [id, bytes] : victims) {
@@ -172,21 +156,13 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
     std::erase_if(open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
   }
   EXLR8_RETURN_IF_ERROR(RemoveOrphanDirs());
-  (void)MarkStalePulls();  // the room a full disk denied it at Open, if any is free now
+  (void)catalog.MarkStalePulls();  // the room a full disk denied it at Open, if any is free now
   return Status::Ok();
 }
 
 Status Cache::Rep::RemoveOrphanDirs() {
   // The data directories the index knows.
-  std::set<std::string> known;
-  {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare("SELECT repo, commit_sha FROM filesets"));
-    while (true) {
-      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      known.insert(FilesetDir(q.Text(0), q.Text(1)));
-    }
-  }
+  EXLR8_ASSIGN_OR_RETURN(const std::set<std::string> known, catalog.FilesetDirs());
   namespace fs = std::filesystem;
   auto subdirs = [](const fs::path& p) {
     std::vector<fs::path> out;
@@ -223,6 +199,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
   }
   // A directory removed here holds nothing left to record, and a pending
   // sync of its names would fail every later commit (open: ENOENT).
+  MutexLock sync_lock(&sync_mu);
   std::erase_if(unsynced_dirs, [&](const std::string& d) {
     std::error_code ec;
     return !d.empty() && !fs::is_directory(dir / d, ec);

@@ -119,6 +119,14 @@ struct GcResult {
   std::uint64_t bytes_remaining = 0;  // verified bytes still cached
 };
 
+// Where a file's data lives: its row in the catalog joined with its
+// fileset (Catalog::LoadFile), as the extent store opens it.
+struct FileLocation {
+  FilesetId fileset = 0;
+  std::uint64_t size = 0;  // listed (remote) size
+  std::string rel;         // <org>/<name>/<commit>/<path>, relative to the cache directory
+};
+
 // What a space claim still holds (Cache::SpaceClaim, SpaceAccount).
 struct ClaimedBytes {
   // Claimed and not written yet: still to come out of the free space.

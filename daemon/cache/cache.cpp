@@ -40,6 +40,9 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   rep->space = std::make_unique<SpaceAccount>(
       rep->root_fd.get(), rep->shown,
       SpaceAccount::Options{rep->options.byte_budget, rep->options.reserve_bytes, /*read_only=*/false});
+  rep->store = std::make_unique<ExtentStore>(
+      rep->root_fd.get(), rep->shown,
+      ExtentStore::Options{rep->options.write_behind_bytes, /*read_only=*/false});
   EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait));
   // On a full disk, room for the index before SQLite needs it: opening may
   // already write (its shared-memory file, a checkpoint that grows the
@@ -66,6 +69,8 @@ Result<std::unique_ptr<Cache>> Cache::OpenReadOnly(std::filesystem::path dir) {
   if (!rep->root_fd.valid()) return ErrnoStatus(errno, "open cache directory " + rep->shown);
   rep->space = std::make_unique<SpaceAccount>(rep->root_fd.get(), rep->shown,
                                               SpaceAccount::Options{std::nullopt, 0, /*read_only=*/true});
+  rep->store = std::make_unique<ExtentStore>(rep->root_fd.get(), rep->shown,
+                                             ExtentStore::Options{0, /*read_only=*/true});
   MutexLock l(&rep->catalog.mu());
   EXLR8_RETURN_IF_ERROR(rep->catalog.OpenReadOnly((rep->dir / kCacheDbName).string()));
   return std::unique_ptr<Cache>(new Cache(std::move(rep)));

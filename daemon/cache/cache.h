@@ -21,11 +21,14 @@
 //
 // Ownership and threads. One process owns a cache directory at a time (the
 // lock file). A Cache is thread-safe: every method may be called from any
-// thread; the engine's loop writes while a REST thread reads. Index access
-// is serialized on one internal mutex; pwrite and fdatasync run outside it,
-// so readers are not stalled by disk flushes. WriteAt calls for the same
-// bytes from two threads at once are the caller's problem (they write the
-// same verified content anyway).
+// thread; the engine's loop writes while a REST thread reads. Cache is a
+// facade over three pieces that own the state: Catalog (catalog.h, the
+// SQLite index; its lock serializes index access), ExtentStore
+// (extent_store.h, the data files; pwrite and fdatasync run under none of
+// the index's locks, so readers are not stalled by disk flushes) and
+// SpaceAccount (space_account.h, free space, the reserve and claims).
+// WriteAt calls for the same bytes from two threads at once are the
+// caller's problem (they write the same verified content anyway).
 //
 // Errors: InvalidArgument for bad names/ranges (naming them), NotFound for
 // unknown ids or unverified bytes, FailedPrecondition for a held lock or a

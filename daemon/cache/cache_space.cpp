@@ -1,18 +1,14 @@
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-
 #include <algorithm>
 #include <set>
 #include <vector>
 
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cache_rep.h"
-#include "format/units.h"
 
-// Cache: free space, claims of pulls in flight, the byte budget and
-// eviction (gc), least recently used first.
+// Cache, the facade: space checks and eviction (gc), least recently used
+// first. The catalog says what is recorded, pinned and pulled, the space
+// account what is free and claimed and how far to evict; the facade
+// decides under the catalog's lock, deletes rows, then files.
 namespace exlr8 {
 
 // ---- space ----
@@ -152,8 +148,7 @@ Status Cache::Rep::EvictFilesets(const std::vector<std::pair<FilesetId, std::uin
       result->evicted.push_back(id);
       result->bytes_freed += bytes;
     }
-    MutexLock open_lock(&open_mu);
-    std::erase_if(open_files, [&](const auto& kv) { return gone.count(kv.second->fileset) > 0; });
+    store->CloseFilesets(gone);
   }
   EXLR8_RETURN_IF_ERROR(RemoveOrphanDirs());
   (void)catalog.MarkStalePulls();  // the room a full disk denied it at Open, if any is free now
@@ -199,11 +194,7 @@ Status Cache::Rep::RemoveOrphanDirs() {
   }
   // A directory removed here holds nothing left to record, and a pending
   // sync of its names would fail every later commit (open: ENOENT).
-  MutexLock sync_lock(&sync_mu);
-  std::erase_if(unsynced_dirs, [&](const std::string& d) {
-    std::error_code ec;
-    return !d.empty() && !fs::is_directory(dir / d, ec);
-  });
+  store->ForgetRemovedDirs();
   return Status::Ok();
 }
 

@@ -1,24 +1,17 @@
-#include "daemon/cache/cache.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "daemon/cache/cache.h"
 #include "daemon/cache/cache_rep.h"
 
-// Cache: writing data, making it durable and recording it as verified
-// extents; reading back what is verified.
+// Cache, the facade: the calls that write, make durable, record and read
+// data. Each runs in the order docs/CACHE.md "Crash safety" sets: the
+// extent store writes and syncs without the catalog's lock, and only then
+// does the catalog record, under it.
 namespace exlr8 {
-
-using cache_internal::DataFile;
-using cache_internal::FileRow;
 
 namespace {
 
@@ -33,81 +26,58 @@ Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offs
 
 }  // namespace
 
-// fdatasync each file, outside the cache lock (taken only to consult and
-// note failures: see Rep::failed_syncs).
-Status Cache::Rep::SyncFiles(const std::vector<std::shared_ptr<DataFile>>& files) {
-  Rep& r = *this;
-  auto failed_before = [&](const DataFile& f) -> Status {
-    MutexLock l(&r.mu);
-    auto it = r.failed_syncs.find(f.rel);
-    if (it == r.failed_syncs.end()) return Status::Ok();
-    return ErrnoStatus(it->second, "fdatasync " + f.shown + " failed earlier in this process, so bytes written to it "
-                                   "may be lost (nothing more of it is recorded until exlr8d restarts)");
-  };
-  // Start write-back of every file first, so the device works on all of
-  // them at once instead of one fdatasync after another. Only a hint: the
-  // fdatasync below is what makes the bytes durable.
-  if (files.size() > 1)
-    for (const auto& f : files) (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
-  for (const auto& f : files) {
-    EXLR8_RETURN_IF_ERROR(failed_before(*f));
-    while (::fdatasync(f->fd.get()) != 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      {
-        MutexLock l(&r.mu);
-        r.failed_syncs.emplace(f->rel, e);
-      }
-      return ErrnoStatus(e, "fdatasync " + f->shown);
-    }
-    EXLR8_RETURN_IF_ERROR(failed_before(*f));  // another commit's sync of it failed meanwhile
-  }
-  return Status::Ok();
+// ---- the data files ----
+
+Result<std::shared_ptr<DataFile>> Cache::Rep::GetDataFile(FileId file, bool create) {
+  if (std::shared_ptr<DataFile> open = store->FindOpen(file)) return open;
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, catalog.LoadFile(file));
+  return store->Open(file, row, create, [&]() -> Result<std::vector<Extent>> {
+    catalog.mu()
+        .AssertHeld();  // runs inside Open, under this caller's lock; the analysis does not follow lambdas
+    return catalog.AllExtents(file);
+  });
 }
 
+Result<std::shared_ptr<DataFile>> Cache::Rep::OpenWritten(FileId file) {
+  if (std::shared_ptr<DataFile> open = store->FindOpen(file)) return open;
+  EXLR8_ASSIGN_OR_RETURN(FileRow row, catalog.LoadFile(file));
+  return store->OpenWritten(file, row, [&]() -> Result<std::vector<Extent>> {
+    catalog.mu().AssertHeld();  // as above
+    return catalog.AllExtents(file);
+  });
+}
 
 // ---- writing ----
 
 Status Cache::WriteAt(FileId file, std::uint64_t offset, std::span<const std::byte> data) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
-  std::shared_ptr<DataFile> f = rep_->FindOpen(file);  // without mu: see open_mu
+  std::shared_ptr<DataFile> f = rep_->store->FindOpen(file);  // without the index lock: see ExtentStore
   if (!f) {
-    MutexLock l(&rep_->mu);
+    MutexLock l(&rep_->catalog.mu());
     EXLR8_ASSIGN_OR_RETURN(f, rep_->GetDataFile(file, /*create=*/true));
   }
-  EXLR8_RETURN_IF_ERROR(CheckRange(f->shown, f->size, offset, data.size()));
-  EXLR8_RETURN_IF_ERROR(PwriteAll(f->fd.get(), offset, data, f->shown));
-  const std::uint64_t every = rep_->options.write_behind_bytes;
-  if (every > 0 && f->unkicked.fetch_add(data.size(), std::memory_order_relaxed) + data.size() >= every) {
-    f->unkicked.store(0, std::memory_order_relaxed);
-    // Whole file: the kernel walks only the dirty pages, and several workers
-    // write one file at different offsets. A hint, so failure is harmless.
-    (void)::sync_file_range(f->fd.get(), 0, 0, SYNC_FILE_RANGE_WRITE);
-  }
-  return Status::Ok();
+  return rep_->store->Write(*f, offset, data);
 }
 
 Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<const DurablePrefix> prefixes,
                              const std::function<void()>& on_recorded) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
-  std::map<FileId, std::vector<Extent>> by_file;
-  std::set<FileId> whole;  // checked whole by the caller
+  Catalog::Commit commit;
   for (const VerifiedExtent& e : extents) {
-    if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
+    if (e.length > 0) commit.extents[e.file].push_back({e.offset, e.length});
     if (e.whole_file) {
-      whole.insert(e.file);
-      by_file[e.file];
+      commit.whole.insert(e.file);
+      commit.extents[e.file];
     }
   }
-  std::map<FileId, std::uint64_t> prefix_of;  // the last one per file wins
   for (const DurablePrefix& p : prefixes) {
-    prefix_of[p.file] = p.bytes;
-    by_file[p.file];  // its file is synced with the others
+    commit.prefixes[p.file] = p.bytes;  // the last one per file wins
+    commit.extents[p.file];             // its file is synced with the others
   }
-  if (by_file.empty()) {  // nothing to record
+  if (commit.extents.empty()) {  // nothing to record
     if (on_recorded) {
-      MutexLock l(&r.mu);
+      MutexLock l(&r.catalog.mu());
       on_recorded();
     }
     return Status::Ok();
@@ -116,80 +86,35 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
   // 1. resolve and check every extent
   std::vector<std::shared_ptr<DataFile>> files;
   {
-    MutexLock l(&r.mu);
-    for (auto& [id, list] : by_file) {
+    MutexLock l(&r.catalog.mu());
+    for (auto& [id, list] : commit.extents) {
       Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
       if (!f.ok()) return f.status();
-      for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
-      if (whole.contains(id))
+      for (const Extent& e : list)
+        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+      if (commit.whole.contains(id))
         for (const VerifiedExtent& e : extents)
           if (e.file == id && e.whole_file && (e.offset != 0 || e.length != (*f)->size))
-            return InvalidArgumentError((*f)->shown + ": a whole-file extent [" + std::to_string(e.offset) + ", " +
-                                        std::to_string(e.offset + e.length) + ") is not the whole file (" +
-                                        std::to_string((*f)->size) + " bytes)");
-      if (auto p = prefix_of.find(id); p != prefix_of.end())
+            return InvalidArgumentError((*f)->shown + ": a whole-file extent [" + std::to_string(e.offset) +
+                                        ", " + std::to_string(e.offset + e.length) +
+                                        ") is not the whole file (" + std::to_string((*f)->size) + " bytes)");
+      if (auto p = commit.prefixes.find(id); p != commit.prefixes.end())
         EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
       list = NormalizeExtents(std::move(list));
+      commit.filesets.insert((*f)->fileset);
       files.push_back(*std::move(f));
     }
   }
   // 2. make the bytes and the files' names durable, without blocking readers
-  EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
-  EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
+  EXLR8_RETURN_IF_ERROR(r.store->Sync(files));
   // 3. record them, all in one transaction
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  for (const auto& [id, list] : by_file)
-    if (!list.empty()) EXLR8_RETURN_IF_ERROR(r.MergeExtents(id, list));
-  if (!prefix_of.empty()) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt set, r.db->Prepare("UPDATE files SET durable_prefix = ? WHERE id = ?"));
-    for (const auto& [id, bytes] : prefix_of) {
-      if (whole.contains(id)) continue;  // done: no resume point any more
-      set.Reset();
-      EXLR8_RETURN_IF_ERROR(set.Bind(1, static_cast<std::int64_t>(bytes)).Bind(2, id).Run());
-    }
-  }
-  if (!whole.empty()) {
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
-                           r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
-    for (FileId id : whole) {
-      up.Reset();
-      EXLR8_RETURN_IF_ERROR(up.Bind(1, id).Run());
-    }
-  }
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, r.db->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
-  std::set<FilesetId> filesets;
-  for (const auto& f : files) filesets.insert(f->fileset);
-  const std::int64_t now = r.Now();
-  for (FilesetId fs : filesets) {
-    touch.Reset();
-    EXLR8_RETURN_IF_ERROR(touch.Bind(1, now).Bind(2, fs).Run());
-  }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  if (on_recorded) on_recorded();  // under mu still: see CheckSpace
+  MutexLock l(&r.catalog.mu());
+  EXLR8_RETURN_IF_ERROR(r.catalog.RecordCommit(commit));
+  if (on_recorded) on_recorded();  // under the index lock still: see CheckSpace
   return Status::Ok();
 }
 
 Status Cache::MarkWholeFileVerified(FileId file) { return MarkWholeFilesVerified({&file, 1}); }
-
-Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std::byte> out) {
-  Rep& r = *rep_;
-  std::shared_ptr<DataFile> f;
-  {
-    MutexLock l(&r.mu);
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT durable_prefix FROM files WHERE id = ?"));
-    q.Bind(1, file);
-    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) return NotFoundError(r.shown + ": no file with id " + std::to_string(file) + " in the cache index");
-    const auto prefix = static_cast<std::uint64_t>(q.Int(0));
-    if (offset > prefix || out.size() > prefix - offset)
-      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" + std::to_string(offset) +
-                                     ", " + std::to_string(offset + out.size()) + ") are beyond its durable prefix (" +
-                                     std::to_string(prefix) + " bytes)");
-    EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
-  }
-  return PreadAll(f->fd.get(), offset, out, f->shown);
-}
 
 Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
@@ -197,9 +122,9 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
   Rep& r = *rep_;
   std::vector<std::shared_ptr<DataFile>> files;
   {
-    MutexLock l(&r.mu);
+    MutexLock l(&r.catalog.mu());
     for (FileId file : ids) {
-      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+      EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
       // An empty file has no bytes to write, so nobody else creates it.
       if (row.size == 0) {
         EXLR8_ASSIGN_OR_RETURN(files.emplace_back(), r.GetDataFile(file, /*create=*/true));
@@ -208,52 +133,36 @@ Status Cache::MarkWholeFilesVerified(std::span<const FileId> ids) {
       }
     }
   }
-  EXLR8_RETURN_IF_ERROR(r.SyncFiles(files));
-  EXLR8_RETURN_IF_ERROR(r.SyncNewNames());
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) "
-                                                       "VALUES (?, 0, ?)"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt up,
-                         r.db->Prepare("UPDATE files SET whole_verified = 1, durable_prefix = 0 WHERE id = ?"));
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    del.Reset();
-    EXLR8_RETURN_IF_ERROR(del.Bind(1, ids[i]).Run());
-    if (files[i]->size > 0) {
-      ins.Reset();
-      EXLR8_RETURN_IF_ERROR(ins.Bind(1, ids[i]).Bind(2, static_cast<std::int64_t>(files[i]->size)).Run());
-    }
-    up.Reset();
-    EXLR8_RETURN_IF_ERROR(up.Bind(1, ids[i]).Run());
-  }
-  return txn.Commit();
+  EXLR8_RETURN_IF_ERROR(r.store->Sync(files));
+  std::vector<std::pair<FileId, std::uint64_t>> sized;
+  for (std::size_t i = 0; i < ids.size(); ++i) sized.emplace_back(ids[i], files[i]->size);
+  MutexLock l(&r.catalog.mu());
+  return r.catalog.RecordWholeFiles(sized);
 }
 
-Result<std::optional<std::uint64_t>> Cache::Rep::SizeOnDisk(FileId id, const FileRow& row) {
-  if (std::shared_ptr<DataFile> open = FindOpen(id)) {
-    struct stat st;
-    if (::fstat(open->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + open->shown);
-    if (st.st_nlink > 0) return std::optional<std::uint64_t>(static_cast<std::uint64_t>(st.st_size));
-    // Deleted while open: what it held is gone (writes to it would land
-    // nowhere), whatever the path names by now.
-    MutexLock open_lock(&open_mu);
-    open_files.erase(id);
-    return std::optional<std::uint64_t>();
+Status Cache::ReadDurablePrefix(FileId file, std::uint64_t offset, std::span<std::byte> out) {
+  Rep& r = *rep_;
+  std::shared_ptr<DataFile> f;
+  {
+    MutexLock l(&r.catalog.mu());
+    EXLR8_ASSIGN_OR_RETURN(const std::uint64_t prefix, r.catalog.DurablePrefix(file));
+    if (offset > prefix || out.size() > prefix - offset)
+      return FailedPreconditionError(r.shown + ": file " + std::to_string(file) + " bytes [" +
+                                     std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                                     ") are beyond its durable prefix (" + std::to_string(prefix) +
+                                     " bytes)");
+    EXLR8_ASSIGN_OR_RETURN(f, r.OpenWritten(file));
   }
-  Result<BeneathFile> f = OpenBeneath(root_fd.get(), row.rel, /*create=*/false, shown, /*read_only=*/true);
-  if (f.status().code() == StatusCode::kNotFound) return std::optional<std::uint64_t>();
-  if (!f.ok()) return f.status();
-  struct stat st;
-  if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + shown + "/" + row.rel);
-  return std::optional<std::uint64_t>(static_cast<std::uint64_t>(st.st_size));
+  return PreadAll(f->fd.get(), offset, out, f->shown);
 }
+
+// ---- what was lost or damaged ----
 
 Result<std::optional<std::uint64_t>> Cache::SizeOnDisk(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
-  return r.SizeOnDisk(file, row);
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
+  return r.store->SizeOnDisk(file, row);
 }
 
 Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
@@ -261,20 +170,12 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
   Rep& r = *rep_;
   std::vector<VerifiedExtent> lost;
   {
-    MutexLock l(&r.mu);
-    EXLR8_RETURN_IF_ERROR(r.CheckFilesetExists(fileset));
-    EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, r.db->Prepare("SELECT DISTINCT f.id FROM files f JOIN extents e ON "
-                                                       "e.file_id = f.id WHERE f.fileset_id = ?"));
-    q.Bind(1, fileset);
-    std::vector<FileId> ids;
-    while (true) {
-      EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      ids.push_back(q.Int(0));
-    }
+    MutexLock l(&r.catalog.mu());
+    EXLR8_RETURN_IF_ERROR(r.catalog.CheckFilesetExists(fileset));
+    EXLR8_ASSIGN_OR_RETURN(const std::vector<FileId> ids, r.catalog.FilesWithExtents(fileset));
     for (FileId id : ids) {
-      EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
-      EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> size, r.SizeOnDisk(id, row));
+      EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(id));
+      EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> size, r.store->SizeOnDisk(id, row));
       const std::uint64_t on_disk = size.value_or(0);  // bytes of the file that exist
       if (on_disk < row.size) lost.push_back({id, on_disk, row.size - on_disk});
     }
@@ -286,13 +187,9 @@ Result<std::uint64_t> Cache::ForgetLostBytes(FilesetId fileset) {
 Status Cache::CutToListedSize(FileId file) {
   EXLR8_RETURN_IF_ERROR(rep_->Writable());
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
+  MutexLock l(&r.catalog.mu());
   EXLR8_ASSIGN_OR_RETURN(std::shared_ptr<DataFile> f, r.OpenWritten(file));
-  struct stat st;
-  if (::fstat(f->fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + f->shown);
-  if (static_cast<std::uint64_t>(st.st_size) > f->size && ::ftruncate(f->fd.get(), static_cast<off_t>(f->size)) != 0)
-    return ErrnoStatus(errno, "cut " + f->shown + " back to " + std::to_string(f->size) + " bytes");
-  return Status::Ok();
+  return r.store->CutToListedSize(*f);
 }
 
 Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> ranges) {
@@ -302,37 +199,13 @@ Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> range
   for (const VerifiedExtent& e : ranges)
     if (e.length > 0) by_file[e.file].push_back({e.offset, e.length});
   if (by_file.empty()) return std::uint64_t{0};
-  MutexLock l(&r.mu);
+  MutexLock l(&r.catalog.mu());
   for (const auto& [id, list] : by_file) {
-    EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(id));
-    for (const Extent& e : list) EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
+    EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(id));
+    for (const Extent& e : list)
+      EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
   }
-  EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(r.db.get()));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, r.db->Prepare("DELETE FROM extents WHERE file_id = ?"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins, r.db->Prepare("INSERT INTO extents (file_id, start, length) VALUES (?, ?, ?)"));
-  EXLR8_ASSIGN_OR_RETURN(SqliteStmt demote, r.db->Prepare("UPDATE files SET whole_verified = 0, durable_prefix = 0 "
-                                                          "WHERE id = ?"));
-  std::uint64_t forgotten = 0;
-  for (auto& [id, list] : by_file) {
-    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, r.AllExtents(id));
-    const std::vector<Extent> keep = SubtractExtents(have, std::move(list));
-    const std::uint64_t lost = TotalLength(have) - TotalLength(keep);
-    if (lost == 0) continue;
-    forgotten += lost;
-    del.Reset();
-    EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
-    for (const Extent& e : keep) {
-      ins.Reset();
-      EXLR8_RETURN_IF_ERROR(ins.Bind(1, id)
-                                .Bind(2, static_cast<std::int64_t>(e.offset))
-                                .Bind(3, static_cast<std::int64_t>(e.length))
-                                .Run());
-    }
-    demote.Reset();
-    EXLR8_RETURN_IF_ERROR(demote.Bind(1, id).Run());
-  }
-  EXLR8_RETURN_IF_ERROR(txn.Commit());
-  return forgotten;
+  return r.catalog.ForgetRanges(by_file);
 }
 
 // ---- reading ----
@@ -344,85 +217,50 @@ Result<bool> Cache::Covers(FileId file, std::uint64_t offset, std::uint64_t leng
 
 Result<std::vector<Extent>> Cache::VerifiedExtents(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_RETURN_IF_ERROR(r.LoadFile(file).status());
-  return r.AllExtents(file);
+  MutexLock l(&r.catalog.mu());
+  EXLR8_RETURN_IF_ERROR(r.catalog.LoadFile(file).status());
+  return r.catalog.AllExtents(file);
 }
 
 Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
   EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, offset, length));
   if (length == 0) return std::vector<Extent>{};
-  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.ExtentsNear(file, offset, offset + length));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.catalog.ExtentsNear(file, offset, offset + length));
   return MissingExtents(near, {offset, length});
 }
 
-namespace {
-
-// Serves the verified bytes of one cached file, as of when it was opened.
-class VerifiedFileSource final : public ByteSource {
- public:
-  VerifiedFileSource(std::shared_ptr<DataFile> file, std::uint64_t size, std::vector<Extent> extents,
-                     std::string name)
-      : file_(std::move(file)), size_(size), extents_(std::move(extents)), name_(std::move(name)) {}
-
-  std::uint64_t size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-
-  Status ReadAt(std::uint64_t offset, std::span<std::byte> dst) const override {
-    if (offset > size_ || dst.size() > size_ - offset)
-      return CorruptionError(name_ + ": read of " + std::to_string(dst.size()) + " bytes at offset " +
-                             std::to_string(offset) + " runs past the end (" + std::to_string(size_) + " bytes)");
-    if (dst.empty()) return Status::Ok();
-    const std::vector<Extent> holes = MissingExtents(extents_, {offset, dst.size()});
-    if (!holes.empty())
-      return NotFoundError(name_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + dst.size()) +
-                           ") are not verified in the cache; first missing offset " +
-                           std::to_string(holes.front().offset));
-    return PreadAll(file_->fd.get(), offset, dst, name_);
-  }
-
- private:
-  std::shared_ptr<DataFile> file_;  // null when nothing is verified
-  std::uint64_t size_;
-  std::vector<Extent> extents_;  // normalized snapshot
-  std::string name_;
-};
-
-}  // namespace
-
 Result<std::unique_ptr<ByteSource>> Cache::OpenVerified(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
-  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.AllExtents(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> extents, r.catalog.AllExtents(file));
   std::shared_ptr<DataFile> df;
   if (!extents.empty()) {
     Result<std::shared_ptr<DataFile>> opened = r.OpenWritten(file);
     if (opened.status().code() == StatusCode::kFailedPrecondition)
-      return CorruptionError(r.shown + "/" + row.rel + ": the index records verified bytes but the file is missing (" +
+      return CorruptionError(r.shown + "/" + row.rel +
+                             ": the index records verified bytes but the file is missing (" +
                              opened.status().message() + ")");
     if (!opened.ok()) return opened.status();
     df = *std::move(opened);
   }
-  return std::unique_ptr<ByteSource>(
-      new VerifiedFileSource(std::move(df), row.size, std::move(extents), r.shown + "/" + row.rel));
+  return ExtentStore::Source(std::move(df), row.size, std::move(extents), r.shown + "/" + row.rel);
 }
 
 Result<std::unique_ptr<ByteSource>> Cache::OpenCheckedByCaller(FileId file) {
   Rep& r = *rep_;
-  MutexLock l(&r.mu);
-  EXLR8_ASSIGN_OR_RETURN(FileRow row, r.LoadFile(file));
+  MutexLock l(&r.catalog.mu());
+  EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
   std::shared_ptr<DataFile> df;
   std::vector<Extent> all;
   if (row.size > 0) {
     EXLR8_ASSIGN_OR_RETURN(df, r.OpenWritten(file));
     all.push_back({0, row.size});
   }
-  return std::unique_ptr<ByteSource>(
-      new VerifiedFileSource(std::move(df), row.size, std::move(all), r.shown + "/" + row.rel));
+  return ExtentStore::Source(std::move(df), row.size, std::move(all), r.shown + "/" + row.rel);
 }
 
 }  // namespace exlr8

@@ -408,7 +408,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
     resolver.StartRun();
     rate = opts.shared_rate;
     if (rate == nullptr && opts.max_bytes_per_second > 0)
-      rate = std::make_shared<RateLimiter>(opts.max_bytes_per_second);
+      rate = std::make_shared<RateLimiter>(opts.max_bytes_per_second, *clock);
 
     Status result;
     while (true) {

@@ -66,6 +66,13 @@ struct TransferEnd {
   bool ok = true;          // the transport finished the transfer (or we cut it)
   bool permanent = false;  // a failure no other try can mend (a certificate)
   std::string error;       // !ok: what failed, for messages
+  // !ok: no answer came at all (the name did not resolve, the connection
+  // was refused, reset or timed out before a status line, the proxy could
+  // not connect): IsNoAnswerCurlError's judgement.
+  bool no_answer = false;
+  // The status of the answer as the transport counted it (0: none); unlike
+  // the head's, never a proxy's CONNECT answer.
+  long http_status = 0;
 };
 
 // What to do with a request after its transfer ended.

@@ -146,9 +146,14 @@ void CurlTransport::Start(const HttpRequest& req, HttpTransfer* t) {
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, s);
   if (req.head_only) curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
   if (req.has_range) {
-    const std::string range = std::to_string(req.range_first) + "-" + std::to_string(req.range_last);
+    const std::string range = std::to_string(req.range_first) + "-" +
+                              (req.range_to_end ? std::string() : std::to_string(req.range_last));
     curl_easy_setopt(easy, CURLOPT_RANGE, range.c_str());  // copied by libcurl
   }
+  if (req.connect_timeout.count() > 0)
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.connect_timeout.count()));
+  if (req.timeout.count() > 0)
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER,
                    impl_->settings.ShouldSendToken(s->url) ? impl_->hub_headers : impl_->plain_headers);
   impl_->running[t] = s;
@@ -187,9 +192,13 @@ Result<int> CurlTransport::Perform() {
     impl_->running.erase(t);
     TransferEnd end;
     end.ok = rc == CURLE_OK;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &end.http_status);
     if (!end.ok) {
       end.permanent = IsPermanentCurlError(rc);
       end.error = DescribeCurlError(rc, s->errbuf, ProxyOf(impl_->settings, s->url));
+      long connect_status = 0;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_CONNECTCODE, &connect_status);
+      end.no_answer = IsNoAnswerCurlError(rc, end.http_status, connect_status);
     }
     t->OnDone(end);  // may Start another transfer, in this slot too
   }

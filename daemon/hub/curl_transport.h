@@ -1,5 +1,5 @@
 // CurlTransport: HttpTransport over libcurl's multi interface, the
-// daemon's driver under RangeFetcher.
+// daemon's driver under RangeFetcher and (one per request lent) HubClient.
 //
 // One multi handle; one reusable easy handle per transfer slot. HTTP/2 is
 // multiplexed where the server offers it over TLS, connections are kept

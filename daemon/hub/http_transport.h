@@ -1,9 +1,10 @@
 // HttpTransport: the seam between RangeFetcher and the network.
 //
-// The fetcher decides what to ask and judges the answers (AnswerChecker,
-// FileResolver, TransferScheduler); a transport only carries requests:
-// CurlTransport (curl_transport.h) over libcurl's multi interface in the
-// daemon, an in-memory hub in unit tests (tests/daemon/hub/fake_transport.h).
+// RangeFetcher and HubClient decide what to ask and judge the answers
+// (AnswerChecker, FileResolver, TransferScheduler, HubRequester); a
+// transport only carries requests: CurlTransport (curl_transport.h) over
+// libcurl's multi interface in the daemon, an in-memory hub in unit tests
+// (tests/daemon/hub/fake_transport.h).
 //
 // Model: the caller Starts transfers, then alternates Perform (move every
 // transfer along without blocking; the transfers' callbacks run inside it)
@@ -33,6 +34,13 @@ struct HttpRequest {
   bool has_range = false;
   std::uint64_t range_first = 0;
   std::uint64_t range_last = 0;
+  // With has_range: `Range: bytes=range_first-` (to the end), range_last unused.
+  bool range_to_end = false;
+  // Longest the connection may take to set up; 0: HttpSettings'.
+  std::chrono::milliseconds connect_timeout{0};
+  // Longest the whole transfer may take, however steadily it moves; 0: no
+  // limit but the stall limit.
+  std::chrono::milliseconds timeout{0};
 };
 
 // One transfer's receiving end, implemented by the caller. The transport

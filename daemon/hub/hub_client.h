@@ -25,8 +25,14 @@
 // hostile JSON, bad paths, sizes > 2^50, bad sha256 -> Corruption naming the
 // field.
 //
+// Pieces: HubClient owns the repo's identity (endpoint, repo, pinned commit,
+// the URLs built from them) and what the answers mean; HubRequester
+// (hub_requester.h) owns the transports under the requests, the retries and
+// the Clock their waits are measured on; hub_environment.cpp reads the
+// token, the CA bundle and HF_HUB_OFFLINE.
+//
 // Thread rules: after Open(), all const methods may be called from any
-// thread concurrently (each request uses its own curl handle; counters are
+// thread concurrently (each request has a transport to itself; counters are
 // atomic). The RangeFetcher calls ResolveUrl/InterpretResolve/http_settings
 // from its own thread.
 #pragma once
@@ -43,11 +49,15 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/base/clock.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/hub_protocol.h"  // HubFile
 #include "format/status.h"
 
 namespace exlr8 {
+
+class HttpTransport;
+class HubRequester;
 
 struct HubOptions {
   // Base URL. Empty: $HF_ENDPOINT, else "https://huggingface.co".
@@ -109,24 +119,31 @@ struct HubOptions {
   // PullJob::Cancel (a signal, DELETE /v1/jobs/ID) reaches the API calls
   // too, not only the range fetcher. REQUIRES: outlives the client.
   const std::atomic<bool>* cancel = nullptr;
+  // The time retry waits and URL expiry are measured in; null = Clock::Real().
+  // REQUIRES: outlives the client.
+  Clock* clock = nullptr;
+  // What carries the client's requests (http_transport.h), one at a time;
+  // null = the client's own CurlTransports. The RangeFetcher does not use
+  // it (RangeFetcherOptions::transport). REQUIRES: outlives the client.
+  HttpTransport* transport = nullptr;
 };
 
 // Where the bytes of one file are, as answered by /resolve/.
 struct ResolvedFile {
-  std::string url;         // hub URL (200) or the signed CDN URL (30x)
-  bool on_hub = false;     // true: url is on the hub origin (token is sent)
-  std::optional<std::uint64_t> size;  // X-Linked-Size, else Content-Length
-  std::string etag;        // X-Linked-Etag, else ETag (quotes kept)
+  std::string url;                                // hub URL (200) or the signed CDN URL (30x)
+  bool on_hub = false;                            // true: url is on the hub origin (token is sent)
+  std::optional<std::uint64_t> size;              // X-Linked-Size, else Content-Length
+  std::string etag;                               // X-Linked-Etag, else ETag (quotes kept)
   std::chrono::steady_clock::time_point expires;  // reuse the url until then
 };
 
 // Counters, readable from any thread (relaxed snapshot).
 struct HubClientStats {
-  std::uint64_t api_requests = 0;   // revision/tree pages
-  std::uint64_t resolves = 0;       // /resolve/ requests (incl. relative hops)
+  std::uint64_t api_requests = 0;  // revision/tree pages
+  std::uint64_t resolves = 0;      // /resolve/ requests (incl. relative hops)
   std::uint64_t whole_file_gets = 0;
   std::uint64_t retries = 0;
-  std::uint64_t rate_limited = 0;   // 429 answers
+  std::uint64_t rate_limited = 0;  // 429 answers
 };
 
 // What a failed Open() says of the hub itself, beyond its Status: whether
@@ -209,18 +226,18 @@ class HubClient {
     std::optional<ResolvedFile> resolved;
     std::optional<std::string> follow;
     Status status;
-    bool retryable = false;  // status is a transient failure (5xx/429/408)
+    bool retryable = false;                         // status is a transient failure (5xx/429/408)
     std::optional<std::chrono::milliseconds> wait;  // server-requested wait
   };
   ResolveStep InterpretResolve(std::string_view path, const std::string& request_url,
                                const ResponseHead& head) const;
   // The same, with the expiry counted from `now` (the caller's Clock).
-  ResolveStep InterpretResolve(std::string_view path, const std::string& request_url, const ResponseHead& head,
-                               std::chrono::steady_clock::time_point now) const;
+  ResolveStep InterpretResolve(std::string_view path, const std::string& request_url,
+                               const ResponseHead& head, std::chrono::steady_clock::time_point now) const;
 
   // Counts a resolve / 429 / retry done by the fetcher on this client's behalf.
   void CountResolve() const { resolves_.fetch_add(1, std::memory_order_relaxed); }
-  void CountRateLimited() const { rate_limited_.fetch_add(1, std::memory_order_relaxed); }
+  void CountRateLimited() const;
 
   // "org/repo@abc1234" plus "file 'path'" for messages.
   std::string DescribeFile(std::string_view path) const;
@@ -228,40 +245,22 @@ class HubClient {
  private:
   HubClient() = default;
 
-  struct Response;
-  // Easy handles kept between requests, and one lent to a request (see
-  // hub_client.cpp).
-  struct EasyPool;
-  class EasyLease;
-  // GET (or HEAD) with retries; collects at most `max_body` body bytes.
-  // `json`: a 200 answer is JSON (see the retry of unsized ones).
-  // `outage`, when not null, is set to what an error says of the server.
-  // `tries`: other limits than the options' (the resolve_* ones).
-  struct Tries {
-    int max_attempts;
-    long connect_timeout_ms;
-  };
-  Result<Response> Request(const std::string& url, bool head, std::size_t max_body, std::string_view what,
-                           bool json = false, HubOutage* outage = nullptr,
-                           std::optional<Tries> tries = std::nullopt) const;
   Result<std::string> ResolveCommit(HubOutage* outage);
 
   HubOptions options_;
-  std::string endpoint_;   // without trailing '/'
+  std::string endpoint_;  // without trailing '/'
   std::string repo_;
   std::string revision_;
   std::string commit_;
   std::string api_base_;      // {endpoint}/api/{type}s/{repo}
   std::string resolve_base_;  // {endpoint}/{prefix}{repo}/resolve/{commit}/
   HttpSettings settings_;
-  // Never null after Open. Lent one handle per request, from any thread.
-  std::unique_ptr<EasyPool> easy_pool_;
+  // Never null after Open; its requests read settings_.
+  std::unique_ptr<HubRequester> requester_;
 
   mutable std::atomic<std::uint64_t> api_requests_{0};
   mutable std::atomic<std::uint64_t> resolves_{0};
   mutable std::atomic<std::uint64_t> whole_file_gets_{0};
-  mutable std::atomic<std::uint64_t> retries_{0};
-  mutable std::atomic<std::uint64_t> rate_limited_{0};
 };
 
 // The token HubOptions selects (see HubOptions), or "" when none. Errors:

@@ -4,11 +4,11 @@
 
 namespace exlr8 {
 
-RateLimiter::RateLimiter(std::uint64_t bytes_per_second)
+RateLimiter::RateLimiter(std::uint64_t bytes_per_second, const ::exlr8::Clock& clock)
     : rate_(std::max<std::uint64_t>(bytes_per_second, 1)),
       burst_(std::max(static_cast<double>(rate_) / 20.0, 16384.0)),
       tokens_(burst_),
-      last_(Clock::now()) {}
+      last_(clock.Now()) {}
 
 void RateLimiter::RefillLocked(Clock::time_point now) {
   if (now <= last_) return;  // another thread's later `now` came first
@@ -18,13 +18,13 @@ void RateLimiter::RefillLocked(Clock::time_point now) {
 }
 
 bool RateLimiter::Exhausted(Clock::time_point now) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock lock(&mu_);
   RefillLocked(now);
   return tokens_ <= 0;
 }
 
 void RateLimiter::Consume(std::uint64_t bytes, Clock::time_point now) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock lock(&mu_);
   RefillLocked(now);
   tokens_ -= static_cast<double>(bytes);
 }

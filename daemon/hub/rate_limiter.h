@@ -11,12 +11,14 @@
 // Shared, it caps the total: `exlr8d serve --limit-rate` hands one limiter
 // to every job, so two pulls at once get the limit between them, not each.
 //
-// Thread-safe.
+// Thread-safe: `mu_` guards the bucket.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
+
+#include "daemon/base/clock.h"
+#include "daemon/base/mutex.h"
 
 namespace exlr8 {
 
@@ -24,8 +26,9 @@ class RateLimiter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // REQUIRES: bytes_per_second > 0.
-  explicit RateLimiter(std::uint64_t bytes_per_second);
+  // The bucket starts full at `clock`'s now. REQUIRES: bytes_per_second >
+  // 0; every `now` given later is that clock's.
+  explicit RateLimiter(std::uint64_t bytes_per_second, const ::exlr8::Clock& clock = ::exlr8::Clock::Real());
   RateLimiter(const RateLimiter&) = delete;
   RateLimiter& operator=(const RateLimiter&) = delete;
 
@@ -37,13 +40,13 @@ class RateLimiter {
   void Consume(std::uint64_t bytes, Clock::time_point now);
 
  private:
-  void RefillLocked(Clock::time_point now);
+  void RefillLocked(Clock::time_point now) EXLR8_REQUIRES(mu_);
 
   const std::uint64_t rate_;
   const double burst_;
-  std::mutex mu_;
-  double tokens_;           // guarded by mu_; negative = debt
-  Clock::time_point last_;  // guarded by mu_
+  Mutex mu_;
+  double tokens_ EXLR8_GUARDED_BY(mu_);  // negative = debt
+  Clock::time_point last_ EXLR8_GUARDED_BY(mu_);
 };
 
 }  // namespace exlr8

@@ -1,11 +1,12 @@
 // FakeHubTransport: an in-memory Hugging Face hub and CDN behind the
-// HttpTransport seam (daemon/hub/http_transport.h), for RangeFetcher unit
-// tests without sockets or sleeps.
+// HttpTransport seam (daemon/hub/http_transport.h), for RangeFetcher and
+// HubClient unit tests without sockets or sleeps.
 //
 //   FakeHubTransport net(hub->ResolveUrl(""), hub->commit());
 //   net.lfs_files["w.safetensors"] = bytes;   // resolve: 302 to the CDN
 //   net.regular_files["config.json"] = bytes; // resolve: 200 from the hub
 //   net.FailCall(3, {503, {"Retry-After: 30"}}); // the 3rd request gets this
+//   net.canned[api_url] = {200, {}, R"({"sha": "..."})"}; // any other route
 //   RangeFetcherOptions o; o.transport = &net; o.clock = &fake_clock;
 //
 // Answers as the hub does: HEAD of `{resolve_prefix}{path}` is 302 to
@@ -13,14 +14,17 @@
 // with Content-Length for regular ones; a GET with a range is 206 with
 // Content-Range (200 and the whole file without one). Bodies go out in
 // `chunk` bytes at a time; a paused transfer continues on the next Perform
-// after Resume.
+// after Resume. A `canned` URL gets its answer as given (Content-Length
+// added unless `no_length`); any other URL is 404.
 //
 // Time: with a FakeClock, Wait advances it by the timeout it is given (the
 // fetcher only waits when nothing is in flight), so a test of a 30 s
 // Retry-After runs in microseconds and the clock shows the wait.
 //
-// Thread rules: Wake from any thread; the rest on the fetcher's Run thread
-// (or the test's, between runs).
+// Thread rules: Wake from any thread; the rest on one thread at a time: the
+// fetcher's Run thread, the thread of a HubClient request (HubRequester
+// holds an injected transport for the whole exchange), or the test's
+// between them.
 #pragma once
 
 #include <algorithm>
@@ -40,12 +44,20 @@ class FakeHubTransport final : public HttpTransport {
  public:
   // What the Nth request gets instead of its own answer: status 0 and no
   // reset_after, no answer at all (the connection was reset); a status, that
-  // answer with `headers`; reset_after, its own answer cut (reset) after
-  // that many body bytes.
+  // answer with `headers` and `body` (no Content-Length); reset_after, its
+  // own answer cut (reset) after that many body bytes.
   struct Fault {
     long status = 0;
     std::vector<std::string> headers;  // "Name: value"
     std::optional<std::size_t> reset_after;
+    std::string body;
+  };
+  // A whole answer for one URL (the API routes: revision, tree pages).
+  struct Canned {
+    long status = 200;
+    std::vector<std::string> headers;
+    std::string body;
+    bool no_length = false;  // no Content-Length: the body ends with the connection
   };
 
   FakeHubTransport(std::string resolve_prefix, std::string commit, FakeClock* clock = nullptr)
@@ -53,6 +65,7 @@ class FakeHubTransport final : public HttpTransport {
 
   std::map<std::string, std::string> lfs_files;      // path -> bytes, via the CDN
   std::map<std::string, std::string> regular_files;  // path -> bytes, from the hub
+  std::map<std::string, Canned> canned;              // exact URL -> answer
   std::string cdn = "http://cdn.test/";
   std::size_t chunk = 16 * 1024;
 
@@ -125,7 +138,9 @@ class FakeHubTransport final : public HttpTransport {
       if (end.ok && l.reset) {
         end.ok = false;
         end.error = "Connection reset by peer";
+        end.no_answer = l.transfer->head.status == 0;
       }
+      end.http_status = l.transfer->head.status;
       ++ended;
       l.transfer->OnDone(end);
     }
@@ -166,7 +181,15 @@ class FakeHubTransport final : public HttpTransport {
         live->reset = true;
       } else {
         Head(t, f->second.status, f->second.headers);
+        live->body = f->second.body;
       }
+      return;
+    }
+    if (auto c = canned.find(req.url); c != canned.end()) {
+      std::vector<std::string> headers = c->second.headers;
+      if (!c->second.no_length) headers.push_back("Content-Length: " + std::to_string(c->second.body.size()));
+      Head(t, c->second.status, headers);
+      if (!req.head_only) live->body = c->second.body;
       return;
     }
     const std::string* bytes = nullptr;
@@ -204,6 +227,7 @@ class FakeHubTransport final : public HttpTransport {
       headers.push_back("Content-Length: " + std::to_string(bytes->size()));
       Head(t, 200, headers);
       live->body = *bytes;
+      CutIfFaulted(call, live);
       return;
     }
     if (req.range_first >= bytes->size()) {
@@ -211,12 +235,18 @@ class FakeHubTransport final : public HttpTransport {
       Head(t, 416, headers);
       return;
     }
-    const std::uint64_t last = std::min<std::uint64_t>(req.range_last, bytes->size() - 1);
+    const std::uint64_t last =
+        req.range_to_end ? bytes->size() - 1 : std::min<std::uint64_t>(req.range_last, bytes->size() - 1);
     headers.push_back("Content-Range: bytes " + std::to_string(req.range_first) + "-" + std::to_string(last) +
                       "/" + std::to_string(bytes->size()));
     headers.push_back("Content-Length: " + std::to_string(last - req.range_first + 1));
     Head(t, 206, headers);
     live->body = bytes->substr(req.range_first, last - req.range_first + 1);
+    CutIfFaulted(call, live);
+  }
+
+  // A fault with reset_after: the body ends there, and the connection is reset.
+  void CutIfFaulted(int call, Live* live) {
     if (auto f = faults_.find(call); f != faults_.end() && *f->second.reset_after < live->body.size()) {
       live->body.resize(*f->second.reset_after);
       live->reset = true;

@@ -96,11 +96,14 @@ step "threaded parts under ThreadSanitizer, lock annotations checked (clang, bui
 # in these, over real transfers on loopback; the scrub hashes on several
 # threads; the holder's step reporter and the lease server have threads of
 # their own; the base's mutex, clock and atomic file tests race threads on
-# purpose, and serve's scheduler tests race cancels against starts.
+# purpose, and serve's scheduler tests race cancels against starts; the
+# cache's catalog and extent store and the fetcher's job table are shared by
+# the pull's threads.
 # -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
             pull_headers_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
-            mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test)
+            mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test catalog_test extent_store_test
+            range_fetcher_fake_test range_jobs_test hub_client_fake_test)
 tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)

@@ -6,25 +6,13 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cache_rep.h"
+#include "daemon/cache/extent_store.h"
 
 // Cache, the facade: the calls that write, make durable, record and read
 // data. Each runs in the order docs/CACHE.md "Crash safety" sets: the
 // extent store writes and syncs without the catalog's lock, and only then
 // does the catalog record, under it.
 namespace exlr8 {
-
-namespace {
-
-// [offset, offset + length) must lie within a file of `size` bytes.
-Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
-  if (offset > size || length > size - offset)
-    return InvalidArgumentError(std::string(shown) + ": range [" + std::to_string(offset) + ", +" +
-                                std::to_string(length) + ") is outside the file (" + std::to_string(size) +
-                                " bytes)");
-  return Status::Ok();
-}
-
-}  // namespace
 
 // ---- the data files ----
 
@@ -91,7 +79,7 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
       Result<std::shared_ptr<DataFile>> f = r.OpenWritten(id);
       if (!f.ok()) return f.status();
       for (const Extent& e : list)
-        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, e.offset, e.length));
+        EXLR8_RETURN_IF_ERROR(CheckFileRange((*f)->shown, (*f)->size, e.offset, e.length));
       if (commit.whole.contains(id))
         for (const VerifiedExtent& e : extents)
           if (e.file == id && e.whole_file && (e.offset != 0 || e.length != (*f)->size))
@@ -99,7 +87,7 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
                                         ", " + std::to_string(e.offset + e.length) +
                                         ") is not the whole file (" + std::to_string((*f)->size) + " bytes)");
       if (auto p = commit.prefixes.find(id); p != commit.prefixes.end())
-        EXLR8_RETURN_IF_ERROR(CheckRange((*f)->shown, (*f)->size, 0, p->second));
+        EXLR8_RETURN_IF_ERROR(CheckFileRange((*f)->shown, (*f)->size, 0, p->second));
       list = NormalizeExtents(std::move(list));
       commit.filesets.insert((*f)->fileset);
       files.push_back(*std::move(f));
@@ -203,7 +191,7 @@ Result<std::uint64_t> Cache::ForgetExtents(std::span<const VerifiedExtent> range
   for (const auto& [id, list] : by_file) {
     EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(id));
     for (const Extent& e : list)
-      EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
+      EXLR8_RETURN_IF_ERROR(CheckFileRange(r.shown + "/" + row.rel, row.size, e.offset, e.length));
   }
   return r.catalog.ForgetRanges(by_file);
 }
@@ -226,7 +214,7 @@ Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offs
   Rep& r = *rep_;
   MutexLock l(&r.catalog.mu());
   EXLR8_ASSIGN_OR_RETURN(Catalog::FileRow row, r.catalog.LoadFile(file));
-  EXLR8_RETURN_IF_ERROR(CheckRange(r.shown + "/" + row.rel, row.size, offset, length));
+  EXLR8_RETURN_IF_ERROR(CheckFileRange(r.shown + "/" + row.rel, row.size, offset, length));
   if (length == 0) return std::vector<Extent>{};
   EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> near, r.catalog.ExtentsNear(file, offset, offset + length));
   return MissingExtents(near, {offset, length});

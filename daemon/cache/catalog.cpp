@@ -12,8 +12,6 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::uint64_t kMaxSqlInt = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-
 Status ValidateHash(const std::optional<std::string>& hash, std::size_t hex_digits, std::string_view what) {
   if (!hash) return Status::Ok();
   if (hash->size() != hex_digits || hash->find_first_not_of("0123456789abcdef") != std::string::npos)
@@ -25,7 +23,7 @@ Status ValidateHash(const std::optional<std::string>& hash, std::size_t hex_digi
 
 Status ValidateNewFile(const NewFile& f) {
   EXLR8_RETURN_IF_ERROR(ValidateRepoPath(f.path));
-  if (f.size > kMaxSqlInt)
+  if (f.size > kMaxSqlInteger)
     return InvalidArgumentError("file '" + EscapeForMessage(f.path) + "': size " + std::to_string(f.size) +
                                 " is too large");
   EXLR8_RETURN_IF_ERROR(ValidateHash(f.sha256, 64, "sha256 of '" + EscapeForMessage(f.path) + "'"));

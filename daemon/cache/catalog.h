@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,10 @@
 #include "format/status.h"
 
 namespace exlr8 {
+
+// The largest integer an SQLite column holds: sizes and offsets above it
+// are refused before they are written.
+inline constexpr std::uint64_t kMaxSqlInteger = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 
 class Catalog {
  public:

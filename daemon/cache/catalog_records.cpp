@@ -9,8 +9,6 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::uint64_t kMaxSqlInt = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-
 Result<PullState> ParsePullState(std::string_view s) {
   for (PullState p : {PullState::kRunning, PullState::kDone, PullState::kFailed, PullState::kCancelled})
     if (PullStateName(p) == s) return p;
@@ -239,7 +237,7 @@ Result<PullId> Catalog::StartPull(const PullSpec& spec) {
 Status Catalog::UpdatePull(PullId pull, const PullCounters& c) {
   for (std::uint64_t v :
        {c.bytes_planned, c.bytes_fetched, c.bytes_reused, c.requests, c.retries, c.checksum_failures})
-    if (v > kMaxSqlInt)
+    if (v > kMaxSqlInteger)
       return InvalidArgumentError("pull " + std::to_string(pull) + ": counter out of range");
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db_->Prepare("UPDATE pulls SET bytes_planned = ?, bytes_fetched = ?, "
                                                     "bytes_reused = ?, requests = ?, retries = ?, "

@@ -15,15 +15,6 @@ namespace {
 
 inline constexpr std::size_t kMaxOpenFiles = 128;  // descriptors kept open for reuse
 
-// [offset, offset + length) must lie within a file of `size` bytes.
-Status CheckRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
-  if (offset > size || length > size - offset)
-    return InvalidArgumentError(std::string(shown) + ": range [" + std::to_string(offset) + ", +" +
-                                std::to_string(length) + ") is outside the file (" + std::to_string(size) +
-                                " bytes)");
-  return Status::Ok();
-}
-
 // Serves the verified bytes of one cached file, as of when it was opened.
 class VerifiedFileSource final : public ByteSource {
  public:
@@ -56,6 +47,14 @@ class VerifiedFileSource final : public ByteSource {
 };
 
 }  // namespace
+
+Status CheckFileRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length) {
+  if (offset > size || length > size - offset)
+    return InvalidArgumentError(std::string(shown) + ": range [" + std::to_string(offset) + ", +" +
+                                std::to_string(length) + ") is outside the file (" + std::to_string(size) +
+                                " bytes)");
+  return Status::Ok();
+}
 
 ExtentStore::ExtentStore(int root_fd, std::string shown, Options options)
     : root_fd_(root_fd), shown_(std::move(shown)), options_(options) {}
@@ -136,7 +135,7 @@ Result<std::shared_ptr<DataFile>> ExtentStore::OpenWritten(FileId file, const Fi
 }
 
 Status ExtentStore::Write(DataFile& f, std::uint64_t offset, std::span<const std::byte> data) {
-  EXLR8_RETURN_IF_ERROR(CheckRange(f.shown, f.size, offset, data.size()));
+  EXLR8_RETURN_IF_ERROR(CheckFileRange(f.shown, f.size, offset, data.size()));
   EXLR8_RETURN_IF_ERROR(PwriteAll(f.fd.get(), offset, data, f.shown));
   const std::uint64_t every = options_.write_behind_bytes;
   if (every > 0 && f.unkicked.fetch_add(data.size(), std::memory_order_relaxed) + data.size() >= every) {

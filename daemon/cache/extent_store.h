@@ -29,6 +29,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,10 @@
 #include "format/status.h"
 
 namespace exlr8 {
+
+// OK when [offset, offset + length) lies within a file of `size` bytes;
+// otherwise InvalidArgument naming the file as `shown` and the range.
+Status CheckFileRange(std::string_view shown, std::uint64_t size, std::uint64_t offset, std::uint64_t length);
 
 // A data file opened by this process. Shared with in-flight writers and
 // ByteSources, so it stays valid when dropped from the open-file table.

@@ -18,11 +18,6 @@ namespace {
 using std::chrono::milliseconds;
 using Response = HubRequester::Response;
 
-const char* Env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? v : nullptr;
-}
-
 }  // namespace
 
 HubClient::~HubClient() = default;
@@ -37,11 +32,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
     return InvalidArgumentError("repo type '" + EscapeForMessage(options.repo_type) +
                                 "': expected 'model' or 'dataset'");
   }
-  std::string endpoint = options.endpoint;
-  if (endpoint.empty()) {
-    const char* env = Env("HF_ENDPOINT");
-    endpoint = env != nullptr ? env : "https://huggingface.co";
-  }
+  std::string endpoint = ChooseHubEndpoint(options);
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   auto origin = UrlOrigin(endpoint);
   if (!origin || endpoint.find_first_of("?#") != std::string::npos) {

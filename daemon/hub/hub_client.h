@@ -263,6 +263,10 @@ class HubClient {
   mutable std::atomic<std::uint64_t> whole_file_gets_{0};
 };
 
+// The hub endpoint HubOptions selects: options.endpoint, else HF_ENDPOINT,
+// else https://huggingface.co (not yet checked or normalised).
+std::string ChooseHubEndpoint(const HubOptions& options);
+
 // The token HubOptions selects (see HubOptions), or "" when none. Errors:
 // InvalidArgument when an explicitly named file is unreadable or the token
 // has whitespace/control characters inside (messages never show it).

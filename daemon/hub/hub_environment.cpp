@@ -59,6 +59,12 @@ Result<std::string> ReadTokenFile(const std::string& path, bool must_exist) {
 
 }  // namespace
 
+std::string ChooseHubEndpoint(const HubOptions& options) {
+  if (!options.endpoint.empty()) return options.endpoint;
+  const char* env = Env("HF_ENDPOINT");
+  return env != nullptr ? env : "https://huggingface.co";
+}
+
 Result<std::string> LoadHubToken(const HubOptions& options) {
   std::string token;
   std::string source;

@@ -20,6 +20,7 @@
 #include "daemon/pull/fetch_session.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "format/planner_input.h"
 #include "format/safetensors.h"
 
 namespace exlr8 {
@@ -889,11 +890,12 @@ Result<PullSummary> PullJob::Run() {
                              " (no " + manifest_path + ") nor a local file");
       EXLR8_ASSIGN_OR_RETURN(local_manifest, ReadSmallFile(r.opt.manifest, kMaxManifestBytes));
     }
-    ReleaseInputs inputs;
+    const bool manifest_is_local = local_manifest.has_value();
+    std::vector<ReleaseFile> release_files;
     std::vector<std::string> metadata;
     if (!local_manifest) metadata.push_back(manifest_path);
     for (const auto& [path, f] : r.files) {
-      inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
+      release_files.push_back({f.path, f.size, f.sha256, f.git_sha1});
       if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
     }
     // Every other file is fetched whole, whatever the plan: start those now.
@@ -904,24 +906,20 @@ Result<PullSummary> PullJob::Run() {
         whole.push_back(path);
     if (!r.opt.dry_run && !r.opt.offline) EXLR8_RETURN_IF_ERROR(r.StartFiles(whole, &reused, streams));
     EXLR8_RETURN_IF_ERROR(r.EnsureWholeFiles(metadata, &reused));
-    std::map<int, LayerGeometry> geometry;
-    for (const auto& path : metadata) {
-      const ReleasePath rp = ClassifyReleasePath(path);
-      if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
-      EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, r.File(path));
-      EXLR8_ASSIGN_OR_RETURN(auto src, r.OpenForPlanning(*f));
-      EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*src, rp.layer));
-      geometry[rp.layer] = LayerGeometry::Of(ix);
-      inputs.indexes.emplace(rp.layer, std::move(ix));
-      r.index_sources[path] = std::move(src);
-    }
-    std::string manifest_text;
-    if (local_manifest) {
-      manifest_text = std::move(*local_manifest);
-    } else {
-      EXLR8_ASSIGN_OR_RETURN(manifest_text, r.ReadCachedText(manifest_path));
-    }
-    EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, r.opt.manifest, geometry));
+    PlannerSources sources;
+    sources.open_index = [&r](const ReleaseFile& rf) -> Result<std::unique_ptr<ByteSource>> {
+      EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, r.File(rf.path));
+      return r.OpenForPlanning(*f);
+    };
+    sources.manifest_name = r.opt.manifest;
+    sources.manifest_text = [&]() -> Result<std::string> {
+      if (local_manifest) return std::move(*local_manifest);
+      return r.ReadCachedText(manifest_path);
+    };
+    EXLR8_ASSIGN_OR_RETURN(PlannerInput planner_input, AssemblePlannerInput(std::move(release_files), sources));
+    r.index_sources = std::move(planner_input.index_sources);
+    ReleaseInputs& inputs = planner_input.release;
+    const Manifest& manifest = *planner_input.manifest;
 
     // plan: the halves, located by the index files alone (absolute offsets)
     r.SetPhase(PullPhase::kPlan);
@@ -966,7 +964,7 @@ Result<PullSummary> PullJob::Run() {
     }
     PullSpec spec;
     spec.fileset = r.fileset;
-    spec.manifest = local_manifest ? "local:" + r.opt.manifest : manifest_path;
+    spec.manifest = manifest_is_local ? "local:" + r.opt.manifest : manifest_path;
     spec.tp = r.opt.tp;
     spec.rank = r.opt.rank;
     spec.started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

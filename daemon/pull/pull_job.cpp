@@ -4,6 +4,7 @@
 //   pull_streams.h   the fetch session and everything streaming in it
 //   header_step.h    the width files' headers (the planner's last step)
 //   pull_space.h     the space claim and --make-room
+//   pull_files.h     what the cache holds of the fileset, and what of the plan
 //   pull_progress.h  the phase timer and the throttled progress report
 //   format/planner_input.h  the planner's input, from the fetched files
 #include "daemon/pull/pull_job.h"
@@ -21,6 +22,7 @@
 #include "daemon/cache/extent_set.h"
 #include "daemon/pull/consumers.h"
 #include "daemon/pull/header_step.h"
+#include "daemon/pull/pull_files.h"
 #include "daemon/pull/pull_hub.h"
 #include "daemon/pull/pull_progress.h"
 #include "daemon/pull/pull_space.h"
@@ -35,8 +37,6 @@ namespace {
 
 constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
     "starting", "resolve", "list", "metadata", "plan", "headers", "halves", "commit", "done", "failed"};
-
-constexpr std::size_t kEmptyFilesPerCommit = 64;  // empty files marked verified per commit
 
 // The pull's row is written at most this often: each write is a SQLite
 // transaction with its own WAL fsync, and commits come as often as every
@@ -84,7 +84,8 @@ struct PullJob::Rep {
         phases(clock),
         progress(clock, kProgressInterval,
                  [this](PullId id) { (void)cache.UpdatePull(id, CacheCounters()); }),
-        space(cache, opt.make_room, counters.bytes_written_verified) {}
+        space(cache, opt.make_room, counters.bytes_written_verified),
+        files(cache, counters) {}
 
   Cache& cache;
   PullOptions opt;
@@ -104,11 +105,8 @@ struct PullJob::Rep {
 
   FilesetId fileset = 0;
   std::string commit;
-  std::map<std::string, FileInfo> files;  // by repo path
-  std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
+  PullFiles files;  // the fileset's files, as the cache holds them
   std::optional<PullId> pull_id;
-  std::set<FileId> checked_here;   // whole files this run checked by hash (maybe not yet recorded)
-  std::uint64_t bytes_lost = 0;    // see PullSummary::bytes_lost
   PullStreams* streams = nullptr;  // while Run's body runs; null offline
 
   FetchCounters FetcherCounters() const EXLR8_EXCLUDES(fetcher_mu) {
@@ -121,27 +119,19 @@ struct PullJob::Rep {
   }
 
   Status ResolveAndList();
-  Status RefreshFiles();
-  Result<const FileInfo*> File(const std::string& path) const;
-  Result<std::vector<WholeFileTarget>> MissingWholeFiles(const std::vector<std::string>& paths,
-                                                         std::uint64_t* reused);
+  // The planner's whole files (index files, manifest) verified: fetched
+  // as a step when missing; readable by the planner as it ends.
   Status EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused);
-  Result<std::unique_ptr<ByteSource>> OpenForPlanning(const FileInfo& f);
-  Result<std::string> ReadCachedText(const std::string& path);
   // The metadata and plan phases: the manifest and index files, then the
   // plan of the halves (headers deferred). Starts the whole files.
   Result<RankPlan> PlanRank(std::uint64_t* reused);
   // The headers phase: completes the plan with the width files' headers.
   Status AddHeaders(RankPlan& rp, std::uint64_t* reused);
-  Result<std::vector<FileWork>> MissingHalves(const Plan& plan, std::uint64_t* reused);
   Status FetchHalves(const Plan& plan, std::uint64_t* reused);
   // Waits for the files and halves, makes the last of them durable and
   // records them.
   Status FinishStreams();
   PullCounters CacheCounters() const;
-  // What of the plan the cache does not hold verified: bytes, and the
-  // plan's requests (ranges, whole files) that still have some missing.
-  Status CountMissing(const Plan& plan, PullSummary* sum);
   Result<PullSummary> RunBody();
   // Records how the run ended in the pull's row; fills the summary.
   Result<PullSummary> End(Result<PullSummary> result);
@@ -184,23 +174,6 @@ Status CheckPullOptions(const PullOptions& opt) {
   return Status::Ok();
 }
 
-Status PullJob::Rep::RefreshFiles() {
-  if (files.empty()) {  // the first listing of this run: what it reuses must at least be there
-    EXLR8_ASSIGN_OR_RETURN(std::uint64_t lost, cache.ForgetLostBytes(fileset));
-    bytes_lost += lost;
-  }
-  EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> list, cache.ListFiles(fileset));
-  files.clear();
-  for (auto& f : list) files.emplace(f.path, std::move(f));
-  return Status::Ok();
-}
-
-Result<const FileInfo*> PullJob::Rep::File(const std::string& path) const {
-  auto it = files.find(path);
-  if (it == files.end()) return NotFoundError(opt.repo + "@" + commit + " has no file " + path);
-  return &it->second;
-}
-
 Status PullJob::Rep::ResolveAndList() {
   phases.Set(PullPhase::kResolve);
   if (!opt.offline) {
@@ -219,8 +192,9 @@ Status PullJob::Rep::ResolveAndList() {
                                      c.status().message() + ")");
     commit = *c;
     EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
+    files.SetFileset(fileset, opt.repo + "@" + commit);
     phases.Set(PullPhase::kList);
-    return RefreshFiles();
+    return files.Refresh();
   }
   commit = hub->commit();
   fetcher = std::make_unique<RangeFetcher>(*hub, opt.fetch);
@@ -229,6 +203,7 @@ Status PullJob::Rep::ResolveAndList() {
     shared_fetcher = fetcher.get();
   }
   EXLR8_ASSIGN_OR_RETURN(fileset, cache.PutFileset(opt.repo, opt.revision, commit));
+  files.SetFileset(fileset, opt.repo + "@" + commit);
   // From here no eviction (another pull's make_room, /v1/evict) takes the
   // fileset this run writes, though its 'running' row comes only later.
   space.SetFileset(fileset);
@@ -247,71 +222,12 @@ Status PullJob::Rep::ResolveAndList() {
     if (f.lfs_sha256.empty()) fetcher->ExpectServedByHub(f.path, f.size);
   }
   EXLR8_RETURN_IF_ERROR(cache.PutFiles(fileset, declared).status());
-  return RefreshFiles();
-}
-
-// A whole file the planner reads: recorded in the cache, or checked by hash
-// in this run and not yet recorded.
-Result<std::unique_ptr<ByteSource>> PullJob::Rep::OpenForPlanning(const FileInfo& f) {
-  if (checked_here.contains(f.id)) return cache.OpenCheckedByCaller(f.id);
-  return cache.OpenVerified(f.id);
-}
-
-// The files of `paths` not yet verified in the cache (adds the others'
-// sizes to *reused). Empty files are checked and marked here.
-Result<std::vector<WholeFileTarget>> PullJob::Rep::MissingWholeFiles(const std::vector<std::string>& paths,
-                                                                     std::uint64_t* reused) {
-  std::vector<WholeFileTarget> targets;
-  std::vector<FileId> empty;  // marked in batches: one commit each, not one per file
-  auto mark_empty = [&]() -> Status {
-    Status s = cache.MarkWholeFilesVerified(empty);
-    empty.clear();
-    return s;
-  };
-  for (const auto& path : paths) {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
-    if (f->whole_verified) {
-      *reused += f->size;
-      continue;
-    }
-    if (!f->sha256 && !f->git_sha1)
-      return CorruptionError(path + ": the hub lists no sha256 or git blob id, so it cannot be verified");
-    WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
-    const ReleaseFileKind kind = ClassifyReleasePath(path).kind;
-    t.check_dense = kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab;
-    const bool recorded_unflagged = f->bytes_cached > 0;
-    if (recorded_unflagged && !opt.offline) {
-      // Bytes recorded without the flag (an exlr8d before the flag was set
-      // with them, killed between the two) are about to be written again:
-      // un-recorded first, so no crash or bad answer leaves them recorded
-      // over unchecked bytes. The file is fetched from its start.
-      EXLR8_RETURN_IF_ERROR(cache.ForgetExtents(std::vector<VerifiedExtent>{{f->id, 0, f->size}}).status());
-    } else if (f->durable_prefix > 0 && f->size > 0 && !opt.offline) {
-      // An interrupted download: resume (at least the last byte is fetched,
-      // so the request is never empty).
-      t.resume_from = std::min(f->durable_prefix, f->size - 1);
-      counters.bytes_resumed.fetch_add(t.resume_from, std::memory_order_relaxed);
-    }
-    if (t.size == 0) {  // nothing to fetch; the empty content must still match
-      auto d = StreamDigest::Create(
-          t.sha256.empty() ? StreamDigest::Kind::kGitBlobSha1 : StreamDigest::Kind::kSha256, 0);
-      if (!d.ok()) return d.status();
-      if (d->FinishHex() != (t.sha256.empty() ? t.git_sha1 : t.sha256))
-        return CorruptionError(path + ": empty file whose listed hash is not the empty content's");
-      if (t.check_dense) return CorruptionError(path + ": 0 bytes, too short for a dense file (spec 10)");
-      empty.push_back(t.file);
-      // A batch holds a descriptor per file until its commit.
-      if (empty.size() >= kEmptyFilesPerCommit) EXLR8_RETURN_IF_ERROR(mark_empty());
-      continue;
-    }
-    targets.push_back(std::move(t));
-  }
-  EXLR8_RETURN_IF_ERROR(mark_empty());
-  return targets;
+  return files.Refresh();
 }
 
 Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused) {
-  EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(paths, reused));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets,
+                         files.MissingWholeFiles(paths, opt.offline, reused));
   if (targets.empty()) return Status::Ok();
   std::uint64_t missing_bytes = 0;  // a resumed prefix is on disk already
   for (const WholeFileTarget& t : targets) missing_bytes += t.size - t.resume_from;
@@ -328,19 +244,9 @@ Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std
   if (s.ok()) s = consumer.first_error();
   // Readable by the planner now; recorded (and flagged verified) as soon as
   // durable: the step's batch commits now, while the planner goes on.
-  for (FileId id : consumer.verified()) checked_here.insert(id);
+  files.MarkChecked(consumer.verified());
   const Status committing = batch.CommitSoon();
   return s.ok() ? committing : s;
-}
-
-Result<std::string> PullJob::Rep::ReadCachedText(const std::string& path) {
-  EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
-  if (f->size > kMaxManifestBytes)
-    return ResourceExhaustedError(path + ": " + std::to_string(f->size) + " bytes is too large");
-  EXLR8_ASSIGN_OR_RETURN(auto src, OpenForPlanning(*f));
-  std::string text(f->size, '\0');
-  EXLR8_RETURN_IF_ERROR(src->ReadAt(0, std::as_writable_bytes(std::span(text))));
-  return text;
 }
 
 Result<RankPlan> PullJob::Rep::PlanRank(std::uint64_t* reused) {
@@ -350,7 +256,7 @@ Result<RankPlan> PullJob::Rep::PlanRank(std::uint64_t* reused) {
   // width mix that is not part of the release).
   rp.manifest_path = IsManifestName(opt.manifest) ? ManifestPath(opt.manifest) : opt.manifest;
   std::optional<std::string> local_manifest;
-  if (!files.contains(rp.manifest_path)) {
+  if (!files.all().contains(rp.manifest_path)) {
     std::error_code ec;
     if (!opt.allow_local_manifest)
       return NotFoundError("manifest '" + opt.manifest + "' is not in " + opt.repo + "@" + commit + " (no " +
@@ -364,32 +270,33 @@ Result<RankPlan> PullJob::Rep::PlanRank(std::uint64_t* reused) {
   std::vector<ReleaseFile> release_files;
   std::vector<std::string> metadata;  // the whole files the planner reads
   if (!local_manifest) metadata.push_back(rp.manifest_path);
-  for (const auto& [path, f] : files) {
+  for (const auto& [path, f] : files.all()) {
     release_files.push_back({f.path, f.size, f.sha256, f.git_sha1});
     if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
   }
   // Every other file is fetched whole, whatever the plan: start those now.
-  for (const auto& [path, f] : files)
+  for (const auto& [path, f] : files.all())
     if (ClassifyReleasePath(path).kind != ReleaseFileKind::kExpertWidth &&
         std::find(metadata.begin(), metadata.end(), path) == metadata.end())
       rp.whole.push_back(path);
   if (!opt.dry_run && !opt.offline) {
-    EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets, MissingWholeFiles(rp.whole, reused));
+    EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets,
+                           files.MissingWholeFiles(rp.whole, opt.offline, reused));
     EXLR8_RETURN_IF_ERROR(streams->StartFiles(std::move(targets)));
   }
   EXLR8_RETURN_IF_ERROR(EnsureWholeFiles(metadata, reused));
   PlannerSources sources;
   sources.open_index = [this](const ReleaseFile& rf) -> Result<std::unique_ptr<ByteSource>> {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(rf.path));
-    return OpenForPlanning(*f);
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, files.File(rf.path));
+    return files.OpenForPlanning(*f);
   };
   sources.manifest_name = opt.manifest;
   sources.manifest_text = [&]() -> Result<std::string> {
     if (local_manifest) return std::move(*local_manifest);
-    return ReadCachedText(rp.manifest_path);
+    return files.ReadText(rp.manifest_path);
   };
   EXLR8_ASSIGN_OR_RETURN(PlannerInput input, AssemblePlannerInput(std::move(release_files), sources));
-  index_sources = std::move(input.index_sources);
+  files.SetIndexSources(std::move(input.index_sources));
 
   // plan: the halves, located by the index files alone (absolute offsets)
   phases.Set(PullPhase::kPlan);
@@ -418,7 +325,7 @@ Status PullJob::Rep::AddHeaders(RankPlan& rp, std::uint64_t* reused) {
   phases.Set(PullPhase::kHeaders);
   std::vector<const FileInfo*> width_files;
   for (const std::string& path : rp.width_paths) {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(path));
+    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, files.File(path));
     width_files.push_back(f);
   }
   HeaderStep::Env env{cache, counters, space, fetcher.get()};
@@ -441,7 +348,7 @@ Status PullJob::Rep::AddHeaders(RankPlan& rp, std::uint64_t* reused) {
 // The plan's halves not yet in the cache, on every slot the files leave.
 Status PullJob::Rep::FetchHalves(const Plan& plan, std::uint64_t* reused) {
   if (streams != nullptr) streams->StartHeldBack();
-  EXLR8_ASSIGN_OR_RETURN(std::vector<FileWork> work, MissingHalves(plan, reused));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FileWork> work, files.MissingHalves(plan, opt.coalesce_gap, reused));
   if (work.empty()) return Status::Ok();
   std::uint64_t half_bytes = 0, halves = 0;
   for (const FileWork& fw : work) {
@@ -467,7 +374,7 @@ Status PullJob::Rep::FinishStreams() {
   EXLR8_RETURN_IF_ERROR(streams->StreamError());
   EXLR8_RETURN_IF_ERROR(s);
   EXLR8_RETURN_IF_ERROR(flushed);
-  return RefreshFiles();
+  return files.Refresh();
 }
 
 PullCounters PullJob::Rep::CacheCounters() const {
@@ -480,71 +387,6 @@ PullCounters PullJob::Rep::CacheCounters() const {
   c.retries = f.retries;
   c.checksum_failures = counters.checksum_failures.load();
   return c;
-}
-
-// The plan's halves not yet verified in the cache, grouped into requests
-// (adds the others' sizes to *reused; sets ranges_total and bytes_reused).
-Result<std::vector<FileWork>> PullJob::Rep::MissingHalves(const Plan& plan, std::uint64_t* reused) {
-  std::vector<FileWork> work;
-  std::uint64_t ranges = 0;
-  for (const PlanFile& pf : plan.files) {
-    if (pf.whole) continue;
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(pf.path));
-    auto ix = index_sources.find(pf.index_path);
-    if (ix == index_sources.end()) return InternalError(pf.index_path + " not loaded");
-    FileWork fw;
-    fw.file = f->id;
-    fw.path = pf.path;
-    fw.index = ix->second.get();
-    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, cache.VerifiedExtents(f->id));
-    auto covered = [&](std::uint64_t off, std::uint64_t len) {
-      auto it = std::upper_bound(have.begin(), have.end(), off,
-                                 [](std::uint64_t o, const Extent& e) { return o < e.offset; });
-      if (it == have.begin()) return false;
-      --it;
-      return it->offset <= off && off + len <= it->end();
-    };
-    for (const PlanRange& r : pf.ranges) {
-      if (r.kind != PlanRange::Kind::kHalf) continue;
-      if (covered(r.offset, r.length)) {
-        *reused += r.length;
-        continue;
-      }
-      fw.halves.push_back({r.offset, r.length, r.xxh64, r.checksum_tail, r.tag});
-    }
-    if (fw.halves.empty()) continue;
-    BuildRequests(fw, opt.coalesce_gap);
-    ranges += fw.halves.size();
-    work.push_back(std::move(fw));
-  }
-  counters.ranges_total.store(ranges);
-  counters.bytes_reused.store(*reused);
-  return work;
-}
-
-Status PullJob::Rep::CountMissing(const Plan& plan, PullSummary* sum) {
-  EXLR8_RETURN_IF_ERROR(RefreshFiles());
-  sum->bytes_missing = 0;
-  sum->ranges_missing = 0;
-  for (const PlanFile& pf : plan.files) {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, File(pf.path));
-    if (pf.whole) {
-      if (!f->whole_verified) {
-        sum->bytes_missing += f->size;
-        ++sum->ranges_missing;
-      }
-      continue;
-    }
-    // One query per file, not two per range (230,000 ranges at full scale).
-    EXLR8_ASSIGN_OR_RETURN(std::vector<Extent> have, cache.VerifiedExtents(f->id));
-    for (const PlanRange& r : pf.ranges) {
-      const std::vector<Extent> gaps = MissingExtents(have, {r.offset, r.length});
-      for (const Extent& g : gaps) sum->bytes_missing += g.length;
-      if (!gaps.empty()) ++sum->ranges_missing;
-    }
-  }
-  sum->complete = sum->bytes_missing == 0 && sum->ranges_missing == 0;
-  return Status::Ok();
 }
 
 Result<PullSummary> PullJob::Rep::RunBody() {
@@ -579,8 +421,8 @@ Result<PullSummary> PullJob::Rep::RunBody() {
   // stream (a dry run has no halves), as the planner's last step
   if (opt.dry_run) {
     EXLR8_RETURN_IF_ERROR(AddHeaders(rp, &reused));
-    if (fetch) EXLR8_RETURN_IF_ERROR(FinishStreams());   // records what planning fetched
-    EXLR8_RETURN_IF_ERROR(CountMissing(rp.plan, &sum));  // what a pull would fetch now
+    if (fetch) EXLR8_RETURN_IF_ERROR(FinishStreams());         // records what planning fetched
+    EXLR8_RETURN_IF_ERROR(files.CountMissing(rp.plan, &sum));  // what a pull would fetch now
     sum.plan = std::move(rp.plan);
     return sum;
   }
@@ -599,7 +441,8 @@ Result<PullSummary> PullJob::Rep::RunBody() {
   progress.ReportNow();  // the plan's size, before the first commit
 
   if (opt.offline) {
-    EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing, MissingWholeFiles(rp.whole, &reused));
+    EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> missing,
+                           files.MissingWholeFiles(rp.whole, opt.offline, &reused));
     if (!missing.empty()) {
       std::uint64_t bytes = 0;
       for (const WholeFileTarget& t : missing) bytes += t.size;
@@ -614,7 +457,7 @@ Result<PullSummary> PullJob::Rep::RunBody() {
   phases.Set(PullPhase::kHalves);
   if (fetch) EXLR8_RETURN_IF_ERROR(FinishStreams());
 
-  EXLR8_RETURN_IF_ERROR(CountMissing(rp.plan, &sum));
+  EXLR8_RETURN_IF_ERROR(files.CountMissing(rp.plan, &sum));
   sum.plan = std::move(rp.plan);
   return sum;
 }
@@ -654,7 +497,7 @@ Result<PullSummary> PullJob::Rep::End(Result<PullSummary> result) {
   s.bytes_claimed = space.claimed();
   s.evicted = space.evicted();
   s.bytes_evicted = space.bytes_evicted();
-  s.bytes_lost = bytes_lost;
+  s.bytes_lost = files.bytes_lost();
   s.served_from_cache = opt.offline;
   if (hub_error) s.hub_error = hub_error->message();
   s.elapsed_s = phases.Elapsed();

@@ -35,28 +35,10 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::array<std::string_view, kPullPhaseCount> kPhaseNames = {
-    "starting", "resolve", "list", "metadata", "plan", "headers", "halves", "commit", "done", "failed"};
-
 // The pull's row is written at most this often: each write is a SQLite
 // transaction with its own WAL fsync, and commits come as often as every
 // 16 MiB.
 constexpr std::chrono::milliseconds kProgressInterval{500};
-
-}  // namespace
-
-bool IsValidRepoId(std::string_view repo) {
-  const auto slash = repo.find('/');
-  if (slash == std::string_view::npos || slash == 0 || slash + 1 == repo.size() ||
-      repo.find('/', slash + 1) != std::string_view::npos)
-    return false;
-  return std::all_of(repo.begin(), repo.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_' || c == '.' || c == '/';
-  });
-}
-
-std::string_view PullPhaseName(PullPhase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
 
 // What the planner made of the release for this rank.
 struct RankPlan {
@@ -69,6 +51,8 @@ struct RankPlan {
   std::vector<std::string> width_paths;
   std::map<std::string, WidthFileSpan> spans;
 };
+
+}  // namespace
 
 // The state of one job.
 //
@@ -161,17 +145,6 @@ PullProgress PullJob::Progress() const {
   p.elapsed_s = rep_->phases.Elapsed();
   p.pull_id = rep_->progress.pull_id();
   return p;
-}
-
-Status CheckPullOptions(const PullOptions& opt) {
-  if (!IsValidRepoId(opt.repo))
-    return InvalidArgumentError("--repo must be ORG/NAME, got '" + opt.repo + "'");
-  if (opt.revision.empty()) return InvalidArgumentError("--revision must not be empty");
-  if (opt.manifest.empty()) return InvalidArgumentError("missing --manifest");
-  if (opt.tp < 1) return InvalidArgumentError("--tp must be >= 1");
-  if (opt.rank < 0 || opt.rank >= opt.tp)
-    return InvalidArgumentError("--rank must be in [0, " + std::to_string(opt.tp - 1) + "]");
-  return Status::Ok();
 }
 
 Status PullJob::Rep::ResolveAndList() {

@@ -6,20 +6,19 @@
 #include "format/json.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "format/planner_input.h"
 #include "format/safetensors.h"
 
 namespace exlr8 {
 
 namespace fs = std::filesystem;
 
-namespace {
-}
-
 Result<LocalRelease> OpenLocalRelease(const fs::path& root) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return NotFoundError(root.string() + ": not a directory");
   LocalRelease rel;
   rel.root = root;
+  std::vector<ReleaseFile> files;
 
   // files
   fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec);
@@ -41,38 +40,23 @@ Result<LocalRelease> OpenLocalRelease(const fs::path& root) {
       return InvalidArgumentError(root.string() + ": file name '" + EscapeForMessage(f.path, 200) +
                                   "' is not valid UTF-8 (no hub could serve it; rename or remove it)");
     f.size = it->file_size();
-    rel.inputs.files.push_back(std::move(f));
+    files.push_back(std::move(f));
   }
-  std::sort(rel.inputs.files.begin(), rel.inputs.files.end(),
+  std::sort(files.begin(), files.end(),
             [](const ReleaseFile& a, const ReleaseFile& b) { return a.path < b.path; });
 
   // index files and width-file headers
-  for (const auto& f : rel.inputs.files) {
-    const ReleasePath rp = ClassifyReleasePath(f.path);
-    if (rp.kind == ReleaseFileKind::kExpertIndex) {
-      EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(root / f.path, f.path));
-      EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(*src, rp.layer));
-      // Two halves sharing bytes (spec 4.4) are refused here too, not only
-      // by the checks that read the width files.
-      std::vector<int> ks = ix.widths();
-      ks.insert(ks.end(), ix.shared_widths().begin(), ix.shared_widths().end());
-      std::sort(ks.begin(), ks.end());
-      ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
-      for (int k : ks) {  // (each covers the routed and the shared halves of K)
-        Status disjoint = ix.SpanOfWidth(k).status();
-        if (!disjoint.ok()) return disjoint.WithContext(f.path);
-      }
-      rel.geometry[rp.layer] = LayerGeometry::Of(ix);
-      rel.inputs.indexes.emplace(rp.layer, std::move(ix));
-    } else if (rp.kind == ReleaseFileKind::kExpertWidth) {
-      EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(root / f.path, f.path));
-      std::array<std::byte, 8> first{};
-      if (src->size() < 8) return CorruptionError(f.path + ": " + std::to_string(src->size()) + " bytes, too short");
-      EXLR8_RETURN_IF_ERROR(src->ReadAt(0, first));
-      EXLR8_ASSIGN_OR_RETURN(std::uint64_t hb, SafetensorsHeaderSize(first, src->size(), f.path));
-      rel.inputs.width_header_bytes[f.path] = hb;
-    }
-  }
+  PlannerSources sources;
+  const auto open = [&root](const ReleaseFile& f) -> Result<std::unique_ptr<ByteSource>> {
+    EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(root / f.path, f.path));
+    return std::unique_ptr<ByteSource>(std::move(src));
+  };
+  sources.open_index = open;
+  sources.open_width = open;
+  sources.check_width_spans = true;  // refused here too, not only by the checks that read the width files
+  EXLR8_ASSIGN_OR_RETURN(PlannerInput input, AssemblePlannerInput(std::move(files), sources));
+  rel.inputs = std::move(input.release);
+  rel.geometry = std::move(input.geometry);
   return rel;
 }
 

@@ -10,6 +10,7 @@
 #include "format/expert_index.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "format/planner_input.h"
 #include "format/safetensors.h"
 
 namespace exlr8 {
@@ -85,25 +86,21 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
   CachedRankPlan out;
   EXLR8_ASSIGN_OR_RETURN(out.files, cache.ListFiles(set.id));
   // What the planner reads, from verified bytes only.
-  ReleaseInputs inputs;
-  std::map<int, LayerGeometry> geometry;
+  std::vector<ReleaseFile> files;
   for (const FileInfo& f : out.files) {
-    inputs.files.push_back({f.path, f.size, f.sha256, f.git_sha1});
+    files.push_back({f.path, f.size, f.sha256, f.git_sha1});
     out.by_path[f.path] = &f;
-    const ReleasePath rp = ClassifyReleasePath(f.path);
-    if (rp.kind != ReleaseFileKind::kExpertIndex) continue;
-    auto src = cache.OpenVerified(f.id);
-    if (!src.ok()) return src.status();
-    if (check_index_hashes) EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(**src, f));
-    EXLR8_ASSIGN_OR_RETURN(ExpertIndex ix, ExpertIndex::Read(**src, rp.layer));
-    geometry[rp.layer] = LayerGeometry::Of(ix);
-    inputs.indexes.emplace(rp.layer, std::move(ix));
-    out.index_sources[f.path] = std::move(*src);
   }
-  std::string manifest_text;
-  if (local_manifest != nullptr) {
-    manifest_text = *local_manifest;
-  } else {
+  PlannerSources sources;
+  sources.open_index = [&](const ReleaseFile& rf) -> Result<std::unique_ptr<ByteSource>> {
+    const FileInfo& f = *out.by_path.at(rf.path);
+    EXLR8_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, cache.OpenVerified(f.id));
+    if (check_index_hashes) EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(*src, f));
+    return src;
+  };
+  sources.manifest_name = manifest_name;
+  sources.manifest_text = [&]() -> Result<std::string> {
+    if (local_manifest != nullptr) return *local_manifest;
     const std::string manifest_path = IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
     auto manifest_file = out.by_path.find(manifest_path);
     if (manifest_file == out.by_path.end())
@@ -111,14 +108,15 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
                            manifest_path + ")");
     EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache.OpenVerified(manifest_file->second->id));
     EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(*manifest_src, *manifest_file->second));
-    EXLR8_ASSIGN_OR_RETURN(manifest_text, ReadWhole(*manifest_src, kMaxManifestBytes));
-  }
-  EXLR8_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_text, manifest_name, geometry));
+    return ReadWhole(*manifest_src, kMaxManifestBytes);
+  };
+  EXLR8_ASSIGN_OR_RETURN(PlannerInput input, AssemblePlannerInput(std::move(files), sources));
+  out.index_sources = std::move(input.index_sources);
   PlanOptions po;
   po.tp = tp;
   po.rank = rank;
   po.defer_headers = true;  // halves are located by the index files alone
-  EXLR8_ASSIGN_OR_RETURN(out.plan, MakePlan(inputs, manifest, po));
+  EXLR8_ASSIGN_OR_RETURN(out.plan, MakePlan(input.release, *input.manifest, po));
   return out;
 }
 

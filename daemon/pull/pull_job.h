@@ -45,11 +45,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "daemon/base/clock.h"
 #include "daemon/cache/cache.h"
 #include "daemon/hub/hub_client.h"
 #include "daemon/hub/range_fetcher.h"
@@ -95,6 +95,9 @@ struct PullOptions {
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;
+  // What the pull's phases and progress reports are timed by; null =
+  // Clock::Real(). REQUIRES: outlives the job.
+  Clock* clock = nullptr;
 };
 
 enum class PullPhase : int {
@@ -185,7 +188,7 @@ class PullJob {
   // commit the revision last resolved to here (Cache::LookupCommit), the
   // run goes on as offline: OK, with served_from_cache and hub_error set.
   // A revision resolved here before is first asked with fewer, shorter
-  // tries (kProbe* in pull_job.cpp), so that a hub that is down costs about
+  // tries (kProbe* in pull_hub.cpp), so that a hub that is down costs about
   // a second; where the cache cannot serve the rank, the usual tries
   // follow and their error says what the cache lacks. A hub that answers
   // no (401/403/404) is never worked around.

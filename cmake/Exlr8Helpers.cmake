@@ -109,6 +109,16 @@ function(exlr8_test_pch)
     <optional> <random> <set> <span> <sstream> <string> <string_view> <thread> <vector>)
 endfunction()
 
+# exlr8_parser_target(target): `target` runs under the label `parser`, so
+# the target exlr8_parser_tests (what scripts/test.sh builds in its ASan
+# tree before `ctest -L parser`) builds it.
+function(exlr8_parser_target target)
+  if(NOT TARGET exlr8_parser_tests)
+    add_custom_target(exlr8_parser_tests)
+  endif()
+  add_dependencies(exlr8_parser_tests ${target})
+endfunction()
+
 # exlr8_add_test(name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [PREFIX p])
 # One GoogleTest executable; each TEST() becomes a ctest test (named with
 # PREFIX in front, when the same tests are built twice). Labels pick the
@@ -133,6 +143,9 @@ function(exlr8_add_test name)
     EXLR8_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   exlr8_set_warnings(${name} TEST_CODE)
+  if("parser" IN_LIST A_LABELS)
+    exlr8_parser_target(${name})
+  endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${A_PREFIX}"
     PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "${A_LABELS}")
 endfunction()

@@ -80,15 +80,12 @@ EXLR8_TEST_TIER=default run_ctest build default -LE full
 step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
 # format/ whole (every reader of release bytes), the hub's protocol and answer
 # checks, the REST API's query strings and the lease description a serving
-# process reads, with their fuzz replays.
-asan_targets=(status_test json_test safetensors_test safetensors_writer_test release_writer_test expert_index_test
-              manifest_test plan_test trellis_test reconstruct_test dense_test golden_test query_string_test
-              lease_description_test answer_checker_test fuzz_json fuzz_safetensors fuzz_expert_index
-              fuzz_manifest fuzz_dense fuzz_hub_protocol fuzz_query fuzz_lease_description fuzz_answer_checker)
+# process reads, with their fuzz replays: every test labelled `parser`
+# (the target exlr8_parser_tests builds them all).
 quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
   -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_SANITIZE_TEST_CODE=OFF -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
   -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
-quiet_build build-asan cmake --build build-asan -j"$jobs" --target "${asan_targets[@]}"
+quiet_build build-asan cmake --build build-asan -j"$jobs" --target exlr8_parser_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
 
 step "threaded parts under ThreadSanitizer, lock annotations checked (clang, build-tsan/)"

@@ -1,37 +1,13 @@
 // What the cache does when fdatasync fails (EIO: a disk's write-back
-// error). This binary defines fdatasync itself, so the cache library linked
-// into it calls this one, which fails on demand and otherwise forwards to
-// libc's: real files, real SQLite, one injected error.
-#include <dlfcn.h>
-#include <errno.h>
-#include <unistd.h>
-
+// error). The binary links tests/daemon/base/failing_data_sync.h's
+// fdatasync, which fails on demand and otherwise forwards to libc's: real
+// files, real SQLite, one injected error.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-
 #include "daemon/cache/cache.h"
+#include "tests/daemon/base/failing_data_sync.h"
 #include "tests/daemon/cache_test_util.h"
-
-namespace {
-std::atomic<int> g_fail_next_syncs{0};  // fdatasync calls still to fail
-std::atomic<int> g_syncs{0};            // fdatasync calls seen
-}  // namespace
-
-extern "C" int fdatasync(int fd) {
-  g_syncs.fetch_add(1);
-  int left = g_fail_next_syncs.load();
-  while (left > 0 && !g_fail_next_syncs.compare_exchange_weak(left, left - 1)) {
-  }
-  if (left > 0) {
-    errno = EIO;
-    return -1;
-  }
-  using Fn = int (*)(int);
-  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "fdatasync"));
-  return real(fd);
-}
 
 namespace exlr8 {
 namespace {
@@ -67,9 +43,9 @@ struct Fixture {
 TEST(CacheSyncFailureTest, TheCacheCallsThisFdatasync) {
   Fixture fx;
   fx.Open();
-  const int before = g_syncs.load();
+  const int before = ::exlr8::testing::DataSyncCalls();
   ASSERT_TRUE(fx.WriteAndCommit(fx.a, 0, 4096).ok());
-  EXPECT_GT(g_syncs.load(), before);
+  EXPECT_GT(::exlr8::testing::DataSyncCalls(), before);
 }
 
 // Linux reports a write-back error once per open file: a later fdatasync
@@ -82,13 +58,13 @@ TEST(CacheSyncFailureTest, AFailedSyncBlocksThatFileUntilTheCacheIsReopened) {
   fx.Open();
   ASSERT_TRUE(fx.WriteAndCommit(fx.a, 0, 4096).ok());
 
-  g_fail_next_syncs = 1;
+  ::exlr8::testing::FailNextDataSyncs(1);
   Status failed = fx.WriteAndCommit(fx.a, 4096, 4096);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.code(), StatusCode::kIOError) << failed.ToString();
   EXPECT_THAT(failed.message(), HasSubstr("fdatasync"));
   EXPECT_THAT(failed.message(), HasSubstr("exlr8-layer-003.k3.safetensors"));
-  EXPECT_EQ(g_fail_next_syncs.load(), 0);
+  EXPECT_EQ(::exlr8::testing::DataSyncFailuresLeft(), 0);
 
   // fdatasync would pass now, but the file's lost pages cannot be told.
   Status again = fx.WriteAndCommit(fx.a, 8192, 4096);

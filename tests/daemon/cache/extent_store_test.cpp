@@ -1,40 +1,22 @@
 // ExtentStore (daemon/cache/extent_store.h): the data files on a real
 // directory. The catalog is not involved: each test says where a file
-// lives and what is recorded of it. This binary defines fdatasync itself
-// (as cache_sync_failure_test does) so that a test can make it fail.
+// lives and what is recorded of it. fdatasync fails on demand
+// (tests/daemon/base/failing_data_sync.h).
 #include "daemon/cache/extent_store.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "tests/daemon/base/failing_data_sync.h"
 #include "tests/daemon/cache_test_util.h"
-
-namespace {
-std::atomic<int> g_fail_next_syncs{0};  // fdatasync calls still to fail
-}  // namespace
-
-extern "C" int fdatasync(int fd) {
-  int left = g_fail_next_syncs.load();
-  while (left > 0 && !g_fail_next_syncs.compare_exchange_weak(left, left - 1)) {
-  }
-  if (left > 0) {
-    errno = EIO;
-    return -1;
-  }
-  using Fn = int (*)(int);
-  static const Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "fdatasync"));
-  return real(fd);
-}
 
 namespace exlr8 {
 namespace {
@@ -168,7 +150,7 @@ TEST(ExtentStoreTest, AFailedSyncFailsEveryLaterSyncOfThatFile) {
   std::shared_ptr<DataFile> a = *fx.store.Open(1, At("a.bin", 8), /*create=*/true, none.Fn());
   std::shared_ptr<DataFile> b = *fx.store.Open(2, At("b.bin", 8), /*create=*/true, none.Fn());
   ASSERT_TRUE(fx.store.Write(*a, 0, Bytes("abc")).ok());
-  g_fail_next_syncs = 1;
+  ::exlr8::testing::FailNextDataSyncs(1);
   const Status failed = fx.store.Sync({a});
   EXPECT_EQ(failed.code(), StatusCode::kIOError) << failed.message();
   // fdatasync would pass now, but the pages lost with the error cannot be told.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "format/status.h"
+#include "format/utf8.h"  // IsValidUtf8, which every JSON string is
 
 namespace exlr8 {
 
@@ -172,10 +173,6 @@ void AppendJsonString(std::string& out, std::string_view s);
 // in JsonValue::offset(), is base_offset + the offset within `text`.
 Result<JsonValue> ParseJsonAt(std::string_view text, std::size_t base_offset,
                               const JsonLimits& limits = {});
-
-// Whether `s` is valid UTF-8 (RFC 3629: no overlongs, no surrogates,
-// nothing above U+10FFFF), as every JSON string must be.
-bool IsValidUtf8(std::string_view s);
 
 // `s` made safe to quote in an error message: control bytes, DEL and bytes
 // that are not part of valid UTF-8 become \xNN (so the result is always

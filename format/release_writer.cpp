@@ -1,3 +1,10 @@
+// One file of about 1,000 lines, on purpose: the Synthesizer below holds
+// one release's layout while it writes it (the widths of each layer, the
+// order halves take in each width file, the offsets and checksums the
+// index files then record), and every file it writes reads that state.
+// Split by file kind, each piece would take the whole layout as input.
+// It is the test fixtures' and `exlr8 synth`'s writer, not on a serving
+// path.
 #include "format/release_writer.h"
 
 #include <algorithm>

@@ -98,15 +98,15 @@ step "threaded parts under ThreadSanitizer, lock annotations checked (clang, bui
 # the pull's threads.
 # -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            pull_headers_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
+            header_step_test pull_progress_test pull_space_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
             mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test catalog_test extent_store_test
             range_fetcher_fake_test range_jobs_test hub_client_fake_test)
-tsan_long=(pull_tls_test pull_test serve_jobs_test serve_stages_test)
+tsan_long=(pull_headers_test pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)
 quiet_build configure-tsan cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
-  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1
+  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
 quiet_build build-tsan cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}"
 # The binaries run side by side; each one's output is kept in out/ and
 # shown when it fails.
@@ -133,10 +133,12 @@ if ((full)); then
   step "full tier: the whole-daemon tests under ThreadSanitizer"
   TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
     --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
-  # `exlr8d serve` (built with TSan) running, cancelling and resuming jobs
+  # The headers step over the hub simulator (its unit test, on the
+  # in-memory hub, runs in the default tier), and `exlr8d serve` (built
+  # with TSan) running, cancelling and resuming jobs
   # and starting holders while its API thread answers: a race report
   # aborts the server, which the tests see in its exit status.
-  for t in pull_tls_test serve_jobs_test serve_stages_test; do
+  for t in pull_headers_test pull_tls_test serve_jobs_test serve_stages_test; do
     TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
   done
 

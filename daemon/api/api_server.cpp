@@ -1,8 +1,5 @@
 #include "daemon/api/api_server.h"
 
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <sys/socket.h>
@@ -23,6 +20,8 @@
 #include <thread>
 
 #include "daemon/api/api_token.h"
+#include "daemon/api/loopback_peer.h"
+#include "daemon/api/request_authority.h"
 #include "daemon/api/api_util.h"
 #include "format/json_writer.h"
 
@@ -50,61 +49,6 @@ http::response<http::string_body> MakeResponse(unsigned version, bool keep_alive
   res.body() = a.body;
   res.prepare_payload();
   return res;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// A host name or IP literal (no port) a request may name: a loopback
-// literal (127.0.0.0/8, ::1, either mapped into IPv6), "localhost", or one
-// of `allowed`, without regard to case.
-bool HostNameAllowed(std::string_view name, const std::vector<std::string>& allowed) {
-  if (name.empty()) return false;
-  beast::error_code ec;
-  const auto ip = net::ip::make_address(std::string(name), ec);
-  if (!ec) {
-    if (ip.is_v6() && ip.to_v6().is_v4_mapped())
-      return net::ip::make_address_v4(net::ip::v4_mapped, ip.to_v6()).is_loopback();
-    return ip.is_loopback();
-  }
-  const std::string lower = Lower(name);
-  if (lower == "localhost") return true;
-  return std::any_of(allowed.begin(), allowed.end(), [&](const std::string& a) { return Lower(a) == lower; });
-}
-
-// "name", "name:port", "[v6]", "[v6]:port" -> name and port (0: none);
-// nullopt when malformed.
-std::optional<std::pair<std::string_view, unsigned>> SplitAuthority(std::string_view authority) {
-  std::string_view name = authority, port;
-  if (!authority.empty() && authority.front() == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    name = authority.substr(1, close - 1);
-    const std::string_view rest = authority.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') return std::nullopt;
-    if (!rest.empty()) port = rest.substr(1);
-    if (rest == ":") return std::nullopt;
-  } else if (const auto colon = authority.find(':'); colon != std::string_view::npos) {
-    name = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
-    if (port.empty() || port.find(':') != std::string_view::npos) return std::nullopt;  // bare IPv6
-  }
-  unsigned number = 0;
-  if (!port.empty()) {
-    const auto [end, err] = std::from_chars(port.data(), port.data() + port.size(), number);
-    if (err != std::errc() || end != port.data() + port.size() || number == 0 || number > 65535)
-      return std::nullopt;
-  }
-  return std::make_pair(name, number);
 }
 
 // What one listener admits, and its connections by peer. Used on the
@@ -159,7 +103,7 @@ struct Listening {
       if (host_fields == 0 && req.version() >= 11)
         return ProblemResponse(400, "InvalidArgument", "no Host header");
       if (host_fields == 1) {
-        const std::string_view host = Trim(req[http::field::host]);
+        const std::string_view host = TrimFieldValue(req[http::field::host]);
         const auto split = SplitAuthority(host);
         if (!split || !HostNameAllowed(split->first, o.allowed_hosts))
           return ProblemResponse(
@@ -170,7 +114,7 @@ struct Listening {
     }
     // Browsers only: a web page must never drive the API.
     if (req.count(http::field::origin) > 0) {
-      const std::string_view origin = Trim(req[http::field::origin]);
+      const std::string_view origin = TrimFieldValue(req[http::field::origin]);
       std::optional<std::pair<std::string_view, unsigned>> split;
       if (tcp && origin.substr(0, 7) == "http://") split = SplitAuthority(origin.substr(7));
       const bool own = split && HostNameAllowed(split->first, o.allowed_hosts) &&
@@ -181,7 +125,7 @@ struct Listening {
                                    (tcp ? "requests from web pages of other origins are refused"
                                         : "requests from web pages are refused on the Unix socket"));
     }
-    if (const auto site = Lower(Trim(req["Sec-Fetch-Site"])); site == "cross-site" || site == "same-site")
+    if (const auto site = AsciiLower(TrimFieldValue(req["Sec-Fetch-Site"])); site == "cross-site" || site == "same-site")
       return ProblemResponse(403, "PermissionDenied",
                              "Sec-Fetch-Site '" + site +
                                  "' is not allowed: requests from web "
@@ -191,9 +135,9 @@ struct Listening {
           (req.method() == http::verb::get || req.method() == http::verb::head) &&
           std::find(o.open_paths.begin(), o.open_paths.end(), PathOf(req.target())) != o.open_paths.end();
       if (!open_route) {
-        const std::string_view auth = Trim(req[http::field::authorization]);
+        const std::string_view auth = TrimFieldValue(req[http::field::authorization]);
         std::string_view token;
-        if (auth.size() > 7 && Lower(auth.substr(0, 7)) == "bearer ") token = Trim(auth.substr(7));
+        if (auth.size() > 7 && AsciiLower(auth.substr(0, 7)) == "bearer ") token = TrimFieldValue(auth.substr(7));
         const bool good = token.size() == o.tcp_token.size() &&
                           CRYPTO_memcmp(token.data(), o.tcp_token.data(), token.size()) == 0;
         if (!good) {
@@ -213,7 +157,7 @@ struct Listening {
     // default form type as well.
     const bool has_body = !req.body().empty();
     const std::string_view type_field = req[http::field::content_type];
-    const std::string type = Lower(Trim(type_field.substr(0, type_field.find(';'))));
+    const std::string type = AsciiLower(TrimFieldValue(type_field.substr(0, type_field.find(';'))));
     const bool json = type == "application/json";
     if (has_body && !json && (tcp || !(type.empty() || type == "application/x-www-form-urlencoded")))
       return ProblemResponse(415, "InvalidArgument",
@@ -223,59 +167,6 @@ struct Listening {
     return std::nullopt;
   }
 };
-
-// The uid owning the client's end of a loopback TCP connection, from the
-// kernel's socket table (sock_diag, the exact socket by its addresses);
-// nullopt when the kernel does not say (the client already gone, no
-// NETLINK_SOCK_DIAG).
-std::optional<uid_t> LoopbackPeerUid(const tcp::endpoint& client, const tcp::endpoint& server) {
-  if (client.address().is_v4() != server.address().is_v4()) return std::nullopt;
-  const int fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (fd < 0) return std::nullopt;
-  const timeval wait{0, 200'000};  // the kernel answers at once; never hold the server's thread long
-  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
-  struct {
-    nlmsghdr header;
-    inet_diag_req_v2 req;
-  } msg{};
-  msg.header.nlmsg_len = sizeof msg;
-  msg.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-  msg.header.nlmsg_flags = NLM_F_REQUEST;
-  msg.req.sdiag_family = client.address().is_v4() ? AF_INET : AF_INET6;
-  msg.req.sdiag_protocol = IPPROTO_TCP;
-  msg.req.idiag_states = ~0u;
-  // The client's socket: its own end is the source.
-  msg.req.id.idiag_sport = htons(client.port());
-  msg.req.id.idiag_dport = htons(server.port());
-  if (client.address().is_v4()) {
-    const auto c = client.address().to_v4().to_bytes(), s = server.address().to_v4().to_bytes();
-    std::memcpy(msg.req.id.idiag_src, c.data(), c.size());
-    std::memcpy(msg.req.id.idiag_dst, s.data(), s.size());
-  } else {
-    const auto c = client.address().to_v6().to_bytes(), s = server.address().to_v6().to_bytes();
-    std::memcpy(msg.req.id.idiag_src, c.data(), c.size());
-    std::memcpy(msg.req.id.idiag_dst, s.data(), s.size());
-  }
-  msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
-  msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  std::optional<uid_t> uid;
-  alignas(nlmsghdr) char buf[1024];
-  if (::sendto(fd, &msg, sizeof msg, 0, reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel) ==
-      static_cast<ssize_t>(sizeof msg)) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
-    if (n >= static_cast<ssize_t>(sizeof(nlmsghdr)) && NLMSG_OK(h, static_cast<unsigned>(n)) &&
-        h->nlmsg_type == SOCK_DIAG_BY_FAMILY && h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
-      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      if (m->id.idiag_sport == htons(client.port()) && m->id.idiag_dport == htons(server.port()))
-        uid = m->idiag_uid;
-    }
-  }
-  ::close(fd);
-  return uid;
-}
 
 Listening::Peer PeerOf(local::socket& socket) {
   ucred cred{};

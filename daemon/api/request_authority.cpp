@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/ip/address.hpp>
+#include <boost/system/error_code.hpp>
 #include <cctype>
 #include <charconv>
 
@@ -23,7 +24,7 @@ std::string_view TrimFieldValue(std::string_view s) {
 
 bool HostNameAllowed(std::string_view name, const std::vector<std::string>& allowed) {
   if (name.empty()) return false;
-  beast::error_code ec;
+  boost::system::error_code ec;
   const auto ip = net::ip::make_address(std::string(name), ec);
   if (!ec) {
     if (ip.is_v6() && ip.to_v6().is_v4_mapped())

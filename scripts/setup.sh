@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian's packages. Idempotent.
 # Usage: scripts/setup.sh            (build + test deps)
+#        EXLR8_SETUP_ONLY=build scripts/setup.sh   (only what build/ needs: g++,
+#                                                   CMake and the libraries)
 #        EXLR8_SETUP_BENCH=1 scripts/setup.sh   (also nginx, aria2 for bench/)
 set -euo pipefail
 
@@ -12,10 +14,16 @@ pkgs=(
   libxxhash-dev xxhash      # XXH64 checksums; xxhsum is the benchmark baseline
   libsqlite3-dev            # cache index
   libgtest-dev libgmock-dev # tests
-  clang libclang-rt-14-dev  # libFuzzer targets
-  python3 python3-venv      # huggingface_hub compatibility test
-  curl openssl              # openssl: the test CA of pull_tls_test
 )
+only_build=0
+[[ "${EXLR8_SETUP_ONLY:-}" == build ]] && only_build=1
+if ((!only_build)); then
+  pkgs+=(
+    clang libclang-rt-14-dev  # ThreadSanitizer tree, libFuzzer targets
+    python3 python3-venv      # huggingface_hub compatibility test
+    curl openssl              # openssl: the test CA of pull_tls_test
+  )
+fi
 if [[ "${EXLR8_SETUP_BENCH:-0}" == 1 ]]; then
   pkgs+=(nginx-light aria2 time bc)
 fi
@@ -34,6 +42,8 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present"
 fi
+
+((only_build)) && exit 0
 
 # nginx for the HTTPS + HTTP/2 CDN of tests/daemon/pull_tls_test.cpp: the
 # binary of Debian's nginx package unpacked under .tools/ (git ignores it),

@@ -64,39 +64,43 @@ run_ctest() {
   return $status
 }
 
+# The build's packages first; clang and the rest are installed while
+# build/ compiles (apt waits on the network more than on the cores).
 if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   step "setup"
-  scripts/setup.sh
+  EXLR8_SETUP_ONLY=build scripts/setup.sh
+  scripts/setup.sh >"$root/out/setup-rest.log" 2>&1 &
+  setup_rest=$!
 fi
+wait_setup() {
+  [[ -z "${setup_rest:-}" ]] && return 0
+  wait "$setup_rest" || { cat "$root/out/setup-rest.log"; echo "scripts/setup.sh failed" >&2; exit 1; }
+  setup_rest=
+}
 
 step "build (g++ -O1) in build/"
 quiet_build configure cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_GPU_PTDS_TESTS=OFF -DEXLR8_UNITY_BUILD=ON
 quiet_build build cmake --build build -j"$jobs"
+wait_setup
 
-step "tests (ctest -LE full)"
-EXLR8_TEST_TIER=default run_ctest build default -LE full
-
-step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
-# format/ whole (every reader of release bytes), the hub's protocol and answer
-# checks, the REST API's query strings and the lease description a serving
-# process reads, with their fuzz replays: every test labelled `parser`
-# (the target exlr8_parser_tests builds them all).
-quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
-  -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_SANITIZE_TEST_CODE=OFF -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
-  -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
-quiet_build build-asan cmake --build build-asan -j"$jobs" --target exlr8_parser_tests
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
-
-step "threaded parts under ThreadSanitizer, lock annotations checked (clang, build-tsan/)"
-# The fetch thread, the write workers, the committers and the planner meet
-# in these, over real transfers on loopback; the scrub hashes on several
-# threads; the holder's step reporter and the lease server have threads of
-# their own; the base's mutex, clock and atomic file tests race threads on
-# purpose, and serve's scheduler tests race cancels against starts; the
-# cache's catalog and extent store and the fetcher's job table are shared by
-# the pull's threads.
-# -Wthread-safety -Werror checks every GUARDED_BY and REQUIRES.
+# The sanitizer trees build in the background at the lowest priority while
+# build/'s tests run: the tests wait on sockets, timers and disks for about
+# a third of their time, and the compilers take exactly those cycles.
+#
+# build-asan/: format/ whole (every reader of release bytes), the hub's
+# protocol and answer checks, the REST API's query strings and the lease
+# description a serving process reads, with their fuzz replays: every test
+# labelled `parser` (the target exlr8_parser_tests builds them all).
+#
+# build-tsan/: the fetch thread, the write workers, the committers and the
+# planner meet in these, over real transfers on loopback; the scrub hashes
+# on several threads; the holder's step reporter and the lease server have
+# threads of their own; the base's mutex, clock and atomic file tests race
+# threads on purpose, and serve's scheduler tests race cancels against
+# starts; the cache's catalog and extent store and the fetcher's job table
+# are shared by the pull's threads. -Wthread-safety -Werror checks every
+# GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
             header_step_test pull_progress_test pull_space_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
             mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test catalog_test extent_store_test
@@ -104,17 +108,23 @@ tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_b
 tsan_long=(pull_headers_test pull_tls_test pull_test serve_jobs_test serve_stages_test)
 tsan_build=("${tsan_tests[@]}")
 ((full)) && tsan_build+=("${tsan_long[@]}" exlr8d)
-quiet_build configure-tsan cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
-  -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
-quiet_build build-tsan cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}"
-# The binaries run side by side; each one's output is kept in out/ and
-# shown when it fails.
-mkdir -p "$root/out/tsan"
-printf '%s\n' "${tsan_tests[@]}" | TSAN_OPTIONS=halt_on_error=1 xargs -P "$((jobs * 2))" -I{} sh -c \
-  'build-tsan/tests/{} --gtest_brief=1 >"$0/{}.log" 2>&1 || { cat "$0/{}.log"; echo "{} failed under TSan" >&2; exit 255; }' \
-  "$root/out/tsan"
-echo "${#tsan_tests[@]} test binaries passed under TSan (logs in out/tsan/)"
+rm -f "$root/out/.asan-built"
+set -m  # the background builds get a process group of their own, killed if this script stops early
+(
+  renice -n 19 -p "$BASHPID" >/dev/null
+  quiet_build configure-asan cmake -S . -B build-asan "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1" \
+    -DEXLR8_WERROR=ON -DEXLR8_SANITIZE=ON -DEXLR8_SANITIZE_TEST_CODE=OFF -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF \
+    -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
+  quiet_build build-asan cmake --build build-asan -j"$jobs" --target exlr8_parser_tests
+  touch "$root/out/.asan-built"
+  quiet_build configure-tsan cmake -S . -B build-tsan "${generator[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DEXLR8_WERROR=ON -DEXLR8_TSAN=ON \
+    -DEXLR8_THREAD_SAFETY=ON -DEXLR8_GPU=OFF -DEXLR8_BUILD_BENCH=OFF -DEXLR8_TEST_OPTIMIZE=-O1 -DEXLR8_UNITY_BUILD=ON
+  quiet_build build-tsan cmake --build build-tsan -j"$jobs" --target "${tsan_build[@]}"
+) &
+sanitizer_builds=$!
+set +m
+trap 'kill -- -$sanitizer_builds 2>/dev/null || true' EXIT
 
 # The README's first quick-start command on build/'s binaries: the pull,
 # verify, decode and serve a user sees.
@@ -122,6 +132,27 @@ step "the quick start's demo (scripts/demo.sh on build/'s binaries)"
 EXLR8_SKIP_SETUP=1 EXLR8_DEMO_BIN="$root/build/bin" EXLR8_DEMO_DIR="$root/out/demo" scripts/demo.sh \
   >"$root/out/demo.log" 2>&1 || { cat "$root/out/demo.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
 tail -4 "$root/out/demo.log"
+
+step "tests (ctest -LE full), the sanitizer trees building meanwhile"
+EXLR8_TEST_TIER=default run_ctest build default -LE full
+
+step "parsers under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+until [[ -e "$root/out/.asan-built" ]]; do
+  kill -0 "$sanitizer_builds" 2>/dev/null || { wait "$sanitizer_builds" || exit 1; }
+  sleep 1
+done
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan asan -L parser
+
+step "threaded parts under ThreadSanitizer, lock annotations checked (clang, build-tsan/)"
+wait "$sanitizer_builds" || exit 1
+trap - EXIT
+# The binaries run side by side; each one's output is kept in out/ and
+# shown when it fails.
+mkdir -p "$root/out/tsan"
+printf '%s\n' "${tsan_tests[@]}" | TSAN_OPTIONS=halt_on_error=1 xargs -P "$((jobs * 2))" -I{} sh -c \
+  'build-tsan/tests/{} --gtest_brief=1 >"$0/{}.log" 2>&1 || { cat "$0/{}.log"; echo "{} failed under TSan" >&2; exit 255; }' \
+  "$root/out/tsan"
+echo "${#tsan_tests[@]} test binaries passed under TSan (logs in out/tsan/)"
 
 if ((full)); then
   step "full tier: tests labelled full, the crash loop with 100 kills"

@@ -88,8 +88,10 @@ class ImportedDeviceMemory {
   // which must be a multiple of the granularity. The descriptor is not
   // consumed: the caller still closes it. Makes `device` current on the
   // calling thread while it works and restores the previous one.
+  // `access` kReadOnly maps with CU_MEM_ACCESS_FLAGS_PROT_READ (a lessee
+  // that must not write the image); kReadWrite with PROT_READWRITE.
   static Result<ImportedDeviceMemory> Import(int fd, std::size_t bytes, int device,
-                                             DeviceMemoryAccess access = DeviceMemoryAccess::kReadOnly);
+                                             DeviceMemoryAccess access);
 
   ImportedDeviceMemory() = default;
   ImportedDeviceMemory(ImportedDeviceMemory&& other) noexcept;

@@ -49,10 +49,11 @@ bool HaveGpu() {
     ASSERT_TRUE(support_.ok()) << support_.ToString();                                      \
   } while (0)
 
+// Over the test's socketpair.
 bool WriteAll(int fd, const void* p, std::size_t n) {
   const auto* c = static_cast<const char*>(p);
   while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
+    const ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);  // a dead peer is an error, not SIGPIPE
     if (w <= 0) return false;
     c += w;
     n -= static_cast<std::size_t>(w);
@@ -85,7 +86,7 @@ bool SendWithFd(int sock, const std::string& text, int fd) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(sock, &msg, 0) == static_cast<ssize_t>(text.size());
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
 }
 
 // Receives one message of at most 255 bytes and its descriptor (-1 if none).

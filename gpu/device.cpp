@@ -1,6 +1,8 @@
 #include "gpu/device.h"
 
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 
 #include "gpu/cuda_check.h"
 
@@ -32,7 +34,8 @@ Status RequireCudaDevice() {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     if (MeansNoDevice(err))
-      return UnavailableError(std::string("no CUDA device: cudaGetDeviceCount returned ") + cudaGetErrorName(err));
+      return UnavailableError(std::string("no CUDA device: cudaGetDeviceCount returned ") +
+                              cudaGetErrorName(err));
     return CudaErrorToStatus(err, "cudaGetDeviceCount(&n)", __FILE__, __LINE__);
   }
   if (n == 0) return UnavailableError("no CUDA device: cudaGetDeviceCount reports 0 devices");
@@ -47,10 +50,64 @@ Result<std::string> DescribeCudaDevice(int device) {
   EXLR8_CUDA_TRY(cudaDriverGetVersion(&driver));
   EXLR8_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d.%d, runtime %d.%d", p.name,
-                p.major, p.minor, p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / (1ull << 30),
-                p.l2CacheSize >> 20, driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
+  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d.%d, runtime %d.%d",
+                p.name, p.major, p.minor, p.multiProcessorCount,
+                static_cast<double>(p.totalGlobalMem) / (1ull << 30), p.l2CacheSize >> 20, driver / 1000,
+                (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
   return std::string(buf);
+}
+
+std::string FormatCudaUuid(std::span<const unsigned char, 16> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
+Result<CudaDeviceIdentity> GetCudaDeviceIdentity(int device) {
+  EXLR8_RETURN_IF_ERROR(RequireCudaDevice());
+  int count = 0;
+  EXLR8_CUDA_TRY(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count)
+    return InvalidArgumentError("CUDA device " + std::to_string(device) + " out of range (" +
+                                std::to_string(count) + " devices)");
+  cudaDeviceProp p{};
+  EXLR8_CUDA_TRY(cudaGetDeviceProperties(&p, device));
+  unsigned char uuid[16];
+  std::memcpy(uuid, p.uuid.bytes, 16);
+  char bus[32] = {};
+  EXLR8_CUDA_TRY(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  return CudaDeviceIdentity{FormatCudaUuid(uuid), bus};
+}
+
+Result<int> FindCudaDeviceByUuid(std::string_view uuid) {
+  // GPU- then 8-4-4-4-12 hex digits.
+  bool well_formed = uuid.size() == 40 && uuid.substr(0, 4) == "GPU-";
+  for (std::size_t i = 4; well_formed && i < uuid.size(); ++i) {
+    const bool dash = i == 12 || i == 17 || i == 22 || i == 27;
+    well_formed = dash ? uuid[i] == '-' : std::isxdigit(static_cast<unsigned char>(uuid[i])) != 0;
+  }
+  if (!well_formed)
+    return InvalidArgumentError("device UUID '" + std::string(uuid) +
+                                "' is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+  EXLR8_RETURN_IF_ERROR(RequireCudaDevice());
+  int count = 0;
+  EXLR8_CUDA_TRY(cudaGetDeviceCount(&count));
+  std::string seen;
+  for (int d = 0; d < count; ++d) {
+    EXLR8_ASSIGN_OR_RETURN(CudaDeviceIdentity id, GetCudaDeviceIdentity(d));
+    bool same = true;
+    for (std::size_t i = 0; i < uuid.size(); ++i)
+      same = same && std::tolower(static_cast<unsigned char>(uuid[i])) ==
+                         std::tolower(static_cast<unsigned char>(id.uuid[i]));
+    if (same) return d;
+    seen += (seen.empty() ? "" : ", ") + std::to_string(d) + ": " + id.uuid;
+  }
+  return NotFoundError("no visible CUDA device has UUID " + std::string(uuid) + " (visible: " + seen + ")");
 }
 
 Status CudaSetDeviceGuard::Set(int device) {

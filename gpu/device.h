@@ -5,7 +5,9 @@
 // for the calling thread only.
 #pragma once
 
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "format/status.h"
 
@@ -24,6 +26,26 @@ Status RequireCudaDevice();
 // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, driver 13.0, runtime 13.0" for
 // logs and bench output. Errors: as RequireCudaDevice, Internal otherwise.
 Result<std::string> DescribeCudaDevice(int device);
+
+// A device as another process names it: the lease description carries both
+// (docs/design/RANK_IMAGE.md), since ordinals depend on CUDA_VISIBLE_DEVICES.
+struct CudaDeviceIdentity {
+  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", lower-case hex, as nvidia-smi -L
+  std::string pci_bus_id;  // "0000:4E:00.0", as cudaDeviceGetPCIBusId gives it
+};
+
+// "GPU-" and the 16 bytes as 8-4-4-4-12 lower-case hex digits. Pure.
+std::string FormatCudaUuid(std::span<const unsigned char, 16> bytes);
+
+// The identity of `device` (an ordinal of this process). Errors: as
+// RequireCudaDevice; InvalidArgument when `device` is out of range.
+Result<CudaDeviceIdentity> GetCudaDeviceIdentity(int device);
+
+// The ordinal in this process of the device whose UUID is `uuid` (compared
+// case-insensitively). Errors: InvalidArgument for text that is not a
+// "GPU-" UUID (checked before CUDA is touched); NotFound when no visible
+// device has it (the message lists the visible ones); as RequireCudaDevice.
+Result<int> FindCudaDeviceByUuid(std::string_view uuid);
 
 // Makes `device` current for the calling thread and restores the previous
 // one on destruction (non-throwing; a failed restore is logged). The guard

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "gpu/cuda_check.h"
@@ -90,7 +91,7 @@ std::string DriverErrorText(const Driver& drv, CUresult r) {
 // The Status for a failed driver call `what`. `bad_input` is the code for
 // the driver's invalid-value answers (InvalidArgument when the caller's data,
 // e.g. an imported descriptor, is the likely cause).
-Status DriverStatus(const Driver& drv, CUresult r, const char* what,
+Status DriverStatus(const Driver& drv, CUresult r, std::string_view what,
                     StatusCode bad_input = StatusCode::kInternal) {
   if (r == CUDA_SUCCESS) return Status::Ok();
   std::string m = std::string(what) + " failed: " + DriverErrorText(drv, r);
@@ -112,11 +113,20 @@ Status DriverStatus(const Driver& drv, CUresult r, const char* what,
   }
 }
 
-#define EXLR8_CU_TRY(drv, call, ...)                                           \
-  do {                                                                         \
-    const CUresult exlr8_cu_r_ = (call);                                       \
-    if (exlr8_cu_r_ != CUDA_SUCCESS)                                           \
-      return DriverStatus(drv, exlr8_cu_r_, #call __VA_OPT__(, ) __VA_ARGS__); \
+// The driver function a call through the table names, as its users know
+// it: "drv->MemMap(ptr, ...)" is "cuMemMap".
+std::string DriverFunctionName(std::string_view call) {
+  const std::size_t arrow = call.find("->");
+  const std::size_t paren = arrow == std::string_view::npos ? arrow : call.find('(', arrow);
+  if (paren == std::string_view::npos) return std::string(call);
+  return "cu" + std::string(call.substr(arrow + 2, paren - arrow - 2));
+}
+
+#define EXLR8_CU_TRY(drv, call, ...)                                                                 \
+  do {                                                                                               \
+    const CUresult exlr8_cu_r_ = (call);                                                             \
+    if (exlr8_cu_r_ != CUDA_SUCCESS)                                                                 \
+      return DriverStatus(drv, exlr8_cu_r_, DriverFunctionName(#call) __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
 // The driver ready for `device`: entry points found, the device's primary

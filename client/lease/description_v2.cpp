@@ -14,12 +14,12 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr std::int64_t kIntMaxV2 = std::numeric_limits<int>::max();
 constexpr std::size_t kMaxText = 4096;
 
-std::string N(std::uint64_t v) { return std::to_string(v); }
+std::string DN(std::uint64_t v) { return std::to_string(v); }
 
-std::string Describe(const JsonValue& v) {
+std::string DescribeV2(const JsonValue& v) {
   switch (v.type()) {
     case JsonValue::Type::kString:
       return "\"" + EscapeForMessage(v.as_string(), 40) + "\"";
@@ -44,13 +44,13 @@ class Obj {
     return path_.empty() ? std::string(field) : path_ + "." + std::string(field);
   }
   Status At(const JsonValue& value, std::string_view field, const std::string& what) const {
-    return CorruptionError(prefix_ + "'" + Path(field) + "' at byte " + N(value.offset()) + ": " + what);
+    return CorruptionError(prefix_ + "'" + Path(field) + "' at byte " + DN(value.offset()) + ": " + what);
   }
   Result<const JsonValue*> Get(std::string_view field) const {
     const JsonValue* f = v_.Find(field);
     if (f == nullptr)
       return CorruptionError(prefix_ + (path_.empty() ? std::string("the description") : "'" + path_ + "'") +
-                             " at byte " + N(v_.offset()) + ": no '" + std::string(field) + "'");
+                             " at byte " + DN(v_.offset()) + ": no '" + std::string(field) + "'");
     return f;
   }
   Result<std::int64_t> Int(std::string_view field, std::int64_t lo, std::int64_t hi) const {
@@ -59,7 +59,7 @@ class Obj {
     if (!n || *n < lo || *n > hi)
       return At(
           *f, field,
-          Describe(*f) + " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+          DescribeV2(*f) + " is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     return *n;
   }
   Result<std::uint64_t> Uint(std::string_view field, std::uint64_t lo = 0,
@@ -67,29 +67,29 @@ class Obj {
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* f, Get(field));
     const auto n = f->is_number() ? f->as_uint64() : std::nullopt;
     if (!n || *n < lo || *n > hi)
-      return At(*f, field, Describe(*f) + " is not an integer in [" + N(lo) + ", " + N(hi) + "]");
+      return At(*f, field, DescribeV2(*f) + " is not an integer in [" + DN(lo) + ", " + DN(hi) + "]");
     return *n;
   }
   Result<double> Seconds(std::string_view field) const {
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* f, Get(field));
     if (!f->is_number() || !std::isfinite(f->as_double()) || f->as_double() < 0)
-      return At(*f, field, Describe(*f) + " is not a finite number >= 0");
+      return At(*f, field, DescribeV2(*f) + " is not a finite number >= 0");
     return f->as_double();
   }
   Result<bool> Bool(std::string_view field) const {
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* f, Get(field));
-    if (!f->is_bool()) return At(*f, field, Describe(*f) + " is not true or false");
+    if (!f->is_bool()) return At(*f, field, DescribeV2(*f) + " is not true or false");
     return f->as_bool();
   }
   Result<std::string> Text(std::string_view field) const {
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* f, Get(field));
     if (!f->is_string() || f->as_string().empty() || f->as_string().size() > kMaxText)
-      return At(*f, field, Describe(*f) + " is not a string of 1 to " + N(kMaxText) + " bytes");
+      return At(*f, field, DescribeV2(*f) + " is not a string of 1 to " + DN(kMaxText) + " bytes");
     return f->as_string();
   }
   Result<Obj> Child(std::string_view field) const {
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* f, Get(field));
-    if (!f->is_object()) return At(*f, field, Describe(*f) + ", not an object");
+    if (!f->is_object()) return At(*f, field, DescribeV2(*f) + ", not an object");
     return Obj(*f, Path(field), prefix_);
   }
   Status OnlyKnown(std::initializer_list<std::string_view> known) const {
@@ -140,7 +140,7 @@ bool IsHandle(std::string_view s, LeaseMemoryKind kind) {
          IsHex(s.substr(4));
 }
 
-std::uint64_t Align8(std::uint64_t v) { return (v + 7) & ~std::uint64_t{7}; }
+std::uint64_t Align8V2(std::uint64_t v) { return (v + 7) & ~std::uint64_t{7}; }
 
 }  // namespace
 
@@ -152,8 +152,8 @@ std::optional<std::uint64_t> ImageTablesFileBytes(std::uint64_t tensors, std::ui
                                                   std::uint64_t strings, std::uint64_t offset_table_bytes) {
   if (tensors > kImageMaxTensors || checks > kImageMaxChecks || strings > kImageMaxStringBytes)
     return std::nullopt;
-  const std::uint64_t head = Align8(kImageTablesHeaderBytes + tensors * kImageTensorEntryBytes +
-                                    checks * kImageCheckEntryBytes + strings);
+  const std::uint64_t head = Align8V2(kImageTablesHeaderBytes + tensors * kImageTensorEntryBytes +
+                                      checks * kImageCheckEntryBytes + strings);
   if (offset_table_bytes > std::numeric_limits<std::uint64_t>::max() - head) return std::nullopt;
   return head + offset_table_bytes;
 }
@@ -254,7 +254,7 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   const std::string prefix =
       source.empty() ? "lease description: " : "lease description from " + std::string(source) + ": ";
   if (text.size() > kMaxLeaseDescriptionV2Bytes)
-    return CorruptionError(prefix + "larger than " + N(kMaxLeaseDescriptionV2Bytes) + " bytes");
+    return CorruptionError(prefix + "larger than " + DN(kMaxLeaseDescriptionV2Bytes) + " bytes");
   JsonLimits limits;
   limits.max_depth = 4;  // top > memory > allocations > allocation
   limits.max_string_bytes = 1 << 16;
@@ -265,18 +265,18 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   if (!parsed.ok()) return CorruptionError(prefix + parsed.status().message());
   const JsonValue& v = *parsed;
   if (!v.is_object())
-    return CorruptionError(prefix + "at byte " + N(v.offset()) + ": " + Describe(v) + ", not an object");
+    return CorruptionError(prefix + "at byte " + DN(v.offset()) + ": " + DescribeV2(v) + ", not an object");
   const Obj top(v, "", prefix);
   EXLR8_ASSIGN_OR_RETURN(const JsonValue* version, top.Get("version"));
   if (!version->is_number() || version->as_uint64() != std::optional<std::uint64_t>(2))
-    return top.At(*version, "version", "version " + Describe(*version) + " is not 2");
+    return top.At(*version, "version", "version " + DescribeV2(*version) + " is not 2");
   EXLR8_RETURN_IF_ERROR(top.OnlyKnown({"version", "repo", "commit", "manifest", "tp", "rank", "memory",
                                        "image", "tables", "proof", "release_deadline_s"}));
   LeaseDescriptionV2 d;
   EXLR8_ASSIGN_OR_RETURN(d.repo, top.Text("repo"));
   EXLR8_ASSIGN_OR_RETURN(d.commit, top.Text("commit"));
   EXLR8_ASSIGN_OR_RETURN(d.manifest, top.Text("manifest"));
-  EXLR8_ASSIGN_OR_RETURN(const std::int64_t tp, top.Int("tp", 1, kIntMax));
+  EXLR8_ASSIGN_OR_RETURN(const std::int64_t tp, top.Int("tp", 1, kIntMaxV2));
   EXLR8_ASSIGN_OR_RETURN(const std::int64_t rank, top.Int("rank", 0, tp - 1));
   d.tp = static_cast<int>(tp);
   d.rank = static_cast<int>(rank);
@@ -290,7 +290,7 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   } else if (kind->is_string() && kind->as_string() == "host") {
     d.memory_kind = LeaseMemoryKind::kHost;
   } else {
-    return memory.At(*kind, "kind", "unknown memory kind " + Describe(*kind) + " (device or host)");
+    return memory.At(*kind, "kind", "unknown memory kind " + DescribeV2(*kind) + " (device or host)");
   }
   if (memory.value().Find("device") != nullptr || d.memory_kind == LeaseMemoryKind::kDevice) {
     EXLR8_ASSIGN_OR_RETURN(const Obj dev, memory.Child("device"));
@@ -299,13 +299,13 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
     EXLR8_ASSIGN_OR_RETURN(g.uuid, dev.Text("uuid"));
     if (!IsGpuUuid(g.uuid))
       return dev.At(*dev.value().Find("uuid"), "uuid",
-                    Describe(*dev.value().Find("uuid")) +
+                    DescribeV2(*dev.value().Find("uuid")) +
                         " is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
     EXLR8_ASSIGN_OR_RETURN(g.pci_bus_id, dev.Text("pci_bus_id"));
     if (!IsPciBusId(g.pci_bus_id))
       return dev.At(*dev.value().Find("pci_bus_id"), "pci_bus_id",
-                    Describe(*dev.value().Find("pci_bus_id")) + " is not a PCI bus id (0000:4E:00.0)");
-    EXLR8_ASSIGN_OR_RETURN(const std::int64_t ordinal, dev.Int("ordinal_in_holder", 0, kIntMax));
+                    DescribeV2(*dev.value().Find("pci_bus_id")) + " is not a PCI bus id (0000:4E:00.0)");
+    EXLR8_ASSIGN_OR_RETURN(const std::int64_t ordinal, dev.Int("ordinal_in_holder", 0, kIntMaxV2));
     g.ordinal_in_holder = static_cast<int>(ordinal);
     d.device = std::move(g);
   }
@@ -314,13 +314,13 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
       allocations->as_array().size() > kMaxLeaseAllocations)
     return memory.At(
         *allocations, "allocations",
-        Describe(*allocations) + " is not an array of 1 to " + N(kMaxLeaseAllocations) + " allocations");
+        DescribeV2(*allocations) + " is not an array of 1 to " + DN(kMaxLeaseAllocations) + " allocations");
   for (std::size_t i = 0; i < allocations->as_array().size(); ++i) {
     const JsonValue& item = allocations->as_array()[i];
-    const std::string where = "memory.allocations[" + N(i) + "]";
+    const std::string where = "memory.allocations[" + DN(i) + "]";
     if (!item.is_object())
-      return CorruptionError(prefix + "'" + where + "' at byte " + N(item.offset()) + ": " + Describe(item) +
-                             ", not an object");
+      return CorruptionError(prefix + "'" + where + "' at byte " + DN(item.offset()) + ": " +
+                             DescribeV2(item) + ", not an object");
     const Obj a(item, where, prefix);
     EXLR8_RETURN_IF_ERROR(a.OnlyKnown({"bytes", "handle"}));
     LeaseAllocation alloc;
@@ -328,9 +328,9 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
     EXLR8_ASSIGN_OR_RETURN(const JsonValue* handle, a.Get("handle"));
     if (!handle->is_string() || !IsHandle(handle->as_string(), d.memory_kind))
       return a.At(*handle, "handle",
-                  Describe(*handle) + (d.memory_kind == LeaseMemoryKind::kHost
-                                           ? " is not \"fd\" (host memory travels as a descriptor)"
-                                           : " is neither \"fd\" nor \"ipc:\" and 128 hex digits"));
+                  DescribeV2(*handle) + (d.memory_kind == LeaseMemoryKind::kHost
+                                             ? " is not \"fd\" (host memory travels as a descriptor)"
+                                             : " is neither \"fd\" nor \"ipc:\" and 128 hex digits"));
     alloc.handle = handle->as_string();
     d.allocations.push_back(std::move(alloc));
   }
@@ -347,14 +347,15 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   EXLR8_ASSIGN_OR_RETURN(im.header_offset, image.Uint("header_offset"));
   if (im.header_offset % kImageAlignment != 0)
     return image.At(*image.value().Find("header_offset"), "header_offset",
-                    N(im.header_offset) + " is not a multiple of 256");
+                    DN(im.header_offset) + " is not a multiple of 256");
   EXLR8_ASSIGN_OR_RETURN(im.bytes, image.Uint("bytes", kImageHeaderBytes));
   if (im.bytes % kImageAlignment != 0)
-    return image.At(*image.value().Find("bytes"), "bytes", N(im.bytes) + " is not a multiple of 256");
+    return image.At(*image.value().Find("bytes"), "bytes", DN(im.bytes) + " is not a multiple of 256");
   if (im.header_offset > alloc_bytes || im.bytes > alloc_bytes - im.header_offset)
     return image.At(*image.value().Find("bytes"), "bytes",
-                    "the image [" + N(im.header_offset) + ", +" + N(im.bytes) + ") lies outside allocation " +
-                        N(im.allocation) + " of " + N(alloc_bytes) + " bytes");
+                    "the image [" + DN(im.header_offset) + ", +" + DN(im.bytes) +
+                        ") lies outside allocation " + DN(im.allocation) + " of " + DN(alloc_bytes) +
+                        " bytes");
   EXLR8_ASSIGN_OR_RETURN(const std::uint64_t layers, image.Uint("layers", 0, kImageMaxLayers));
   EXLR8_ASSIGN_OR_RETURN(const std::uint64_t experts, image.Uint("experts", 0, kImageMaxExperts));
   EXLR8_ASSIGN_OR_RETURN(const std::uint64_t halves, image.Uint("halves", 0, kImageMaxHalves));
@@ -364,17 +365,17 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   EXLR8_ASSIGN_OR_RETURN(im.offset_table, image.Uint("offset_table", kImageHeaderBytes));
   if (im.offset_table % kImageAlignment != 0)
     return image.At(*image.value().Find("offset_table"), "offset_table",
-                    N(im.offset_table) + " is not a multiple of 256");
+                    DN(im.offset_table) + " is not a multiple of 256");
   EXLR8_ASSIGN_OR_RETURN(im.offset_table_bytes, image.Uint("offset_table_bytes"));
   const auto table = ImageOffsetTableBytes(layers, experts, halves);
   if (!table || *table != im.offset_table_bytes)
     return image.At(*image.value().Find("offset_table_bytes"), "offset_table_bytes",
-                    N(im.offset_table_bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
-                        (table ? N(*table) : std::string("(overflow)")));
+                    DN(im.offset_table_bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
+                        (table ? DN(*table) : std::string("(overflow)")));
   if (im.offset_table > im.bytes || im.offset_table_bytes > im.bytes - im.offset_table)
     return image.At(*image.value().Find("offset_table"), "offset_table",
-                    "the offset table [" + N(im.offset_table) + ", +" + N(im.offset_table_bytes) +
-                        ") lies outside the image of " + N(im.bytes) + " bytes");
+                    "the offset table [" + DN(im.offset_table) + ", +" + DN(im.offset_table_bytes) +
+                        ") lies outside the image of " + DN(im.bytes) + " bytes");
 
   // tables
   EXLR8_ASSIGN_OR_RETURN(const Obj tables, top.Child("tables"));
@@ -387,8 +388,8 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
       ImageTablesFileBytes(d.tables.tensors, d.tables.checks, d.tables.strings, im.offset_table_bytes);
   if (!file || *file != d.tables.bytes)
     return tables.At(*tables.value().Find("bytes"), "bytes",
-                     N(d.tables.bytes) + ", but the counts and the offset table make " +
-                         (file ? N(*file) : std::string("(overflow)")));
+                     DN(d.tables.bytes) + ", but the counts and the offset table make " +
+                         (file ? DN(*file) : std::string("(overflow)")));
 
   // proof
   EXLR8_ASSIGN_OR_RETURN(const Obj proof, top.Child("proof"));
@@ -398,7 +399,7 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
   EXLR8_ASSIGN_OR_RETURN(p.commit, proof.Text("commit"));
   if (p.commit != d.commit)
     return proof.At(*proof.value().Find("commit"), "commit",
-                    Describe(*proof.value().Find("commit")) + " is not the description's commit");
+                    DescribeV2(*proof.value().Find("commit")) + " is not the description's commit");
   EXLR8_ASSIGN_OR_RETURN(const Obj hashed, proof.Child("hashed"));
   EXLR8_RETURN_IF_ERROR(hashed.OnlyKnown({"regions", "bytes", "mismatches"}));
   EXLR8_ASSIGN_OR_RETURN(p.hashed_regions, hashed.Uint("regions"));
@@ -430,7 +431,7 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
       return proof.At(*mismatch, "mismatch", "null, but the proof reports a mismatch (name where it is)");
   } else {
     if (!mismatch->is_object())
-      return proof.At(*mismatch, "mismatch", Describe(*mismatch) + ", not an object or null");
+      return proof.At(*mismatch, "mismatch", DescribeV2(*mismatch) + ", not an object or null");
     if (clean) return proof.At(*mismatch, "mismatch", "names a mismatch, but the proof reports none");
     const Obj m(*mismatch, "proof.mismatch", prefix);
     EXLR8_RETURN_IF_ERROR(m.OnlyKnown({"tensor", "offset", "layer", "expert", "proj", "half", "name"}));
@@ -457,7 +458,7 @@ Result<LeaseDescriptionV2> ParseLeaseDescriptionV2(std::string_view text, std::s
     if (has_proj) {
       const JsonValue& pj = *mismatch->Find("proj");
       const auto pr = pj.is_string() ? ProjFromName(pj.as_string()) : std::nullopt;
-      if (!pr) return m.At(pj, "proj", "unknown projection " + Describe(pj) + " (gate, up, down or null)");
+      if (!pr) return m.At(pj, "proj", "unknown projection " + DescribeV2(pj) + " (gate, up, down or null)");
       mm.proj = *pr;
     }
     EXLR8_ASSIGN_OR_RETURN(const bool has_half, nullable("half"));
@@ -483,17 +484,17 @@ Status CheckLeaseImage(const LeaseDescriptionV2& d, const ImageHeader& h, const 
   };
   const LeaseImageRef& im = d.image;
   if (im.bytes != h.allocation_bytes || im.bytes != t.allocation_bytes)
-    return err("image bytes " + N(im.bytes) + " vs header " + N(h.allocation_bytes) + ", tables " +
-               N(t.allocation_bytes));
+    return err("image bytes " + DN(im.bytes) + " vs header " + DN(h.allocation_bytes) + ", tables " +
+               DN(t.allocation_bytes));
   if (im.layers != h.layers || im.experts != h.experts || im.halves != h.halves_per_proj)
-    return err("dimensions " + N(im.layers) + "x" + N(im.experts) + "x" + N(im.halves) + " vs header " +
-               N(h.layers) + "x" + N(h.experts) + "x" + N(h.halves_per_proj));
+    return err("dimensions " + DN(im.layers) + "x" + DN(im.experts) + "x" + DN(im.halves) + " vs header " +
+               DN(h.layers) + "x" + DN(h.experts) + "x" + DN(h.halves_per_proj));
   if (im.offset_table != h.offset_table.offset || im.offset_table_bytes != h.offset_table.bytes)
-    return err("offset table at " + N(im.offset_table) + " (" + N(im.offset_table_bytes) +
-               " bytes) vs header " + N(h.offset_table.offset) + " (" + N(h.offset_table.bytes) + ")");
+    return err("offset table at " + DN(im.offset_table) + " (" + DN(im.offset_table_bytes) +
+               " bytes) vs header " + DN(h.offset_table.offset) + " (" + DN(h.offset_table.bytes) + ")");
   if (h.tp != static_cast<std::uint32_t>(d.tp) || h.rank != static_cast<std::uint32_t>(d.rank))
-    return err("rank " + N(static_cast<std::uint64_t>(d.rank)) + " of " +
-               N(static_cast<std::uint64_t>(d.tp)) + " vs header " + N(h.rank) + " of " + N(h.tp));
+    return err("rank " + DN(static_cast<std::uint64_t>(d.rank)) + " of " +
+               DN(static_cast<std::uint64_t>(d.tp)) + " vs header " + DN(h.rank) + " of " + DN(h.tp));
   if (h.commit != d.commit)
     return err("commit '" + EscapeForMessage(d.commit) + "' vs header '" + EscapeForMessage(h.commit) + "'");
   std::uint64_t strings = 0;
@@ -501,9 +502,9 @@ Status CheckLeaseImage(const LeaseDescriptionV2& d, const ImageHeader& h, const 
     if (!e.name.empty()) strings += e.name.size() + 1;
   if (d.tables.tensors != t.tensors.size() || d.tables.checks != t.checks.size() ||
       d.tables.strings != strings)
-    return err("tables of " + N(d.tables.tensors) + "/" + N(d.tables.checks) + "/" + N(d.tables.strings) +
-               " tensors/checks/string bytes vs " + N(t.tensors.size()) + "/" + N(t.checks.size()) + "/" +
-               N(strings));
+    return err("tables of " + DN(d.tables.tensors) + "/" + DN(d.tables.checks) + "/" + DN(d.tables.strings) +
+               " tensors/checks/string bytes vs " + DN(t.tensors.size()) + "/" + DN(t.checks.size()) + "/" +
+               DN(strings));
   return CheckImageAgreement(h, t);
 }
 

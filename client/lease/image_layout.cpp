@@ -11,7 +11,7 @@ namespace exlr8 {
 
 namespace {
 
-std::string N(std::uint64_t v) { return std::to_string(v); }
+std::string LN(std::uint64_t v) { return std::to_string(v); }
 
 std::optional<std::uint64_t> AlignUp(std::uint64_t v) {
   if (v > std::numeric_limits<std::uint64_t>::max() - (kImageAlignment - 1)) return std::nullopt;
@@ -24,16 +24,16 @@ ImageLayoutBuilder::ImageLayoutBuilder(ImageDims dims) : dims_(std::move(dims)) 
 
 Status ImageLayoutBuilder::CheckDims() const {
   const auto err = [](const std::string& what) { return InvalidArgumentError("image layout: " + what); };
-  if (dims_.layers > kImageMaxLayers) return err("layers " + N(dims_.layers) + " > " + N(kImageMaxLayers));
+  if (dims_.layers > kImageMaxLayers) return err("layers " + LN(dims_.layers) + " > " + LN(kImageMaxLayers));
   if (dims_.experts > kImageMaxExperts)
-    return err("experts " + N(dims_.experts) + " > " + N(kImageMaxExperts));
-  if (dims_.halves > kImageMaxHalves) return err("halves " + N(dims_.halves) + " > " + N(kImageMaxHalves));
+    return err("experts " + LN(dims_.experts) + " > " + LN(kImageMaxExperts));
+  if (dims_.halves > kImageMaxHalves) return err("halves " + LN(dims_.halves) + " > " + LN(kImageMaxHalves));
   const auto table = ImageOffsetTableBytes(dims_.layers, dims_.experts, dims_.halves);
   if (!table || *table > kImageMaxOffsetTableBytes)
-    return err("an offset table of more than " + N(kImageMaxOffsetTableBytes) + " bytes");
+    return err("an offset table of more than " + LN(kImageMaxOffsetTableBytes) + " bytes");
   if (dims_.tp == 0 || dims_.tp > static_cast<std::uint32_t>(std::numeric_limits<int>::max()) ||
       dims_.rank >= dims_.tp)
-    return err("rank " + N(dims_.rank) + " of tp " + N(dims_.tp));
+    return err("rank " + LN(dims_.rank) + " of tp " + LN(dims_.tp));
   if (dims_.commit.size() >= kImageCommitBytes) return err("a commit of 128 bytes or more");
   for (char c : dims_.commit)
     if (c < 0x20 || c > 0x7E) return err("a commit that is not printable ASCII");
@@ -53,20 +53,21 @@ Result<std::uint32_t> ImageLayoutBuilder::AddHalf(const ImageHalfSpec& s) {
   EXLR8_RETURN_IF_ERROR(CheckDims());
   ImageTensor t;
   t.kind = ImageRegionKind::kHalfRecord;
-  const std::string what = "image layout: half L" + N(static_cast<std::uint64_t>(s.layer < 0 ? 0 : s.layer)) +
+  const std::string what = "image layout: half L" +
+                           LN(static_cast<std::uint64_t>(s.layer < 0 ? 0 : s.layer)) +
                            (s.expert == kSharedExpert ? " shared" : " e" + std::to_string(s.expert)) + " " +
-                           std::string(ProjName(s.proj)) + " h" + N(s.half) + ": ";
+                           std::string(ProjName(s.proj)) + " h" + LN(s.half) + ": ";
   const auto err = [&](const std::string& m) { return InvalidArgumentError(what + m); };
   if (s.layer < 0 || static_cast<std::uint64_t>(s.layer) >= dims_.layers)
-    return err("layer outside the image's " + N(dims_.layers));
+    return err("layer outside the image's " + LN(dims_.layers));
   if (s.expert < kSharedExpert || (s.expert >= 0 && static_cast<std::uint64_t>(s.expert) >= dims_.experts))
-    return err("expert outside the image's " + N(dims_.experts));
+    return err("expert outside the image's " + LN(dims_.experts));
   if (static_cast<int>(s.proj) >= kProjCount) return err("unknown projection");
-  if (s.half >= dims_.halves) return err("half outside the image's " + N(dims_.halves));
+  if (s.half >= dims_.halves) return err("half outside the image's " + LN(dims_.halves));
   if (s.k < 1 || s.k > 8) return err("K " + std::to_string(s.k) + " is not in 1..8");
   if (s.trellis_bytes == 0 || s.trellis_bytes % (16 * static_cast<std::uint64_t>(s.k)) != 0 ||
       s.trellis_bytes > std::numeric_limits<std::uint32_t>::max())
-    return err("trellis bytes " + N(s.trellis_bytes) + " are not a positive multiple of 16 x K below 2^32");
+    return err("trellis bytes " + LN(s.trellis_bytes) + " are not a positive multiple of 16 x K below 2^32");
   if (!IsFloatVectorDType(s.vector_dtype)) return err("vector dtype is not F16, BF16 or F32");
   t.layer = static_cast<std::uint16_t>(s.layer);
   t.expert = s.expert == kSharedExpert ? kImageSharedExpert : static_cast<std::uint16_t>(s.expert);
@@ -83,9 +84,10 @@ Result<std::uint32_t> ImageLayoutBuilder::AddHalf(const ImageHalfSpec& s) {
        static_cast<std::uint64_t>(s.proj)) *
           dims_.halves +
       s.half;
-  if (halves_.count(key) != 0) return err("added twice");
+  if (halves_.empty()) halves_.resize(*ImageOffsetTableBytes(dims_.layers, dims_.experts, dims_.halves) / 8);
+  if (halves_[key]) return err("added twice");
   EXLR8_ASSIGN_OR_RETURN(const std::uint32_t index, Add(std::move(t), s.digest));
-  halves_.insert(key);
+  halves_[key] = true;
   checks_.push_back({ImageSegmentRef{index, 0, tensors_[index].length}});
   check_digests_.push_back(s.digest);
   return index;
@@ -96,11 +98,11 @@ namespace {
 // Shape and length of a tensor stored as is; InvalidArgument naming it.
 Status FillStored(const ImageTensorSpec& s, const std::string& what, ImageTensor& t) {
   if (s.dtype >= static_cast<DType>(kDTypeCount)) return InvalidArgumentError(what + "unknown dtype");
-  if (s.shape.size() > 4) return InvalidArgumentError(what + "rank " + N(s.shape.size()) + " > 4");
+  if (s.shape.size() > 4) return InvalidArgumentError(what + "rank " + LN(s.shape.size()) + " > 4");
   std::uint64_t length = DTypeSize(s.dtype);
   for (std::size_t d = 0; d < s.shape.size(); ++d) {
     if (s.shape[d] > std::numeric_limits<std::uint32_t>::max())
-      return InvalidArgumentError(what + "dimension " + N(d) + " is 2^32 or more");
+      return InvalidArgumentError(what + "dimension " + LN(d) + " is 2^32 or more");
     if (__builtin_mul_overflow(length, s.shape[d], &length))
       return InvalidArgumentError(what + "size overflows");
     t.shape[d] = static_cast<std::uint32_t>(s.shape[d]);
@@ -118,7 +120,7 @@ Result<std::uint32_t> ImageLayoutBuilder::AddSigns(int layer, bool out, const Im
   EXLR8_RETURN_IF_ERROR(CheckDims());
   const std::string what = "image layout: L" + std::to_string(layer) + (out ? " signs.out: " : " signs.in: ");
   if (layer < 0 || static_cast<std::uint64_t>(layer) >= dims_.layers)
-    return InvalidArgumentError(what + "layer outside the image's " + N(dims_.layers));
+    return InvalidArgumentError(what + "layer outside the image's " + LN(dims_.layers));
   if (!IsFloatVectorDType(s.dtype) || s.shape.size() != 1)
     return InvalidArgumentError(what + "not a rank-1 F16, BF16 or F32 vector");
   if (!s.name.empty()) return InvalidArgumentError(what + "signs carry no name");
@@ -178,16 +180,16 @@ Result<std::uint32_t> ImageLayoutBuilder::AddPlainLike(ImageTensor t, const Imag
 
 Status ImageLayoutBuilder::AddCheck(std::uint64_t digest, std::span<const ImageSegmentRef> segments) {
   if (finished_) return FailedPreconditionError("image layout: AddCheck after Finish");
-  const std::string what = "image layout: check " + N(checks_.size()) + ": ";
+  const std::string what = "image layout: check " + LN(checks_.size()) + ": ";
   if (segments.empty() || segments.size() > kImageMaxCheckSegments)
-    return InvalidArgumentError(what + N(segments.size()) + " segments, expected 1 to 4");
+    return InvalidArgumentError(what + LN(segments.size()) + " segments, expected 1 to 4");
   if (checks_.size() >= kImageMaxChecks) return InvalidArgumentError(what + "more than 2^25 checks");
   for (const ImageSegmentRef& s : segments) {
-    if (s.tensor >= tensors_.size()) return InvalidArgumentError(what + "no region " + N(s.tensor));
+    if (s.tensor >= tensors_.size()) return InvalidArgumentError(what + "no region " + LN(s.tensor));
     const std::uint64_t length = tensors_[s.tensor].length;
     if (s.length == 0 || s.offset > length || s.length > length - s.offset)
-      return InvalidArgumentError(what + "[" + N(s.offset) + ", +" + N(s.length) + ") is not inside region " +
-                                  N(s.tensor) + " of " + N(length) + " bytes");
+      return InvalidArgumentError(what + "[" + LN(s.offset) + ", +" + LN(s.length) +
+                                  ") is not inside region " + LN(s.tensor) + " of " + LN(length) + " bytes");
   }
   checks_.emplace_back(segments.begin(), segments.end());
   check_digests_.push_back(digest);

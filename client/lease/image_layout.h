@@ -332,8 +332,8 @@ class ImageLayoutBuilder {
   std::vector<ImageTensor> tensors_;
   std::vector<std::vector<ImageSegmentRef>> checks_;
   std::vector<std::uint64_t> check_digests_;
-  std::set<std::uint64_t> halves_;  // offset-table indexes taken
-  std::set<std::uint64_t> signs_;   // layer * 2 + out
+  std::vector<bool> halves_;       // offset-table indexes taken (sized on first use)
+  std::set<std::uint64_t> signs_;  // layer * 2 + out
   std::set<std::string> names_;
   bool finished_ = false;
 };

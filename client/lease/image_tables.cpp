@@ -30,7 +30,7 @@ std::string Hex(std::uint64_t v) {
   return s;
 }
 
-std::string N(std::uint64_t v) { return std::to_string(v); }
+std::string TN(std::uint64_t v) { return std::to_string(v); }
 
 // Bounds-checked little-endian reads of one parse; every value read knows
 // its absolute offset for the message.
@@ -111,13 +111,13 @@ std::optional<std::uint64_t> ImageOffsetTableBytes(std::uint64_t layers, std::ui
 std::string ImageTensor::What() const {
   switch (kind) {
     case ImageRegionKind::kHalfRecord: {
-      std::string s = "L" + N(layer) + (expert == kImageSharedExpert ? " shared " : " e" + N(expert) + " ");
+      std::string s = "L" + TN(layer) + (expert == kImageSharedExpert ? " shared " : " e" + TN(expert) + " ");
       s += proj < 3 ? std::string(ProjName(static_cast<Proj>(proj))) : "proj?";
-      return s + " h" + N(half) + " K" + N(k);
+      return s + " h" + TN(half) + " K" + TN(k);
     }
     case ImageRegionKind::kSignsIn:
     case ImageRegionKind::kSignsOut:
-      return "L" + N(layer) + " " + std::string(ImageRegionKindName(kind));
+      return "L" + TN(layer) + " " + std::string(ImageRegionKindName(kind));
     default:
       return "'" + EscapeForMessage(name) + "'";
   }
@@ -147,25 +147,26 @@ std::vector<std::byte> SerializeImageHeader(const ImageHeader& h) {
 
 Result<ImageHeader> ParseImageHeader(std::span<const std::byte> bytes) {
   const auto err = [](std::string_view field, std::uint64_t at, const std::string& what) {
-    return CorruptionError("image header: '" + std::string(field) + "' at byte " + N(at) + ": " + what);
+    return CorruptionError("image header: '" + std::string(field) + "' at byte " + TN(at) + ": " + what);
   };
   if (bytes.size() < kImageHeaderBytes)
-    return CorruptionError("image header: " + N(bytes.size()) + " bytes, expected at least " +
-                           N(kImageHeaderBytes));
+    return CorruptionError("image header: " + TN(bytes.size()) + " bytes, expected at least " +
+                           TN(kImageHeaderBytes));
   const Reader r(bytes);
   if (std::memcmp(bytes.data(), kImageMagic, 8) != 0) return err("magic", 0, "not \"EXLR8IMG\"");
   ImageHeader h;
   h.version = r.U32(kHVersion);
   if (h.version != kImageLayoutVersion)
-    return err(
-        "version", kHVersion,
-        "layout version " + N(h.version) + " is unknown (this reader knows " + N(kImageLayoutVersion) + ")");
+    return err("version", kHVersion,
+               "layout version " + TN(h.version) + " is unknown (this reader knows " +
+                   TN(kImageLayoutVersion) + ")");
   if (r.U32(kHHeaderBytes) != kImageHeaderBytes)
-    return err("header_bytes", kHHeaderBytes, N(r.U32(kHHeaderBytes)) + ", expected " + N(kImageHeaderBytes));
+    return err("header_bytes", kHHeaderBytes,
+               TN(r.U32(kHHeaderBytes)) + ", expected " + TN(kImageHeaderBytes));
   h.allocation_bytes = r.U64(kHAllocation);
   if (h.allocation_bytes < kImageHeaderBytes || h.allocation_bytes % kImageAlignment != 0)
     return err("allocation_bytes", kHAllocation,
-               N(h.allocation_bytes) + " is not a multiple of 256 of at least " + N(kImageHeaderBytes));
+               TN(h.allocation_bytes) + " is not a multiple of 256 of at least " + TN(kImageHeaderBytes));
   ImageSection* sections[4] = {&h.halves, &h.vectors, &h.dense, &h.offset_table};
   std::uint64_t end = kImageHeaderBytes;
   for (int i = 0; i < 4; ++i) {
@@ -174,35 +175,35 @@ Result<ImageHeader> ParseImageHeader(std::span<const std::byte> bytes) {
     sections[i]->bytes = r.U64(at + 8);
     const std::string name = std::string(kSectionNames[i]);
     if (sections[i]->offset % kImageAlignment != 0)
-      return err(name + ".offset", at, N(sections[i]->offset) + " is not a multiple of 256");
+      return err(name + ".offset", at, TN(sections[i]->offset) + " is not a multiple of 256");
     if (sections[i]->offset < end)
       return err(name + ".offset", at,
-                 N(sections[i]->offset) + " lies before the end of the previous part (" + N(end) + ")");
+                 TN(sections[i]->offset) + " lies before the end of the previous part (" + TN(end) + ")");
     const auto section_end = AddU64(sections[i]->offset, sections[i]->bytes);
     if (!section_end || *section_end > h.allocation_bytes)
       return err(name + ".bytes", at + 8,
-                 N(sections[i]->offset) + " + " + N(sections[i]->bytes) + " lies past the allocation of " +
-                     N(h.allocation_bytes) + " bytes");
+                 TN(sections[i]->offset) + " + " + TN(sections[i]->bytes) + " lies past the allocation of " +
+                     TN(h.allocation_bytes) + " bytes");
     end = *section_end;
   }
   h.tp = r.U32(kHTp);
   h.rank = r.U32(kHRank);
   if (h.tp == 0 || h.tp > static_cast<std::uint32_t>(std::numeric_limits<int>::max()))
-    return err("tp", kHTp, N(h.tp) + " is not in [1, 2^31)");
-  if (h.rank >= h.tp) return err("rank", kHRank, N(h.rank) + " is not below tp " + N(h.tp));
+    return err("tp", kHTp, TN(h.tp) + " is not in [1, 2^31)");
+  if (h.rank >= h.tp) return err("rank", kHRank, TN(h.rank) + " is not below tp " + TN(h.tp));
   h.layers = r.U32(kHLayers);
   h.experts = r.U32(kHExperts);
   h.halves_per_proj = r.U32(kHHalves);
-  if (h.layers > kImageMaxLayers) return err("layers", kHLayers, N(h.layers) + " > " + N(kImageMaxLayers));
+  if (h.layers > kImageMaxLayers) return err("layers", kHLayers, TN(h.layers) + " > " + TN(kImageMaxLayers));
   if (h.experts > kImageMaxExperts)
-    return err("experts", kHExperts, N(h.experts) + " > " + N(kImageMaxExperts));
+    return err("experts", kHExperts, TN(h.experts) + " > " + TN(kImageMaxExperts));
   if (h.halves_per_proj > kImageMaxHalves)
-    return err("halves", kHHalves, N(h.halves_per_proj) + " > " + N(kImageMaxHalves));
+    return err("halves", kHHalves, TN(h.halves_per_proj) + " > " + TN(kImageMaxHalves));
   const auto table = ImageOffsetTableBytes(h.layers, h.experts, h.halves_per_proj);
   if (!table || *table != h.offset_table.bytes)
     return err("offset_table.bytes", kHSections + 56,
-               N(h.offset_table.bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
-                   (table ? N(*table) : std::string("(overflow)")));
+               TN(h.offset_table.bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
+                   (table ? TN(*table) : std::string("(overflow)")));
   if (auto nz = r.NonZero(kHReserved, kHCommit)) return err("reserved", *nz, "not zero");
   std::uint64_t i = kHCommit;
   for (; i < kHCommit + kImageCommitBytes && r.U8(i) != 0; ++i) {
@@ -340,17 +341,17 @@ std::vector<std::byte> SerializeImageTables(const ImageTables& t) {
 Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint64_t allocation_bytes) {
   const Reader r(bytes);
   const auto head = [](std::string_view field, std::uint64_t at, const std::string& what) {
-    return CorruptionError("image tables: header '" + std::string(field) + "' at byte " + N(at) + ": " +
+    return CorruptionError("image tables: header '" + std::string(field) + "' at byte " + TN(at) + ": " +
                            what);
   };
   if (bytes.size() < kImageTablesHeaderBytes)
-    return CorruptionError("image tables: " + N(bytes.size()) + " bytes, shorter than the " +
-                           N(kImageTablesHeaderBytes) + "-byte header");
+    return CorruptionError("image tables: " + TN(bytes.size()) + " bytes, shorter than the " +
+                           TN(kImageTablesHeaderBytes) + "-byte header");
   if (std::memcmp(bytes.data(), kImageTablesMagic, 8) != 0) return head("magic", 0, "not \"EXLR8TBL\"");
   if (r.U32(kTVersion) != kImageTablesVersion)
-    return head("version", kTVersion, "version " + N(r.U32(kTVersion)) + " is unknown");
+    return head("version", kTVersion, "version " + TN(r.U32(kTVersion)) + " is unknown");
   if (r.U32(kTHeaderBytes) != kImageTablesHeaderBytes)
-    return head("header_bytes", kTHeaderBytes, N(r.U32(kTHeaderBytes)) + ", expected 128");
+    return head("header_bytes", kTHeaderBytes, TN(r.U32(kTHeaderBytes)) + ", expected 128");
   if (auto nz = r.NonZero(kTReserved0, kTReserved0 + 4)) return head("reserved", *nz, "not zero");
   if (auto nz = r.NonZero(kTReserved1, kImageTablesHeaderBytes)) return head("reserved", *nz, "not zero");
 
@@ -358,62 +359,62 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
   t.allocation_bytes = r.U64(kTAllocation);
   if (t.allocation_bytes != allocation_bytes)
     return head("allocation_bytes", kTAllocation,
-                N(t.allocation_bytes) + ", but the image is " + N(allocation_bytes) + " bytes");
+                TN(t.allocation_bytes) + ", but the image is " + TN(allocation_bytes) + " bytes");
   t.layers = r.U32(kTLayers);
   t.experts = r.U32(kTExperts);
   t.halves_per_proj = r.U32(kTHalves);
-  if (t.layers > kImageMaxLayers) return head("layers", kTLayers, N(t.layers) + " > " + N(kImageMaxLayers));
+  if (t.layers > kImageMaxLayers) return head("layers", kTLayers, TN(t.layers) + " > " + TN(kImageMaxLayers));
   if (t.experts > kImageMaxExperts)
-    return head("experts", kTExperts, N(t.experts) + " > " + N(kImageMaxExperts));
+    return head("experts", kTExperts, TN(t.experts) + " > " + TN(kImageMaxExperts));
   if (t.halves_per_proj > kImageMaxHalves)
-    return head("halves", kTHalves, N(t.halves_per_proj) + " > " + N(kImageMaxHalves));
+    return head("halves", kTHalves, TN(t.halves_per_proj) + " > " + TN(kImageMaxHalves));
 
   // Sections: contiguous, in order, ending at the file's end; counts capped
   // before any product is taken.
   const std::uint64_t n_tensors = r.U64(kTTensors), n_checks = r.U64(kTChecks);
   if (n_tensors > kImageMaxTensors)
-    return head("tensors", kTTensors, N(n_tensors) + " entries, more than " + N(kImageMaxTensors));
+    return head("tensors", kTTensors, TN(n_tensors) + " entries, more than " + TN(kImageMaxTensors));
   if (n_checks > kImageMaxChecks)
-    return head("checks", kTChecks, N(n_checks) + " entries, more than " + N(kImageMaxChecks));
+    return head("checks", kTChecks, TN(n_checks) + " entries, more than " + TN(kImageMaxChecks));
   const std::uint64_t tensors_at = r.U64(kTTensorsAt);
   if (tensors_at != kImageTablesHeaderBytes)
-    return head("tensors_offset", kTTensorsAt, N(tensors_at) + ", expected " + N(kImageTablesHeaderBytes));
+    return head("tensors_offset", kTTensorsAt, TN(tensors_at) + ", expected " + TN(kImageTablesHeaderBytes));
   const std::uint64_t checks_at = r.U64(kTChecksAt);
   if (checks_at != tensors_at + n_tensors * kImageTensorEntryBytes)
     return head("checks_offset", kTChecksAt,
-                N(checks_at) + ", expected " + N(tensors_at + n_tensors * kImageTensorEntryBytes) +
-                    " (after " + N(n_tensors) + " tensor entries)");
+                TN(checks_at) + ", expected " + TN(tensors_at + n_tensors * kImageTensorEntryBytes) +
+                    " (after " + TN(n_tensors) + " tensor entries)");
   const std::uint64_t strings_at = r.U64(kTStringsAt);
   if (strings_at != checks_at + n_checks * kImageCheckEntryBytes)
     return head("strings_offset", kTStringsAt,
-                N(strings_at) + ", expected " + N(checks_at + n_checks * kImageCheckEntryBytes) + " (after " +
-                    N(n_checks) + " check entries)");
+                TN(strings_at) + ", expected " + TN(checks_at + n_checks * kImageCheckEntryBytes) +
+                    " (after " + TN(n_checks) + " check entries)");
   const std::uint64_t strings = r.U64(kTStringsBytes);
   if (strings > kImageMaxStringBytes)
-    return head("strings_bytes", kTStringsBytes, N(strings) + ", more than " + N(kImageMaxStringBytes));
+    return head("strings_bytes", kTStringsBytes, TN(strings) + ", more than " + TN(kImageMaxStringBytes));
   const std::uint64_t offsets_at = r.U64(kTOffsetsAt);
   if (offsets_at != Align8(strings_at + strings))
-    return head(
-        "offset_table_offset", kTOffsetsAt,
-        N(offsets_at) + ", expected " + N(Align8(strings_at + strings)) + " (the pool's end, aligned to 8)");
+    return head("offset_table_offset", kTOffsetsAt,
+                TN(offsets_at) + ", expected " + TN(Align8(strings_at + strings)) +
+                    " (the pool's end, aligned to 8)");
   const std::uint64_t offsets_bytes = r.U64(kTOffsetsBytes);
   const auto want_table = ImageOffsetTableBytes(t.layers, t.experts, t.halves_per_proj);
   if (!want_table || offsets_bytes != *want_table)
     return head("offset_table_bytes", kTOffsetsBytes,
-                N(offsets_bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
-                    (want_table ? N(*want_table) : std::string("(overflow)")));
+                TN(offsets_bytes) + ", expected layers x (experts + 1) x 3 x halves x 8 = " +
+                    (want_table ? TN(*want_table) : std::string("(overflow)")));
   const auto file_end = AddU64(offsets_at, offsets_bytes);
   if (!file_end || *file_end != bytes.size())
     return head("offset_table_bytes", kTOffsetsBytes,
-                "the sections end at " + (file_end ? N(*file_end) : std::string("(overflow)")) +
-                    ", but the file has " + N(bytes.size()) + " bytes");
+                "the sections end at " + (file_end ? TN(*file_end) : std::string("(overflow)")) +
+                    ", but the file has " + TN(bytes.size()) + " bytes");
   if (auto nz = r.NonZero(strings_at + strings, offsets_at))
     return head("strings_bytes", *nz, "padding not zero");
 
   // Tensor entries, each on its own.
   const auto entry = [](std::uint64_t i, std::string_view field, std::uint64_t at, const std::string& what) {
-    return CorruptionError("image tables: tensors[" + N(i) + "] '" + std::string(field) + "' at byte " +
-                           N(at) + ": " + what);
+    return CorruptionError("image tables: tensors[" + TN(i) + "] '" + std::string(field) + "' at byte " +
+                           TN(at) + ": " + what);
   };
   const std::string_view pool(reinterpret_cast<const char*>(bytes.data() + strings_at), strings);
   std::uint64_t pool_next = 0;
@@ -440,24 +441,24 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     e.inp = r.U32(b + 60);
 
     if (e.offset % kImageAlignment != 0)
-      return entry(i, "offset", b, N(e.offset) + " is not a multiple of 256");
+      return entry(i, "offset", b, TN(e.offset) + " is not a multiple of 256");
     if (e.offset < kImageHeaderBytes)
-      return entry(i, "offset", b, N(e.offset) + " lies inside the image header (the first 4096 bytes)");
+      return entry(i, "offset", b, TN(e.offset) + " lies inside the image header (the first 4096 bytes)");
     if (e.length == 0) return entry(i, "length", b + 8, "empty region");
     const auto end = AddU64(e.offset, e.length);
     if (!end || *end > allocation_bytes)
       return entry(i, "length", b + 8,
-                   N(e.offset) + " + " + N(e.length) + " lies past the allocation of " + N(allocation_bytes) +
-                       " bytes");
-    if (kind < 1 || kind > kImageRegionKindCount) return entry(i, "kind", b + 30, "unknown kind " + N(kind));
+                   TN(e.offset) + " + " + TN(e.length) + " lies past the allocation of " +
+                       TN(allocation_bytes) + " bytes");
+    if (kind < 1 || kind > kImageRegionKindCount) return entry(i, "kind", b + 30, "unknown kind " + TN(kind));
     e.kind = static_cast<ImageRegionKind>(kind);
-    if (dtype >= kDTypeCount) return entry(i, "dtype", b + 32, "unknown dtype code " + N(dtype));
+    if (dtype >= kDTypeCount) return entry(i, "dtype", b + 32, "unknown dtype code " + TN(dtype));
     e.dtype = static_cast<DType>(dtype);
-    if (e.rank > 4) return entry(i, "rank", b + 33, N(e.rank) + " > 4");
+    if (e.rank > 4) return entry(i, "rank", b + 33, TN(e.rank) + " > 4");
     for (int d = e.rank; d < 4; ++d)
       if (e.shape[d] != 0)
         return entry(i, "shape", b + 36 + 4 * static_cast<std::uint64_t>(d),
-                     "dimension " + N(d) + " is " + N(e.shape[d]) + " beyond rank " + N(e.rank));
+                     "dimension " + TN(d) + " is " + TN(e.shape[d]) + " beyond rank " + TN(e.rank));
 
     const bool half = e.kind == ImageRegionKind::kHalfRecord;
     const bool signs = e.kind == ImageRegionKind::kSignsIn || e.kind == ImageRegionKind::kSignsOut;
@@ -466,52 +467,53 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     // identity
     if (half || signs) {
       if (e.layer >= t.layers)
-        return entry(i, "layer", b + 24, N(e.layer) + " is not below the image's " + N(t.layers) + " layers");
+        return entry(i, "layer", b + 24,
+                     TN(e.layer) + " is not below the image's " + TN(t.layers) + " layers");
     }
     if (half) {
       if (e.expert != kImageSharedExpert && e.expert >= t.experts)
         return entry(
             i, "expert", b + 26,
-            N(e.expert) + " is neither below the image's " + N(t.experts) + " experts nor 0xFFFE (shared)");
-      if (e.proj >= kProjCount) return entry(i, "proj", b + 28, "unknown projection " + N(e.proj));
+            TN(e.expert) + " is neither below the image's " + TN(t.experts) + " experts nor 0xFFFE (shared)");
+      if (e.proj >= kProjCount) return entry(i, "proj", b + 28, "unknown projection " + TN(e.proj));
       if (e.half >= t.halves_per_proj)
         return entry(i, "half", b + 29,
-                     N(e.half) + " is not below the image's " + N(t.halves_per_proj) + " halves");
+                     TN(e.half) + " is not below the image's " + TN(t.halves_per_proj) + " halves");
     } else {
       if (e.expert != kImageNoExpert)
-        return entry(i, "expert", b + 26, N(e.expert) + " for a " + kind_name + ", expected 0xFFFF");
+        return entry(i, "expert", b + 26, TN(e.expert) + " for a " + kind_name + ", expected 0xFFFF");
       if (e.proj != kImageNoProj)
-        return entry(i, "proj", b + 28, N(e.proj) + " for a " + kind_name + ", expected 0xFF");
+        return entry(i, "proj", b + 28, TN(e.proj) + " for a " + kind_name + ", expected 0xFF");
       if (e.half != kImageNoHalf)
-        return entry(i, "half", b + 29, N(e.half) + " for a " + kind_name + ", expected 0xFF");
+        return entry(i, "half", b + 29, TN(e.half) + " for a " + kind_name + ", expected 0xFF");
     }
     // format, K, side, out, inp
     if (half) {
-      if (e.k < 1 || e.k > 8) return entry(i, "k", b + 34, "trellis width " + N(e.k) + " is not in 1..8");
+      if (e.k < 1 || e.k > 8) return entry(i, "k", b + 34, "trellis width " + TN(e.k) + " is not in 1..8");
       if (e.format != e.k)
-        return entry(i, "format", b + 31, N(e.format) + ", expected the width K " + N(e.k));
+        return entry(i, "format", b + 31, TN(e.format) + ", expected the width K " + TN(e.k));
     } else if (dense) {
       if (e.format < 1 || e.format > kDenseFormatCount)
-        return entry(i, "format", b + 31, "unknown dense format " + N(e.format));
+        return entry(i, "format", b + 31, "unknown dense format " + TN(e.format));
       const bool trellis = e.format == static_cast<std::uint8_t>(DenseFormat::kTrellis);
       if (trellis && (e.k < 1 || e.k > 8))
-        return entry(i, "k", b + 34, "trellis width " + N(e.k) + " is not in 1..8");
+        return entry(i, "k", b + 34, "trellis width " + TN(e.k) + " is not in 1..8");
       if (!trellis && e.k != 0)
-        return entry(i, "k", b + 34, N(e.k) + " for a non-TRELLIS format, expected 0");
-      if (e.side > 2) return entry(i, "side", b + 35, "side " + N(e.side) + " is not 0, 1 or 2");
+        return entry(i, "k", b + 34, TN(e.k) + " for a non-TRELLIS format, expected 0");
+      if (e.side > 2) return entry(i, "side", b + 35, "side " + TN(e.side) + " is not 0, 1 or 2");
       if (e.out == 0) return entry(i, "out", b + 56, "0");
       if (e.inp == 0) return entry(i, "inp", b + 60, "0");
     } else {
       if (e.format != 0)
-        return entry(i, "format", b + 31, N(e.format) + " for a " + kind_name + ", expected 0");
-      if (e.k != 0) return entry(i, "k", b + 34, N(e.k) + " for a " + kind_name + ", expected 0");
+        return entry(i, "format", b + 31, TN(e.format) + " for a " + kind_name + ", expected 0");
+      if (e.k != 0) return entry(i, "k", b + 34, TN(e.k) + " for a " + kind_name + ", expected 0");
     }
     if (!dense) {
       if (!half && e.side != 0)
-        return entry(i, "side", b + 35, N(e.side) + " for a " + kind_name + ", expected 0");
-      if (half && e.side != 0) return entry(i, "side", b + 35, N(e.side) + " for a half record, expected 0");
-      if (e.out != 0) return entry(i, "out", b + 56, N(e.out) + " for a " + kind_name + ", expected 0");
-      if (e.inp != 0) return entry(i, "inp", b + 60, N(e.inp) + " for a " + kind_name + ", expected 0");
+        return entry(i, "side", b + 35, TN(e.side) + " for a " + kind_name + ", expected 0");
+      if (half && e.side != 0) return entry(i, "side", b + 35, TN(e.side) + " for a half record, expected 0");
+      if (e.out != 0) return entry(i, "out", b + 56, TN(e.out) + " for a " + kind_name + ", expected 0");
+      if (e.inp != 0) return entry(i, "inp", b + 60, TN(e.inp) + " for a " + kind_name + ", expected 0");
     }
     // dtype, shape, length
     if ((half || signs) && !IsFloatVectorDType(e.dtype))
@@ -519,14 +521,14 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
                    std::string(DTypeName(e.dtype)) + " for a " + kind_name + ", expected F16, BF16 or F32");
     std::optional<std::uint64_t> want;
     if (half) {
-      if (e.rank != 3) return entry(i, "rank", b + 33, N(e.rank) + " for a half record, expected 3");
+      if (e.rank != 3) return entry(i, "rank", b + 33, TN(e.rank) + " for a half record, expected 3");
       if (e.shape[0] == 0 || e.shape[0] % (16 * std::uint64_t{e.k}) != 0)
         return entry(i, "shape", b + 36,
-                     "trellis bytes " + N(e.shape[0]) + " are not a positive multiple of 16 x K");
+                     "trellis bytes " + TN(e.shape[0]) + " are not a positive multiple of 16 x K");
       want = std::uint64_t{e.shape[0]} + (std::uint64_t{e.shape[1]} + e.shape[2]) * DTypeSize(e.dtype);
     } else {
       if (signs && e.rank != 1)
-        return entry(i, "rank", b + 33, N(e.rank) + " for a " + kind_name + ", expected 1");
+        return entry(i, "rank", b + 33, TN(e.rank) + " for a " + kind_name + ", expected 1");
       if (dense && e.rank == 0) return entry(i, "rank", b + 33, "0 for dense data");
       want = DTypeSize(e.dtype);
       for (int d = 0; d < e.rank && want; ++d) want = MulU64(*want, e.shape[d]);
@@ -534,31 +536,31 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     if (!want || *want != e.length)
       return entry(
           i, "length", b + 8,
-          N(e.length) + ", but the shape and dtype make " + (want ? N(*want) : std::string("(overflow)")));
+          TN(e.length) + ", but the shape and dtype make " + (want ? TN(*want) : std::string("(overflow)")));
     // name
     if (half || signs) {
       if (name_at != kImageNoName)
-        return entry(i, "name", b + 52, N(name_at) + " for a " + kind_name + ", expected 0xFFFFFFFF");
+        return entry(i, "name", b + 52, TN(name_at) + " for a " + kind_name + ", expected 0xFFFFFFFF");
     } else {
       if (name_at == kImageNoName) return entry(i, "name", b + 52, "a " + kind_name + " without a name");
       if (name_at != pool_next)
         return entry(i, "name", b + 52,
-                     "pool offset " + N(name_at) + ", expected " + N(pool_next) +
+                     "pool offset " + TN(name_at) + ", expected " + TN(pool_next) +
                          " (names are packed in tensor order)");
       const std::size_t nul = pool.find('\0', name_at);
       if (nul == std::string_view::npos)
         return entry(i, "name", b + 52,
-                     "the name at pool offset " + N(name_at) + " has no NUL before the pool's end");
-      if (nul == name_at) return entry(i, "name", b + 52, "empty name at pool offset " + N(name_at));
+                     "the name at pool offset " + TN(name_at) + " has no NUL before the pool's end");
+      if (nul == name_at) return entry(i, "name", b + 52, "empty name at pool offset " + TN(name_at));
       e.name.assign(pool.substr(name_at, nul - name_at));
       if (!IsValidUtf8(e.name))
-        return entry(i, "name", b + 52, "the name at pool offset " + N(name_at) + " is not UTF-8");
+        return entry(i, "name", b + 52, "the name at pool offset " + TN(name_at) + " is not UTF-8");
       pool_next = nul + 1;
     }
   }
   if (pool_next != strings)
     return head("strings_bytes", kTStringsBytes,
-                N(strings) + ", but the names take " + N(pool_next) + " (no unused pool bytes)");
+                TN(strings) + ", but the names take " + TN(pool_next) + " (no unused pool bytes)");
 
   // Across entries: no overlap, no duplicate identity.
   std::vector<std::uint32_t> order(n_tensors);
@@ -571,8 +573,8 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     const std::uint32_t i = order[j];
     if (t.tensors[i].offset < prev.offset + prev.length)
       return entry(i, "offset", tensors_at + i * kImageTensorEntryBytes,
-                   "region " + N(t.tensors[i].offset) + " overlaps tensors[" + N(order[j - 1]) + "] (" +
-                       N(prev.offset) + " + " + N(prev.length) + ")");
+                   "region " + TN(t.tensors[i].offset) + " overlaps tensors[" + TN(order[j - 1]) + "] (" +
+                       TN(prev.offset) + " + " + TN(prev.length) + ")");
   }
   t.offset_table.resize(offsets_bytes / 8);
   for (std::size_t i = 0; i < t.offset_table.size(); ++i) t.offset_table[i] = r.U64(offsets_at + 8 * i);
@@ -585,11 +587,11 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
       const int expert = e.expert == kImageSharedExpert ? kSharedExpert : e.expert;
       const std::size_t j = *t.OffsetIndex(e.layer, expert, static_cast<Proj>(e.proj), e.half);
       if (t.half_index_[j] != kNone32)
-        return entry(i, "layer", b + 24, e.What() + " is also tensors[" + N(t.half_index_[j]) + "]");
+        return entry(i, "layer", b + 24, e.What() + " is also tensors[" + TN(t.half_index_[j]) + "]");
       t.half_index_[j] = i;
     } else if (e.kind == ImageRegionKind::kSignsIn || e.kind == ImageRegionKind::kSignsOut) {
       std::uint32_t& slot = t.signs_index_[e.layer][e.kind == ImageRegionKind::kSignsOut];
-      if (slot != kNone32) return entry(i, "layer", b + 24, e.What() + " is also tensors[" + N(slot) + "]");
+      if (slot != kNone32) return entry(i, "layer", b + 24, e.What() + " is also tensors[" + TN(slot) + "]");
       slot = i;
     } else {
       t.by_name_.push_back(i);
@@ -603,7 +605,7 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     const std::uint32_t i = t.by_name_[j];
     if (t.tensors[i].name == t.tensors[t.by_name_[j - 1]].name)
       return entry(i, "name", tensors_at + i * kImageTensorEntryBytes + 52,
-                   t.tensors[i].What() + " is also tensors[" + N(t.by_name_[j - 1]) + "]'s name");
+                   t.tensors[i].What() + " is also tensors[" + TN(t.by_name_[j - 1]) + "]'s name");
   }
 
   // The offset table: each entry its half record's offset, or absent.
@@ -612,17 +614,18 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     const std::uint64_t want = i == kNone32 ? kImageAbsent : t.tensors[i].offset;
     if (t.offset_table[j] != want)
       return CorruptionError(
-          "image tables: offset_table[" + N(j) + "] at byte " + N(offsets_at + 8 * j) + ": " +
-          (t.offset_table[j] == kImageAbsent ? std::string("absent") : N(t.offset_table[j])) + ", expected " +
+          "image tables: offset_table[" + TN(j) + "] at byte " + TN(offsets_at + 8 * j) + ": " +
+          (t.offset_table[j] == kImageAbsent ? std::string("absent") : TN(t.offset_table[j])) +
+          ", expected " +
           (i == kNone32 ? std::string("absent (no half record)")
-                        : N(want) + " (tensors[" + N(i) + "], " + t.tensors[i].What() + ")"));
+                        : TN(want) + " (tensors[" + TN(i) + "], " + t.tensors[i].What() + ")"));
   }
 
   // Check entries: each segment inside one region.
   const auto check_err = [](std::uint64_t i, std::string_view field, std::uint64_t at,
                             const std::string& what) {
-    return CorruptionError("image tables: checks[" + N(i) + "] '" + std::string(field) + "' at byte " +
-                           N(at) + ": " + what);
+    return CorruptionError("image tables: checks[" + TN(i) + "] '" + std::string(field) + "' at byte " +
+                           TN(at) + ": " + what);
   };
   t.checks.resize(n_checks);
   for (std::uint64_t i = 0; i < n_checks; ++i) {
@@ -631,7 +634,7 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     c.digest = r.U64(b);
     const std::uint32_t count = r.U32(b + 8);
     if (count < 1 || count > kImageMaxCheckSegments)
-      return check_err(i, "segments", b + 8, N(count) + " segments, expected 1 to 4");
+      return check_err(i, "segments", b + 8, TN(count) + " segments, expected 1 to 4");
     if (r.U32(b + 12) != 0) return check_err(i, "reserved", b + 12, "not zero");
     if (auto nz = r.NonZero(b + 16 + 16 * count, b + kImageCheckEntryBytes))
       return check_err(i, "segments", *nz, "an unused segment is not zero");
@@ -641,13 +644,13 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
       ImageSegment& seg = c.segments[s];
       seg.offset = r.U64(at);
       seg.length = r.U64(at + 8);
-      const std::string field = "segment " + N(s);
+      const std::string field = "segment " + TN(s);
       if (seg.length == 0) return check_err(i, field, at + 8, "empty segment");
       const auto end = AddU64(seg.offset, seg.length);
       if (!end || *end > allocation_bytes)
         return check_err(i, field, at,
-                         N(seg.offset) + " + " + N(seg.length) + " lies past the allocation of " +
-                             N(allocation_bytes) + " bytes");
+                         TN(seg.offset) + " + " + TN(seg.length) + " lies past the allocation of " +
+                             TN(allocation_bytes) + " bytes");
       // The region holding seg.offset: the last one starting at or before it.
       auto it =
           std::upper_bound(order.begin(), order.end(), seg.offset,
@@ -656,7 +659,7 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
       if (region == nullptr || *end > region->offset + region->length)
         return check_err(
             i, field, at,
-            "[" + N(seg.offset) + ", " + N(*end) + ") is not inside one region of the tensor table");
+            "[" + TN(seg.offset) + ", " + TN(*end) + ") is not inside one region of the tensor table");
     }
   }
   return t;
@@ -667,12 +670,13 @@ Status CheckImageAgreement(const ImageHeader& h, const ImageTables& t) {
     return CorruptionError("image header and tables disagree: " + what);
   };
   if (h.allocation_bytes != t.allocation_bytes)
-    return err("allocation " + N(h.allocation_bytes) + " vs " + N(t.allocation_bytes) + " bytes");
+    return err("allocation " + TN(h.allocation_bytes) + " vs " + TN(t.allocation_bytes) + " bytes");
   if (h.layers != t.layers || h.experts != t.experts || h.halves_per_proj != t.halves_per_proj)
-    return err("dimensions " + N(h.layers) + "x" + N(h.experts) + "x" + N(h.halves_per_proj) + " vs " +
-               N(t.layers) + "x" + N(t.experts) + "x" + N(t.halves_per_proj));
+    return err("dimensions " + TN(h.layers) + "x" + TN(h.experts) + "x" + TN(h.halves_per_proj) + " vs " +
+               TN(t.layers) + "x" + TN(t.experts) + "x" + TN(t.halves_per_proj));
   if (h.offset_table.bytes != t.offset_table.size() * 8)
-    return err("offset table " + N(h.offset_table.bytes) + " vs " + N(t.offset_table.size() * 8) + " bytes");
+    return err("offset table " + TN(h.offset_table.bytes) + " vs " + TN(t.offset_table.size() * 8) +
+               " bytes");
   for (std::size_t i = 0; i < t.tensors.size(); ++i) {
     const ImageTensor& e = t.tensors[i];
     const ImageSection& s = e.kind == ImageRegionKind::kHalfRecord ? h.halves
@@ -680,8 +684,8 @@ Status CheckImageAgreement(const ImageHeader& h, const ImageTables& t) {
                                 ? h.vectors
                                 : h.dense;
     if (e.offset < s.offset || e.offset + e.length > s.offset + s.bytes)
-      return err("tensors[" + N(i) + "] (" + e.What() + ", " + N(e.offset) + " + " + N(e.length) +
-                 ") lies outside its section [" + N(s.offset) + ", " + N(s.offset + s.bytes) + ")");
+      return err("tensors[" + TN(i) + "] (" + e.What() + ", " + TN(e.offset) + " + " + TN(e.length) +
+                 ") lies outside its section [" + TN(s.offset) + ", " + TN(s.offset + s.bytes) + ")");
   }
   return Status::Ok();
 }

@@ -677,7 +677,12 @@ TEST(ImageLayout, Glm53ScaleTablesParseFast) {
       "s\n",
       parsed->tensors.size(), parsed->checks.size(), static_cast<double>(bytes.size()) / 1e6,
       static_cast<double>(layout->allocation_bytes()) / 1e9, ser_s, parse_s);
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan (the parser tree) only the result counts: its shadow
+  // checks make the time no measure of the code.
+#else
   EXPECT_LT(ser_s + parse_s, 1.0);
+#endif
   EXPECT_EQ(parsed->FindHalf(74, 255, Proj::kDown, 7)->xxh64, n);
 }
 

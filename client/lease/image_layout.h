@@ -221,7 +221,8 @@ std::vector<std::byte> SerializeImageTables(const ImageTables& t);
 // header 'checks' at byte 32: ...") for: a wrong magic or version; counts
 // past the caps or disagreeing with the sections' sizes (overflow-checked);
 // sections not in order, overlapping, or not ending at the file's end; an
-// allocation size that differs from the header's; a region not aligned to
+// allocation size that differs from the header's or is not a multiple of
+// 256 of at least 4096; a region not aligned to
 // 256, before the image header's end, past the allocation, empty, or
 // overlapping another; an unknown kind, format, projection or dtype; fields
 // a kind does not use that are not their "none" value; a length that is not

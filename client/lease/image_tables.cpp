@@ -357,6 +357,9 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
 
   ImageTables t;
   t.allocation_bytes = r.U64(kTAllocation);
+  if (t.allocation_bytes < kImageHeaderBytes || t.allocation_bytes % kImageAlignment != 0)
+    return head("allocation_bytes", kTAllocation,
+                TN(t.allocation_bytes) + " is not a multiple of 256 of at least " + TN(kImageHeaderBytes));
   if (t.allocation_bytes != allocation_bytes)
     return head("allocation_bytes", kTAllocation,
                 TN(t.allocation_bytes) + ", but the image is " + TN(allocation_bytes) + " bytes");

@@ -441,6 +441,11 @@ TEST(ImageTablesParse, EachRuleNamesTableEntryFieldAndOffset) {
   EXPECT_THAT(
       ParseImageTables(good, alloc + 256).status().message(),
       HasSubstr("header 'allocation_bytes' at byte 16: " + std::to_string(alloc) + ", but the image is"));
+  std::vector<std::byte> odd = good;
+  StoreLE64(odd.data() + 16, alloc + 1);
+  EXPECT_THAT(ParseImageTables(odd, alloc + 1).status().message(),
+              HasSubstr("header 'allocation_bytes' at byte 16: " + std::to_string(alloc + 1) +
+                        " is not a multiple of 256"));
   EXPECT_THAT(ParseImageTables(std::span(good).first(100), alloc).status().message(),
               HasSubstr("100 bytes, shorter than the 128-byte header"));
   EXPECT_THAT(ParseImageTables(std::span(good).first(good.size() - 8), alloc).status().message(),

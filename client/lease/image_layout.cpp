@@ -251,10 +251,12 @@ Result<ImageLayout> ImageLayoutBuilder::Finish() {
   t.halves_per_proj = dims_.halves;
   t.tensors = std::move(tensors_);
   t.offset_table.assign(h.offset_table.bytes / 8, kImageAbsent);
+  for (const ImageTensor& e : t.tensors) {
+    if (e.kind != ImageRegionKind::kHalfRecord) continue;
+    const int expert = e.expert == kImageSharedExpert ? kSharedExpert : e.expert;
+    t.offset_table[*t.OffsetIndex(e.layer, expert, static_cast<Proj>(e.proj), e.half)] = e.offset;
+  }
   t.BuildIndexes();
-  for (std::size_t j = 0; j < t.offset_table.size(); ++j)
-    if (t.half_index_[j] != std::numeric_limits<std::uint32_t>::max())
-      t.offset_table[j] = t.tensors[t.half_index_[j]].offset;
   t.checks.resize(checks_.size());
   for (std::size_t i = 0; i < checks_.size(); ++i) {
     t.checks[i].digest = check_digests_[i];

@@ -200,14 +200,18 @@ struct ImageTables {
   // The dense or plain tensor of that name, or nullptr.
   const ImageTensor* FindByName(std::string_view name) const;
 
-  // Built by ParseImageTables and the builder: tensor index per
-  // offset-table entry (UINT32_MAX none), per layer's signs, and names
-  // sorted for lookup.
+  // Rebuilds the lookups from `tensors` and the dimensions, for tables
+  // edited after ParseImageTables or the builder made them (which build
+  // them). No checks: lookups on tables no parser accepted may miss.
+  void BuildIndexes();
+
+ private:
+  friend Result<ImageTables> ParseImageTables(std::span<const std::byte>, std::uint64_t);
+  // Tensor index per offset-table entry (UINT32_MAX none), per layer's
+  // signs.in/signs.out, and the named entries sorted by name.
   std::vector<std::uint32_t> half_index_;
   std::vector<std::array<std::uint32_t, 2>> signs_index_;
   std::vector<std::uint32_t> by_name_;
-  // Fills the three lookup indexes from tensors (no checks).
-  void BuildIndexes();
 };
 
 // The tables file: header, tensor entries, check entries, string pool

@@ -249,7 +249,9 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   for (std::size_t i = 0; i < d.allocations.size(); ++i)
     expect.push_back({d.allocations[i].bytes, "memory.allocations[" + std::to_string(i) + "].bytes"});
   expect.push_back({d.tables.bytes, "tables.bytes"});
-  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+  // F_SEAL_FUTURE_WRITE (writes only through mappings made before it)
+  // serves as F_SEAL_WRITE: a holder that registered its mapping keeps it.
+  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
   for (std::size_t i = 0; i < fds.fds.size(); ++i) {
     const std::string fd_name = "file descriptor " + std::to_string(i) + " (" + expect[i].second + " " +
                                 std::to_string(expect[i].first) + ")";
@@ -259,7 +261,7 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
     if (static_cast<std::uint64_t>(st.st_size) != expect[i].first)
       return CorruptionError(from + fd_name + " has " + Bytes(static_cast<std::uint64_t>(st.st_size)));
     const int seals = ::fcntl(fds.fds[i], F_GET_SEALS);
-    if (seals < 0 || (seals & kSeals) != kSeals)
+    if (seals < 0 || (seals & kSeals) != kSeals || (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0)
       return CorruptionError(from + fd_name +
                              " is not sealed against shrinking, growing and writing (seals " +
                              std::to_string(seals) + ")");

@@ -9,8 +9,10 @@
 //   the framing and the descriptor count (lease_v2_framing.h), every
 //   descriptor a regular file (a memfd) of exactly the size the description
 //   names and sealed against shrinking, growing and writing (F_SEAL_SHRINK
-//   | F_SEAL_GROW | F_SEAL_WRITE: a shrink under a mapping would be a
-//   SIGBUS here, a write a change under a proven image), the tables parsed
+//   | F_SEAL_GROW and F_SEAL_WRITE or F_SEAL_FUTURE_WRITE: a shrink under a
+//   mapping would be a SIGBUS here, a write a change under a proven image;
+//   FUTURE_WRITE lets the holder keep a mapping it registered before
+//   sealing), the tables parsed
 //   (ParseImageTables), the image header parsed from the mapping
 //   (ParseImageHeader), the three agreeing (CheckImageAgreement,
 //   CheckLeaseImage), and the image's offset table equal to the tables'.

@@ -162,9 +162,11 @@ TEST(HostLease, OpensAndEveryTensorHashesToItsDigest) {
   V2Fds fds(im);
   FakeHolder holder("lease_v2_ok");
   holder.Serve(Line(im.description), {fds.image, fds.tables}, {}, /*hold=*/true);
+  const int maps_before = testing::CountMemfdMappings();
   auto lease = OpenHostLease(holder.path());
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   ASSERT_TRUE(lease->is_open());
+  EXPECT_EQ(testing::CountMemfdMappings(), maps_before + 1) << "the image only; the tables are unmapped";
   EXPECT_EQ(lease->allocation_bytes(), im.image.size());
   EXPECT_EQ(lease->tables().tensors.size(), im.layout.tables.tensors.size());
   for (const ImageTensor& t : lease->tables().tensors)
@@ -199,6 +201,7 @@ TEST(HostLease, OpensAndEveryTensorHashesToItsDigest) {
   EXPECT_FALSE((*r)->holder_gone);
   lease->Close();
   EXPECT_FALSE(lease->is_open());
+  EXPECT_EQ(testing::CountMemfdMappings(), maps_before);
 }
 
 TEST(HostLease, AHolderThatGoesAwayIsAReleaseWithHolderGone) {
@@ -245,6 +248,7 @@ class BrokenHolder : public ::testing::Test {
                      const std::string& substr, std::string rest = {}) {
     FakeHolder holder("lease_v2_broken");
     const int before = CountOpenFds();
+    const int maps_before = testing::CountMemfdMappings();
     holder.Serve(first, fds, rest);
     auto lease = OpenHostLease(holder.path(), std::chrono::seconds(5));
     holder.Finish();
@@ -252,6 +256,8 @@ class BrokenHolder : public ::testing::Test {
     EXPECT_EQ(lease.status().code(), code) << lease.status().ToString();
     EXPECT_THAT(lease.status().message(), HasSubstr(substr));
     EXPECT_EQ(CountOpenFds(), before) << "a descriptor leaked: " << lease.status().ToString();
+    EXPECT_EQ(testing::CountMemfdMappings(), maps_before)
+        << "a mapping leaked: " << lease.status().ToString();
   }
   const V2Image im = MakeV2Image();
   V2Fds fds{im};
@@ -332,6 +338,27 @@ TEST_F(BrokenHolder, UnsealedMemfd) {
                 "file descriptor 0 (memory.allocations[0].bytes " + std::to_string(im.image.size()) +
                     ") is not sealed");
   ::close(open);
+}
+
+TEST_F(BrokenHolder, MemfdThatMayShrink) {
+  const int f = SealedMemfd("shrinkable", im.image.size(), im.image, F_SEAL_GROW | F_SEAL_WRITE);
+  ExpectRefused(Line(im.description), {f, fds.tables}, StatusCode::kCorruption,
+                "file descriptor 0 (memory.allocations[0].bytes " + std::to_string(im.image.size()) +
+                    ") is not sealed");
+  ::close(f);
+}
+
+TEST(HostLease, AFutureWriteSealServesAsAWriteSeal) {
+  const V2Image im = MakeV2Image(3);
+  V2Fds fds(im);
+  const int f =
+      SealedMemfd("future", im.image.size(), im.image, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
+  FakeHolder holder("lease_v2_future");
+  holder.Serve(Line(im.description), {f, fds.tables});
+  auto lease = OpenHostLease(holder.path());
+  holder.Finish();
+  ::close(f);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
 }
 
 TEST_F(BrokenHolder, NotAFile) {

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,6 +34,17 @@ inline int CountOpenFds() {
   while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.' ? 1 : 0;
   ::closedir(d);
   return n - 1;
+}
+
+// Mappings of memfds in this process (/proc/self/maps lines naming one).
+inline int CountMemfdMappings() {
+  int n = 0;
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return -1;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f) != nullptr) n += std::strstr(line, "/memfd:") != nullptr ? 1 : 0;
+  std::fclose(f);
+  return n;
 }
 
 // A memfd of `bytes` holding `data` at 0 (the rest zero), sealed with

@@ -20,7 +20,7 @@ namespace exlr8 {
 
 namespace {
 
-Status SocketError(int err, const std::string& what) {
+Status LeaseSocketError(int err, const std::string& what) {
   std::string msg = what + ": " + ::strerrordesc_np(err);
   switch (err) {
     case ENOENT:
@@ -96,7 +96,7 @@ ssize_t ReceiveSome(int fd, char* buf, std::size_t size, int flags, ReceivedFds&
   return n;
 }
 
-std::string Bytes(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+std::string ByteCount(std::uint64_t n) { return std::to_string(n) + " bytes"; }
 
 }  // namespace
 
@@ -149,7 +149,7 @@ Result<std::optional<HostLease::Release>> HostLease::PollRelease() {
     const ssize_t n = ReceiveSome(fd_, buf, sizeof buf, MSG_DONTWAIT, fds, fds_came, truncated, other);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Release>();
-    if (n < 0) return SocketError(errno, "lease socket: read from the holder");
+    if (n < 0) return LeaseSocketError(errno, "lease socket: read from the holder");
     if (fds_came || truncated || other)
       return CorruptionError("lease socket: the holder sent " + std::to_string(fds.fds.size()) +
                              " file descriptors (or other control data) after the description");
@@ -171,7 +171,7 @@ Result<std::optional<HostLease::Release>> HostLease::WaitRelease(std::chrono::mi
     if (left.count() <= 0) return std::optional<Release>();
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::min<long long>(left.count() + 1, 60'000))) < 0 && errno != EINTR)
-      return SocketError(errno, "lease socket: poll");
+      return LeaseSocketError(errno, "lease socket: poll");
   }
 }
 
@@ -180,15 +180,15 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   HostLease lease;
   lease.fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (lease.fd_ < 0) return SocketError(errno, "socket");
+  if (lease.fd_ < 0) return LeaseSocketError(errno, "socket");
   if (::connect(lease.fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-    return SocketError(errno, "connect to the " + where);
+    return LeaseSocketError(errno, "connect to the " + where);
   timeval tv{};
   const auto ms = std::max<long long>(1, timeout.count());
   tv.tv_sec = static_cast<time_t>(ms / 1000);
   tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
   if (::setsockopt(lease.fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
-    return SocketError(errno, "set the receive timeout");
+    return LeaseSocketError(errno, "set the receive timeout");
 
   // The description line; its descriptors ride on its first byte.
   ReceivedFds fds;
@@ -205,7 +205,7 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return UnavailableError("the " + where + " sent no whole description within " +
                               std::to_string(timeout.count()) + " ms");
-    if (n < 0) return SocketError(errno, "read the lease description from the " + where);
+    if (n < 0) return LeaseSocketError(errno, "read the lease description from the " + where);
     if (truncated)
       return CorruptionError("lease description from " + path.string() + ": more than " +
                              std::to_string(kCmsgFds) + " file descriptors came with it");
@@ -225,14 +225,14 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
       Result<LeaseDescriptionV2> v1 = ParseLeaseV2Opening(seen, fds.fds.size(), path.string());
       if (!v1.ok() && v1.status().code() == StatusCode::kFailedPrecondition) return v1.status();
       return CorruptionError("lease description from " + path.string() + ": the holder closed after " +
-                             Bytes(seen.size()) + ", before the description's end of line");
+                             ByteCount(seen.size()) + ", before the description's end of line");
     }
     any_bytes = true;
     const std::string_view got(buf, static_cast<std::size_t>(n));
     if (seen.size() < 64) seen.append(got.substr(0, 64 - seen.size()));
     if (Status s = reader.Append(got); !s.ok())
       return CorruptionError("lease description from " + path.string() + ": longer than " +
-                             Bytes(kMaxLeaseDescriptionV2Bytes) + " without its end of line");
+                             ByteCount(kMaxLeaseDescriptionV2Bytes) + " without its end of line");
     line = reader.NextLine();
   }
   timeval none{};
@@ -256,10 +256,10 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
     const std::string fd_name = "file descriptor " + std::to_string(i) + " (" + expect[i].second + " " +
                                 std::to_string(expect[i].first) + ")";
     struct stat st {};
-    if (::fstat(fds.fds[i], &st) != 0) return SocketError(errno, from + "fstat " + fd_name);
+    if (::fstat(fds.fds[i], &st) != 0) return LeaseSocketError(errno, from + "fstat " + fd_name);
     if (!S_ISREG(st.st_mode)) return CorruptionError(from + fd_name + " is not a regular file (a memfd)");
     if (static_cast<std::uint64_t>(st.st_size) != expect[i].first)
-      return CorruptionError(from + fd_name + " has " + Bytes(static_cast<std::uint64_t>(st.st_size)));
+      return CorruptionError(from + fd_name + " has " + ByteCount(static_cast<std::uint64_t>(st.st_size)));
     const int seals = ::fcntl(fds.fds[i], F_GET_SEALS);
     if (seals < 0 || (seals & kSeals) != kSeals || (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0)
       return CorruptionError(from + fd_name +
@@ -272,7 +272,8 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
     Mapping t;
     t.bytes = d.tables.bytes;
     t.addr = ::mmap(nullptr, t.bytes, PROT_READ, MAP_SHARED, fds.fds.back(), 0);
-    if (t.addr == MAP_FAILED) return SocketError(errno, from + "map the tables (" + Bytes(t.bytes) + ")");
+    if (t.addr == MAP_FAILED)
+      return LeaseSocketError(errno, from + "map the tables (" + ByteCount(t.bytes) + ")");
     EXLR8_ASSIGN_OR_RETURN(lease.tables_, ParseImageTables({t.data(), t.bytes}, d.image.bytes));
   }
   // The image's allocation: its fd's index among the "fd" allocations.
@@ -282,8 +283,8 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   image.bytes = d.allocations[d.image.allocation].bytes;
   image.addr = ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, fds.fds[image_fd], 0);
   if (image.addr == MAP_FAILED)
-    return SocketError(errno, from + "map allocation " + std::to_string(d.image.allocation) + " (" +
-                                  Bytes(image.bytes) + ")");
+    return LeaseSocketError(errno, from + "map allocation " + std::to_string(d.image.allocation) + " (" +
+                                       ByteCount(image.bytes) + ")");
   const std::byte* base = image.data() + d.image.header_offset;
   EXLR8_ASSIGN_OR_RETURN(lease.header_, ParseImageHeader({base, d.image.bytes}));
   EXLR8_RETURN_IF_ERROR(CheckImageAgreement(lease.header_, lease.tables_));

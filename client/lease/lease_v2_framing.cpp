@@ -8,7 +8,7 @@ namespace exlr8 {
 namespace {
 
 // A bounded, printable quote of bytes from another process.
-std::string Quote(std::string_view s) {
+std::string QuoteLine(std::string_view s) {
   constexpr std::size_t kMax = 64;
   std::string out = "\"";
   for (char c : s.substr(0, kMax)) out += (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') ? c : '?';
@@ -81,7 +81,7 @@ Result<LeaseDescriptionV2> ParseLeaseV2Opening(std::string_view line, std::size_
 Result<LeaseRelease> ParseLeaseHolderLine(std::string_view line) {
   constexpr std::string_view kPrefix = R"({"type":"release","deadline_s":)";
   const auto bad = [&](const std::string& why) {
-    return CorruptionError("lease socket: holder line " + Quote(line) + ": " + why);
+    return CorruptionError("lease socket: holder line " + QuoteLine(line) + ": " + why);
   };
   if (!line.starts_with(kPrefix)) return bad(std::string("not ") + std::string(kPrefix) + "D}");
   std::string_view num = line.substr(kPrefix.size());

@@ -183,12 +183,19 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   if (lease.fd_ < 0) return LeaseSocketError(errno, "socket");
   if (::connect(lease.fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
     return LeaseSocketError(errno, "connect to the " + where);
-  timeval tv{};
-  const auto ms = std::max<long long>(1, timeout.count());
-  tv.tv_sec = static_cast<time_t>(ms / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
-  if (::setsockopt(lease.fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
-    return LeaseSocketError(errno, "set the receive timeout");
+  // The whole description within `timeout`, however the holder drips it.
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  const auto set_timeout = [&]() -> bool {
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+    if (ms <= 0) return false;
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+    return ::setsockopt(lease.fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0;
+  };
+  const std::string too_slow =
+      "the " + where + " sent no whole description within " + std::to_string(timeout.count()) + " ms";
 
   // The description line; its descriptors ride on its first byte.
   ReceivedFds fds;
@@ -200,11 +207,10 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
     char buf[1 << 14];
     bool fds_came = false, truncated = false, other = false;
     const std::size_t before = fds.fds.size();
+    if (!set_timeout()) return UnavailableError(too_slow);
     const ssize_t n = ReceiveSome(lease.fd_, buf, sizeof buf, 0, fds, fds_came, truncated, other);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return UnavailableError("the " + where + " sent no whole description within " +
-                              std::to_string(timeout.count()) + " ms");
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return UnavailableError(too_slow);
     if (n < 0) return LeaseSocketError(errno, "read the lease description from the " + where);
     if (truncated)
       return CorruptionError("lease description from " + path.string() + ": more than " +

@@ -407,6 +407,19 @@ TEST_F(BrokenHolder, ALineLongerThanTheLimit) {
                 StatusCode::kCorruption, "without its end of line");
 }
 
+TEST_F(BrokenHolder, AHolderThatStopsMidLineTimesOut) {
+  FakeHolder holder("lease_v2_slow");
+  const int before = CountOpenFds();
+  const std::string line = Line(im.description);
+  holder.Serve(line.substr(0, 100), {fds.image, fds.tables}, {}, /*hold=*/true);
+  auto lease = OpenHostLease(holder.path(), std::chrono::milliseconds(200));
+  holder.Finish();
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(lease.status().message(), HasSubstr("sent no whole description within 200 ms"));
+  EXPECT_EQ(CountOpenFds(), before);
+}
+
 TEST_F(BrokenHolder, ClosedWithoutADescription) {
   ExpectRefused("", {}, StatusCode::kUnavailable, "without a description");
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "daemon/base/mutex.h"
@@ -55,19 +56,22 @@ struct LeaseServer::Rep {
   // slowly holds up neither the other clients nor a stop.
   struct Pending {
     UniqueFd fd;
-    std::size_t sent = 0;
+    std::size_t sent = 0;  // v2: the descriptors went with the first byte
     Clock::TimePoint deadline;
     Peer peer;
   };
 
   std::filesystem::path path;
-  std::string description;
+  std::string description;  // v2: with its "\n"
+  bool v2 = false;
+  std::vector<UniqueFd> fds;  // v2: sent with each description's first byte
   UniqueFd listener;          // reset by the loop thread once it stops accepting
   int control[2] = {-1, -1};  // 'a': stop accepting, 'x': stop
   std::thread thread;
   std::atomic<std::uint64_t> served{0};
   mutable Mutex mu;
   CondVar stopped_accepting;  // signalled when `accepting` turns false
+  CondVar lessees_changed;    // signalled when a lessee leaves
   // Written by the loop thread only; read by the others under mu.
   bool accepting EXLR8_GUARDED_BY(mu) = true;
   std::vector<Lessee> lessees EXLR8_GUARDED_BY(mu);
@@ -115,8 +119,9 @@ struct LeaseServer::Rep {
   // failed send closes the connection (the client went away).
   bool SendSome(Pending& p) {
     while (p.sent < description.size()) {
-      const ssize_t n = ::send(p.fd.get(), description.data() + p.sent, description.size() - p.sent,
-                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = p.sent == 0 && v2 ? SendFirst(p.fd.get())
+                                          : ::send(p.fd.get(), description.data() + p.sent,
+                                                   description.size() - p.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         p.sent += static_cast<std::size_t>(n);
       } else if (n < 0 && errno == EINTR) {
@@ -130,15 +135,36 @@ struct LeaseServer::Rep {
     return true;
   }
 
+  // v2: the description's first bytes with every descriptor, in one
+  // SCM_RIGHTS message (the kernel attaches them to the first byte sent).
+  ssize_t SendFirst(int fd) {
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+    iovec iov{description.data(), description.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      const int f = fds[i].get();
+      std::memcpy(CMSG_DATA(c) + i * sizeof(int), &f, sizeof(int));
+    }
+    return ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
   // pending[i] has its description: it becomes a lessee.
   void FinishSending(std::size_t i) {
     UniqueFd client = std::move(pending[i].fd);
     const Peer peer = pending[i].peer;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     served.fetch_add(1);
-    // End of stream for the reader; the connection stays open until the
-    // lessee lets go.
-    (void)::shutdown(client.get(), SHUT_WR);
+    // v1: end of stream for the reader; the connection stays open until
+    // the lessee lets go. v2 keeps its side open for the release line.
+    if (!v2) (void)::shutdown(client.get(), SHUT_WR);
     {
       MutexLock l(&mu);
       lessees.push_back({std::move(client), peer});
@@ -205,6 +231,7 @@ struct LeaseServer::Rep {
             return std::find(gone.begin(), gone.end(), x.fd.get()) != gone.end();
           });
         }
+        lessees_changed.SignalAll();
         Announce();
       }
       // Pending sends, in reverse so that finishing one keeps the others'
@@ -232,7 +259,35 @@ Result<std::unique_ptr<LeaseServer>> LeaseServer::Start(const std::filesystem::p
                                                         std::string description, LesseesChanged on_lessees,
                                                         std::chrono::milliseconds send_deadline,
                                                         Clock& clock) {
+  return Listen(std::make_unique<Rep>(), path, std::move(description), std::move(on_lessees), send_deadline,
+                clock);
+}
+
+Result<std::unique_ptr<LeaseServer>> LeaseServer::StartV2(const std::filesystem::path& path,
+                                                          std::string description, std::span<const int> fds,
+                                                          LesseesChanged on_lessees,
+                                                          std::chrono::milliseconds send_deadline,
+                                                          Clock& clock) {
+  if (description.find('\n') != std::string::npos)
+    return InvalidArgumentError("a v2 lease description is one line: it holds a \"\\n\"");
+  if (Result<LeaseDescriptionV2> d = ParseLeaseV2Opening(description, fds.size(), "the holder"); !d.ok())
+    return InvalidArgumentError(d.status().message());
   auto rep = std::make_unique<Rep>();
+  rep->v2 = true;
+  for (int fd : fds) {
+    UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!dup.valid()) return ErrnoStatus(errno, "duplicate lease descriptor " + std::to_string(fd));
+    rep->fds.push_back(std::move(dup));
+  }
+  description += '\n';
+  return Listen(std::move(rep), path, std::move(description), std::move(on_lessees), send_deadline, clock);
+}
+
+Result<std::unique_ptr<LeaseServer>> LeaseServer::Listen(std::unique_ptr<Rep> rep,
+                                                         const std::filesystem::path& path,
+                                                         std::string description, LesseesChanged on_lessees,
+                                                         std::chrono::milliseconds send_deadline,
+                                                         Clock& clock) {
   rep->send_deadline = send_deadline;
   rep->clock = &clock;
   rep->path = path;
@@ -287,6 +342,28 @@ void LeaseServer::Stop() {
   ::unlink(rep_->path.c_str());
   MutexLock l(&rep_->mu);
   rep_->lessees.clear();
+  rep_->lessees_changed.SignalAll();
+}
+
+Result<std::vector<pid_t>> LeaseServer::RequestRelease(std::chrono::milliseconds deadline) {
+  if (!rep_->v2) return FailedPreconditionError("lease protocol v1 has no release message");
+  const Clock::TimePoint end = rep_->clock->Deadline(deadline);
+  StopAccepting();
+  const long long ms = std::max<long long>(0, deadline.count());
+  const auto seconds =
+      static_cast<std::uint32_t>(std::min<long long>((ms + 999) / 1000, kMaxLeaseReleaseDeadlineS));
+  const std::string line = WriteLeaseReleaseLine(seconds) + "\n";
+  MutexLock l(&rep_->mu);
+  // Under mu, so that the loop thread closes none of them meanwhile. The
+  // line is small and the lessee's socket holds only the description
+  // before it: it goes whole or not at all.
+  for (const Rep::Lessee& x : rep_->lessees)
+    (void)::send(x.fd.get(), line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (!rep_->lessees.empty())
+    if (!rep_->clock->WaitUntil(&rep_->lessees_changed, &rep_->mu, end)) break;
+  std::vector<pid_t> out;
+  for (const Rep::Lessee& x : rep_->lessees) out.push_back(x.peer.pid);
+  return out;
 }
 
 std::uint64_t LeaseServer::served() const { return rep_->served.load(); }

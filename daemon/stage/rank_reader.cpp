@@ -36,13 +36,16 @@ Status CheckOne(const RankHalves& rank, const HalfCheck& c) {
     xxh.Update(tail);
   }
   if (xxh.Digest() != c.range->xxh64)
-    return CorruptionError(c.range->What() + " (" + c.file + " at byte " + std::to_string(c.range->offset) +
-                           "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified "
-                           "('exlr8d verify' forgets them, then 'exlr8d pull' fetches them again)");
+    return CorruptionError(
+        c.range->What() + " (" + c.file + " at byte " + std::to_string(c.range->offset) +
+        "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified "
+        "('exlr8d verify' forgets them, then 'exlr8d pull' fetches them again)");
   return Status::Ok();
 }
 
-bool Cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+bool Cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
 
 // Checks every half on `threads` threads (0: one per core, at most 16): the
 // halves come from the page cache, so hashing, not the disk, bounds a warm
@@ -68,8 +71,8 @@ Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks,
   work();
   for (auto& t : pool) t.join();
   if (Cancelled(cancel))
-    return CancelledError("stopped while checking the rank's halves (" + std::to_string(checked.load()) + " of " +
-                          std::to_string(checks.size()) + " checked)");
+    return CancelledError("stopped while checking the rank's halves (" + std::to_string(checked.load()) +
+                          " of " + std::to_string(checks.size()) + " checked)");
   for (const Status& s : failed)
     if (!s.ok()) return s;
   return Status::Ok();
@@ -77,17 +80,16 @@ Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks,
 
 }  // namespace
 
-Result<RankHalves> ReadRankHalves(const RankRequest& r) {
+Result<OpenedRank> OpenRankInCache(const RankRequest& r) {
   if (r.tp < 1 || r.rank < 0 || r.rank >= r.tp)
     return InvalidArgumentError("rank " + std::to_string(r.rank) + " of TP " + std::to_string(r.tp) +
                                 " is not a rank (0 <= rank < tp)");
-  const auto t0 = std::chrono::steady_clock::now();
-  EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::OpenReadOnly(r.cache_dir));
-  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(*cache, r.repo, r.revision));
-  RankHalves out;
+  OpenedRank out;
+  EXLR8_ASSIGN_OR_RETURN(out.cache, Cache::OpenReadOnly(r.cache_dir));
+  EXLR8_ASSIGN_OR_RETURN(out.set, FindPulledFileset(*out.cache, r.repo, r.revision));
   if (!r.pin_holder.empty()) {
     // Before anything is read (process_pin.h: pin first, then read).
-    auto pin = ProcessPin::Acquire(r.cache_dir, set.repo, set.commit, r.pin_holder);
+    auto pin = ProcessPin::Acquire(r.cache_dir, out.set.repo, out.set.commit, r.pin_holder);
     if (pin.ok()) {
       out.pin = std::move(*pin);
     } else if (pin.status().code() == StatusCode::kInvalidArgument) {
@@ -96,9 +98,25 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
       out.pin_error = pin.status().ToString();
     }
   }
-  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(*cache, set, r.manifest, r.tp, r.rank));
-  out.commit = set.commit;
-  out.root = r.cache_dir / r.repo / set.commit;
+  EXLR8_ASSIGN_OR_RETURN(out.planned, PlanRankFromCache(*out.cache, out.set, r.manifest, r.tp, r.rank));
+  return out;
+}
+
+Result<std::unique_ptr<MappedFile>> MapCacheFile(Cache& cache, const FileInfo& file) {
+  EXLR8_ASSIGN_OR_RETURN(auto path, cache.DataPath(file.id));
+  return MappedFile::Open(path, file.size);
+}
+
+Result<RankHalves> ReadRankHalves(const RankRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXLR8_ASSIGN_OR_RETURN(OpenedRank opened, OpenRankInCache(r));
+  RankHalves out;
+  out.pin = std::move(opened.pin);
+  out.pin_error = std::move(opened.pin_error);
+  const CachedRankPlan& planned = opened.planned;
+  Cache* cache = opened.cache.get();
+  out.commit = opened.set.commit;
+  out.root = r.cache_dir / r.repo / opened.set.commit;
 
   std::vector<HalfCheck> checks;
   for (const PlanFile& f : planned.plan.files) {
@@ -117,11 +135,10 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
       if (range.kind != PlanRange::Kind::kHalf) continue;
       if (!ExtentsCover(verified, {range.offset, range.length}))
         return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
-                             ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
-                             " rank " + std::to_string(r.rank) + " first");
+                             ") is not verified in the cache: run exlr8d pull for TP " +
+                             std::to_string(r.tp) + " rank " + std::to_string(r.rank) + " first");
       if (!map) {
-        EXLR8_ASSIGN_OR_RETURN(auto path, cache->DataPath(id));
-        EXLR8_ASSIGN_OR_RETURN(map, MappedFile::Open(path, file.size));
+        EXLR8_ASSIGN_OR_RETURN(map, MapCacheFile(*cache, file));
       }
       RankHalf h;
       h.tag = range.tag;

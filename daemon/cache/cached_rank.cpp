@@ -49,8 +49,8 @@ Status CheckWholeFileHash(const ByteSource& src, const FileInfo& f) {
   EXLR8_ASSIGN_OR_RETURN(StreamDigest digest, StreamDigest::Create(kind, src.size()));
   std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(4 << 20, src.size())));
   for (std::uint64_t at = 0; at < src.size();) {
-    const std::span<std::byte> piece(
-        buffer.data(), static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), src.size() - at)));
+    const std::span<std::byte> piece(buffer.data(),
+                                     static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), src.size() - at)));
     EXLR8_RETURN_IF_ERROR(src.ReadAt(at, piece));
     digest.Update(piece);
     at += piece.size();
@@ -58,9 +58,9 @@ Status CheckWholeFileHash(const ByteSource& src, const FileInfo& f) {
   const std::string got = digest.FinishHex();
   const std::string& expected = f.sha256 ? *f.sha256 : *f.git_sha1;
   if (got != expected)
-    return CorruptionError(
-        f.path + " in the cache: " + (f.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " + expected +
-        " (changed since it was pulled; exlr8d verify forgets it, " + "and the next pull fetches it again)");
+    return CorruptionError(f.path + " in the cache: " + (f.sha256 ? "SHA-256 " : "git SHA-1 ") + got +
+                           ", expected " + expected + " (changed since it was pulled; exlr8d verify forgets it, " +
+                           "and the next pull fetches it again)");
   return Status::Ok();
 }
 
@@ -77,9 +77,9 @@ Result<FilesetInfo> FindPulledFileset(Cache& cache, const std::string& repo, con
   return NotFoundError(repo + "@" + *commit + " is not in " + cache.dir().string());
 }
 
-Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set,
-                                         const std::string& manifest_name, int tp, int rank,
-                                         bool check_index_hashes, const std::string* local_manifest) {
+Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, const std::string& manifest_name,
+                                         int tp, int rank, bool check_index_hashes,
+                                         const std::string* local_manifest) {
   if (tp < 1 || rank < 0 || rank >= tp)
     return InvalidArgumentError("rank " + std::to_string(rank) + " of TP " + std::to_string(tp) +
                                 " is not a rank (0 <= rank < tp)");
@@ -101,12 +101,11 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set,
   sources.manifest_name = manifest_name;
   sources.manifest_text = [&]() -> Result<std::string> {
     if (local_manifest != nullptr) return *local_manifest;
-    const std::string manifest_path =
-        IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
+    const std::string manifest_path = IsManifestName(manifest_name) ? ManifestPath(manifest_name) : manifest_name;
     auto manifest_file = out.by_path.find(manifest_path);
     if (manifest_file == out.by_path.end())
-      return NotFoundError("manifest '" + manifest_name + "' is not in " + set.repo + "@" + set.commit +
-                           " (no " + manifest_path + ")");
+      return NotFoundError("manifest '" + manifest_name + "' is not in " + set.repo + "@" + set.commit + " (no " +
+                           manifest_path + ")");
     EXLR8_ASSIGN_OR_RETURN(auto manifest_src, cache.OpenVerified(manifest_file->second->id));
     EXLR8_RETURN_IF_ERROR(CheckWholeFileHash(*manifest_src, *manifest_file->second));
     return ReadWhole(*manifest_src, kMaxManifestBytes);
@@ -140,12 +139,10 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   {
     EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache.ListFiles(set.id));
     const std::string manifest_path = IsManifestName(manifest) ? ManifestPath(manifest) : manifest;
-    const bool listed =
-        local_manifest != nullptr ||
-        std::any_of(files.begin(), files.end(), [&](const FileInfo& f) { return f.path == manifest_path; });
+    const bool listed = local_manifest != nullptr ||
+                        std::any_of(files.begin(), files.end(), [&](const FileInfo& f) { return f.path == manifest_path; });
     for (const FileInfo& f : files) {
-      const bool needed =
-          f.path == manifest_path || ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertIndex;
+      const bool needed = f.path == manifest_path || ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertIndex;
       if (listed && needed && f.bytes_cached < f.size)
         return not_planned(f.path + " (which the plan is made from) is not verified in the cache yet");
     }
@@ -164,8 +161,7 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   };
   for (const PlanFile& pf : planned.plan.files) {
     auto it = planned.by_path.find(pf.path);
-    if (it == planned.by_path.end())
-      return InternalError(pf.path + ": in the plan but not in the cache's listing");
+    if (it == planned.by_path.end()) return InternalError(pf.path + ": in the plan but not in the cache's listing");
     const FileInfo& f = *it->second;
     // What the file holds now: a cached width file cut short (`truncate -s
     // 1000`) leaves its rank incomplete, as verify, the next pull and the
@@ -213,8 +209,7 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
         ++st.halves_verified;
         st.bytes_verified += r.length;
       } else {
-        missing(r.What() + " (" + f.path + " at byte " + std::to_string(r.offset) +
-                ") is not verified in the cache");
+        missing(r.What() + " (" + f.path + " at byte " + std::to_string(r.offset) + ") is not verified in the cache");
       }
     }
   }

@@ -49,9 +49,8 @@ struct CachedRankPlan {
 // `local_manifest`: the text of a manifest that is not part of the release
 // (a custom width mix a pull took from a local file), used instead of
 // looking `manifest` up in the release; null: the release's.
-Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset,
-                                         const std::string& manifest, int tp, int rank,
-                                         bool check_index_hashes = true,
+Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& fileset, const std::string& manifest,
+                                         int tp, int rank, bool check_index_hashes = true,
                                          const std::string* local_manifest = nullptr);
 
 // How much of a rank's plan the cache holds as verified: the whole files

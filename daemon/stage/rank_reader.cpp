@@ -36,16 +36,13 @@ Status CheckOne(const RankHalves& rank, const HalfCheck& c) {
     xxh.Update(tail);
   }
   if (xxh.Digest() != c.range->xxh64)
-    return CorruptionError(
-        c.range->What() + " (" + c.file + " at byte " + std::to_string(c.range->offset) +
-        "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified "
-        "('exlr8d verify' forgets them, then 'exlr8d pull' fetches them again)");
+    return CorruptionError(c.range->What() + " (" + c.file + " at byte " + std::to_string(c.range->offset) +
+                           "): XXH64 mismatch in the cache; the bytes changed on disk since they were verified "
+                           "('exlr8d verify' forgets them, then 'exlr8d pull' fetches them again)");
   return Status::Ok();
 }
 
-bool Cancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
+bool Cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
 
 // Checks every half on `threads` threads (0: one per core, at most 16): the
 // halves come from the page cache, so hashing, not the disk, bounds a warm
@@ -71,8 +68,8 @@ Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks,
   work();
   for (auto& t : pool) t.join();
   if (Cancelled(cancel))
-    return CancelledError("stopped while checking the rank's halves (" + std::to_string(checked.load()) +
-                          " of " + std::to_string(checks.size()) + " checked)");
+    return CancelledError("stopped while checking the rank's halves (" + std::to_string(checked.load()) + " of " +
+                          std::to_string(checks.size()) + " checked)");
   for (const Status& s : failed)
     if (!s.ok()) return s;
   return Status::Ok();
@@ -135,8 +132,8 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
       if (range.kind != PlanRange::Kind::kHalf) continue;
       if (!ExtentsCover(verified, {range.offset, range.length}))
         return NotFoundError(range.What() + " (" + f.path + " at byte " + std::to_string(range.offset) +
-                             ") is not verified in the cache: run exlr8d pull for TP " +
-                             std::to_string(r.tp) + " rank " + std::to_string(r.rank) + " first");
+                             ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
+                             " rank " + std::to_string(r.rank) + " first");
       if (!map) {
         EXLR8_ASSIGN_OR_RETURN(map, MapCacheFile(*cache, file));
       }

@@ -5,10 +5,11 @@
 // manifest, which a pull verified whole), with the width files' headers
 // deferred: halves are located by the index files (spec 3.5). Every half
 // must be recorded as verified in the cache (within its file's verified
-// extents, read once per file: a hole is an error, never a zero), and its XXH64 is checked again with its
-// index-file tail (spec 5.3): a byte that rotted on disk since the pull is caught here, before it reaches a
-// GPU. The halves stay where they are: each width file is mapped read-only (mapped_file.h), so a rank of any
-// size is read from the page cache without a host copy.
+// extents, read once per file: a hole is an error, never a zero), and its XXH64 is checked again with its index-file
+// tail (spec 5.3): a byte that rotted on disk since the pull is caught here,
+// before it reaches a GPU. The halves stay where they are: each width file
+// is mapped read-only (mapped_file.h), so a rank of any size is read from
+// the page cache without a host copy.
 //
 // No CUDA here, so this part is tested everywhere.
 #pragma once
@@ -65,21 +66,21 @@ struct RankRequest {
 };
 
 struct RankHalf {
-  HalfTag tag;  // layer, expert, proj, half, k
+  HalfTag tag;             // layer, expert, proj, half, k
   HalfLayout layout = HalfLayout::kGateUp;
   std::uint64_t hidden = 0;
-  std::string file;  // width file (repo path)
+  std::string file;        // width file (repo path)
   std::uint64_t file_offset = 0;
   std::uint64_t length = 0;
-  std::size_t map = 0;  // index into RankHalves::maps
+  std::size_t map = 0;     // index into RankHalves::maps
 };
 
 struct RankHalves {
   std::string commit;
-  std::filesystem::path root;                     // the partial mirror the bytes came from
-  std::vector<RankHalf> halves;                   // in plan order (by file, then offset)
-  std::uint64_t total_bytes = 0;                  // sum of the halves' lengths
-  double read_seconds = 0;                        // reading and checking the halves
+  std::filesystem::path root;     // the partial mirror the bytes came from
+  std::vector<RankHalf> halves;   // in plan order (by file, then offset)
+  std::uint64_t total_bytes = 0;  // sum of the halves' lengths
+  double read_seconds = 0;        // reading and checking the halves
   std::vector<std::unique_ptr<MappedFile>> maps;  // the width files, read-only
   // The process pin asked for by RankRequest::pin_holder. When it could
   // not be taken (a cache this user may read but not write), the halves are
@@ -93,7 +94,7 @@ struct RankHalves {
   }
 };
 
-// What ReadRankHalves and the image builder (rank_image_plan.h) start from:
+// What ReadRankHalves and the image plan (rank_image_plan.h) start from:
 // the cache opened read-only, the fileset as pulled, the process pin asked
 // for by RankRequest::pin_holder (taken before anything is read; when it
 // cannot be taken, pin_error says why and the rest goes on) and the rank's

@@ -24,7 +24,7 @@ namespace {
 // is shared between threads and a stop is seen soon.
 constexpr std::uint64_t kChunkBytes = std::uint64_t{16} << 20;
 
-bool Cancelled(const std::atomic<bool>* cancel) {
+bool BuildCancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
@@ -40,7 +40,7 @@ template <typename Work>
 void ParallelFor(std::size_t count, int threads, const std::atomic<bool>* cancel, const Work& work) {
   std::atomic<std::size_t> next{0};
   auto loop = [&] {
-    for (std::size_t i; !Cancelled(cancel) && (i = next.fetch_add(1)) < count;) work(i);
+    for (std::size_t i; !BuildCancelled(cancel) && (i = next.fetch_add(1)) < count;) work(i);
   };
   std::vector<std::thread> pool;
   const std::size_t n = ThreadCount(threads, count);
@@ -186,7 +186,8 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
       if (r.progress != nullptr)
         r.progress->bytes_checked.fetch_add(items[i].length, std::memory_order_relaxed);
     });
-    if (Cancelled(r.cancel)) return CancelledError("stopped while copying the rank's image into host memory");
+    if (BuildCancelled(r.cancel))
+      return CancelledError("stopped while copying the rank's image into host memory");
     // No writable mapping may remain for F_SEAL_WRITE.
     out.Unmap();
   }
@@ -221,7 +222,7 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
       dense_digest[i - tables.checks.size()] = Xxh64::Hash({base + t.offset, t.length});
     }
   });
-  if (Cancelled(r.cancel)) return CancelledError("stopped while hashing the rank's image");
+  if (BuildCancelled(r.cancel)) return CancelledError("stopped while hashing the rank's image");
   const std::uint64_t mismatches = static_cast<std::uint64_t>(std::count(bad.begin(), bad.end(), 1));
   if (mismatches != 0) {
     const std::size_t first = static_cast<std::size_t>(std::find(bad.begin(), bad.end(), 1) - bad.begin());

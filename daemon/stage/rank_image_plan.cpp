@@ -19,7 +19,7 @@ namespace exlr8 {
 
 namespace {
 
-bool Cancelled(const std::atomic<bool>* cancel) {
+bool PlanCancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
@@ -104,7 +104,7 @@ Status AddHalves(Planner& p, ImageLayoutBuilder& builder, const CachedRankPlan& 
                  const RankRequest& r) {
   for (const PlanFile& f : planned.plan.files) {
     if (f.whole || f.ranges.empty()) continue;
-    if (Cancelled(r.cancel)) return CancelledError("stopped while planning the rank's image");
+    if (PlanCancelled(r.cancel)) return CancelledError("stopped while planning the rank's image");
     for (const PlanRange& range : f.ranges) {
       if (range.kind != PlanRange::Kind::kHalf) continue;
       const HalfTag& tag = range.tag;
@@ -237,7 +237,7 @@ Status AddDenseFile(Planner& p, ImageLayoutBuilder& builder, const PlanFile& f, 
   const SpanByteSource source(out.maps[map]->bytes(), f.path);
   EXLR8_ASSIGN_OR_RETURN(DenseFile dense, DenseFile::Read(source));
   for (const DenseMatrix& m : dense.matrices()) {
-    if (Cancelled(r.cancel)) return CancelledError("stopped while planning the rank's image");
+    if (PlanCancelled(r.cancel)) return CancelledError("stopped while planning the rank's image");
     constexpr std::uint64_t kU32 = std::numeric_limits<std::uint32_t>::max();
     if (m.record.out > kU32 || m.record.inp > kU32)
       return InvalidArgumentError("matrix '" + m.name + "' in " + f.path + ": out " +

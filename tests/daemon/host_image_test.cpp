@@ -163,6 +163,8 @@ TEST(HostImageTest, AStopAskedForEndsTheBuild) {
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 0)).ok());
   std::atomic<bool> stop{false};
   auto request = TestRankRequest(cache.path(), 4, 0);
+  RankReadProgress progress;
+  request.progress = &progress;
   request.cancel = &stop;
   request.before_reading = [&] {
     stop = true;  // as a signal would, once the plan is made
@@ -171,6 +173,9 @@ TEST(HostImageTest, AStopAskedForEndsTheBuild) {
   auto stopped = BuildHostRankImage(request);
   EXPECT_EQ(stopped.status().code(), StatusCode::kCancelled);
   EXPECT_THAT(stopped.status().message(), HasSubstr("stopped while copying"));
+  // Stopped before the first byte, not after the whole copy.
+  EXPECT_GT(progress.bytes_total.load(), 0u);
+  EXPECT_EQ(progress.bytes_checked.load(), 0u);
   stop = true;
   request.before_reading = nullptr;
   EXPECT_EQ(BuildHostRankImage(request).status().code(), StatusCode::kCancelled);

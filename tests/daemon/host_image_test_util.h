@@ -201,10 +201,10 @@ inline void BuildAndCheck(const fs::path& cache, const std::string& commit, cons
   auto img = BuildHostRankImage(request);
   ASSERT_TRUE(img.ok()) << img.status().ToString();
   // What a build costs, for the record (not asserted: machines differ).
-  std::printf("host image TP %d rank %d: %llu bytes, %zu regions, %llu checks, read %.4f s, hash %.4f s\n", tp, rank,
-              static_cast<unsigned long long>(img->layout.allocation_bytes()), img->layout.tables.tensors.size(),
-              static_cast<unsigned long long>(img->proof.hashed_regions), img->proof.seconds_read,
-              img->proof.seconds_hash);
+  std::printf("host image TP %d rank %d: %llu bytes, %zu regions, %llu checks, read %.4f s, hash %.4f s\n",
+              tp, rank, static_cast<unsigned long long>(img->layout.allocation_bytes()),
+              img->layout.tables.tensors.size(), static_cast<unsigned long long>(img->proof.hashed_regions),
+              img->proof.seconds_read, img->proof.seconds_hash);
   EXPECT_EQ(progress.bytes_checked.load(), progress.bytes_total.load());
   ExpectImageHoldsTheCache(*img, Mirror(cache, commit), manifest, tp, rank);
 }

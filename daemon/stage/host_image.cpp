@@ -256,4 +256,37 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
   return out;
 }
 
+LeaseDescriptionV2 DescribeHostImage(const HostRankImage& img, const RankRequest& r,
+                                     std::uint32_t release_deadline_s) {
+  const ImageHeader& h = img.layout.header;
+  const ImageTables& t = img.layout.tables;
+  LeaseDescriptionV2 d;
+  d.repo = r.repo;
+  d.commit = img.commit;
+  d.manifest = r.manifest;
+  d.tp = r.tp;
+  d.rank = r.rank;
+  d.memory_kind = LeaseMemoryKind::kHost;
+  d.allocations.push_back({h.allocation_bytes, "fd"});
+  d.image.allocation = 0;
+  d.image.header_offset = 0;
+  d.image.bytes = h.allocation_bytes;
+  d.image.offset_table = h.offset_table.offset;
+  d.image.offset_table_bytes = h.offset_table.bytes;
+  d.image.layers = h.layers;
+  d.image.experts = h.experts;
+  d.image.halves = h.halves_per_proj;
+  d.tables.bytes = img.tables_bytes;
+  d.tables.tensors = t.tensors.size();
+  d.tables.checks = t.checks.size();
+  for (const ImageTensor& tensor : t.tensors)
+    if (!tensor.name.empty()) d.tables.strings += tensor.name.size() + 1;
+  d.proof = img.proof;
+  for (const ImageTensor& tensor : t.tensors)
+    d.proof.decoded_of += tensor.kind == ImageRegionKind::kHalfRecord;
+  d.proof.tiles_bit_exact = true;  // nothing decoded, nothing differed
+  d.release_deadline_s = release_deadline_s;
+  return d;
+}
+
 }  // namespace exlr8

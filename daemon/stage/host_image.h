@@ -88,4 +88,13 @@ struct HostRankImage {
 // Cancelled once request.cancel is set.
 Result<HostRankImage> BuildHostRankImage(const RankRequest& request);
 
+// The v2 description of a host image (memory kind host, one "fd"
+// allocation: image_fd, then tables_fd on the socket), for `repo` and
+// `manifest` as requested. Nothing is decoded on the host: proof.decoded
+// says 0 of the rank's halves, and tiles_bit_exact is true only in that
+// vacuous sense (the parser ties it to "no mismatch"), so a lessee that
+// wants decoded halves reads decoded.halves.
+LeaseDescriptionV2 DescribeHostImage(const HostRankImage& image, const RankRequest& request,
+                                     std::uint32_t release_deadline_s = 30);
+
 }  // namespace exlr8

@@ -236,6 +236,18 @@ inline void BuildAndCheck(const fs::path& cache, const std::string& commit, cons
               img->proof.seconds_read, img->proof.seconds_hash);
   EXPECT_EQ(progress.bytes_checked.load(), progress.bytes_total.load());
   ExpectImageHoldsTheCache(*img, Mirror(cache, commit), manifest, tp, rank);
+  // The description a lessee would get parses and names this image.
+  const std::string text = WriteLeaseDescriptionV2(DescribeHostImage(*img, request));
+  auto d = ParseLeaseDescriptionV2(text);
+  ASSERT_TRUE(d.ok()) << d.status().ToString() << "\n" << text;
+  EXPECT_EQ(d->memory_kind, LeaseMemoryKind::kHost);
+  EXPECT_EQ(d->proof.hashed_regions, img->layout.tables.checks.size());
+  EXPECT_EQ(d->proof.decoded_halves, 0u);
+  const std::vector<std::byte> image = ReadFd(img->image_fd.get());
+  auto header = ParseImageHeader(image);
+  auto tables = ParseImageTables(ReadFd(img->tables_fd.get()), image.size());
+  ASSERT_TRUE(header.ok() && tables.ok());
+  EXPECT_TRUE(CheckLeaseImage(*d, *header, *tables).ok()) << CheckLeaseImage(*d, *header, *tables).ToString();
 }
 
 }  // namespace exlr8

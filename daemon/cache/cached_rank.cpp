@@ -117,6 +117,7 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& set, c
   po.rank = rank;
   po.defer_headers = true;  // halves are located by the index files alone
   EXLR8_ASSIGN_OR_RETURN(out.plan, MakePlan(input.release, *input.manifest, po));
+  out.indexes = std::move(input.release.indexes);
   return out;
 }
 

@@ -32,6 +32,8 @@ struct CachedRankPlan {
   // The expert index files, open on their verified bytes: the halves'
   // checksum tails are read from them.
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources;
+  // Those index files parsed, by layer (the plan's input).
+  std::map<int, ExpertIndex> indexes;
   Plan plan;  // width-file headers deferred (not in the plan)
 };
 

@@ -77,17 +77,16 @@ Status CheckHalves(const RankHalves& rank, const std::vector<HalfCheck>& checks,
 
 }  // namespace
 
-Result<RankHalves> ReadRankHalves(const RankRequest& r) {
+Result<OpenedRank> OpenRankInCache(const RankRequest& r) {
   if (r.tp < 1 || r.rank < 0 || r.rank >= r.tp)
     return InvalidArgumentError("rank " + std::to_string(r.rank) + " of TP " + std::to_string(r.tp) +
                                 " is not a rank (0 <= rank < tp)");
-  const auto t0 = std::chrono::steady_clock::now();
-  EXLR8_ASSIGN_OR_RETURN(auto cache, Cache::OpenReadOnly(r.cache_dir));
-  EXLR8_ASSIGN_OR_RETURN(FilesetInfo set, FindPulledFileset(*cache, r.repo, r.revision));
-  RankHalves out;
+  OpenedRank out;
+  EXLR8_ASSIGN_OR_RETURN(out.cache, Cache::OpenReadOnly(r.cache_dir));
+  EXLR8_ASSIGN_OR_RETURN(out.set, FindPulledFileset(*out.cache, r.repo, r.revision));
   if (!r.pin_holder.empty()) {
     // Before anything is read (process_pin.h: pin first, then read).
-    auto pin = ProcessPin::Acquire(r.cache_dir, set.repo, set.commit, r.pin_holder);
+    auto pin = ProcessPin::Acquire(r.cache_dir, out.set.repo, out.set.commit, r.pin_holder);
     if (pin.ok()) {
       out.pin = std::move(*pin);
     } else if (pin.status().code() == StatusCode::kInvalidArgument) {
@@ -96,9 +95,25 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
       out.pin_error = pin.status().ToString();
     }
   }
-  EXLR8_ASSIGN_OR_RETURN(CachedRankPlan planned, PlanRankFromCache(*cache, set, r.manifest, r.tp, r.rank));
-  out.commit = set.commit;
-  out.root = r.cache_dir / r.repo / set.commit;
+  EXLR8_ASSIGN_OR_RETURN(out.planned, PlanRankFromCache(*out.cache, out.set, r.manifest, r.tp, r.rank));
+  return out;
+}
+
+Result<std::unique_ptr<MappedFile>> MapCacheFile(Cache& cache, const FileInfo& file) {
+  EXLR8_ASSIGN_OR_RETURN(auto path, cache.DataPath(file.id));
+  return MappedFile::Open(path, file.size);
+}
+
+Result<RankHalves> ReadRankHalves(const RankRequest& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXLR8_ASSIGN_OR_RETURN(OpenedRank opened, OpenRankInCache(r));
+  RankHalves out;
+  out.pin = std::move(opened.pin);
+  out.pin_error = std::move(opened.pin_error);
+  const CachedRankPlan& planned = opened.planned;
+  Cache* cache = opened.cache.get();
+  out.commit = opened.set.commit;
+  out.root = r.cache_dir / r.repo / opened.set.commit;
 
   std::vector<HalfCheck> checks;
   for (const PlanFile& f : planned.plan.files) {
@@ -120,8 +135,7 @@ Result<RankHalves> ReadRankHalves(const RankRequest& r) {
                              ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r.tp) +
                              " rank " + std::to_string(r.rank) + " first");
       if (!map) {
-        EXLR8_ASSIGN_OR_RETURN(auto path, cache->DataPath(id));
-        EXLR8_ASSIGN_OR_RETURN(map, MappedFile::Open(path, file.size));
+        EXLR8_ASSIGN_OR_RETURN(map, MapCacheFile(*cache, file));
       }
       RankHalf h;
       h.tag = range.tag;

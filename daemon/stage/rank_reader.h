@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cache/cached_rank.h"
 #include "daemon/cache/process_pin.h"
 #include "daemon/stage/mapped_file.h"
 #include "format/plan.h"
@@ -92,6 +93,24 @@ struct RankHalves {
     return maps[h.map]->bytes().subspan(h.file_offset, h.length);
   }
 };
+
+// What ReadRankHalves and the image plan (rank_image_plan.h) start from:
+// the cache opened read-only, the fileset as pulled, the process pin asked
+// for by RankRequest::pin_holder (taken before anything is read; when it
+// cannot be taken, pin_error says why and the rest goes on) and the rank's
+// plan made again from the cache. Errors as ReadRankHalves's.
+struct OpenedRank {
+  std::unique_ptr<Cache> cache;
+  FilesetInfo set;
+  std::unique_ptr<ProcessPin> pin;
+  std::string pin_error;
+  CachedRankPlan planned;
+};
+Result<OpenedRank> OpenRankInCache(const RankRequest& request);
+
+// Maps a data file of the cache read-only (Corruption when its size is not
+// the recorded one: changed behind the cache's back).
+Result<std::unique_ptr<MappedFile>> MapCacheFile(Cache& cache, const FileInfo& file);
 
 // Errors: NotFound when the repo or revision was never pulled into the
 // cache, or a half of the rank is not verified there ("... run exlr8d pull",

@@ -69,15 +69,18 @@ Result<std::uint32_t> ImageLayoutBuilder::AddHalf(const ImageHalfSpec& s) {
       s.trellis_bytes > std::numeric_limits<std::uint32_t>::max())
     return err("trellis bytes " + LN(s.trellis_bytes) + " are not a positive multiple of 16 x K below 2^32");
   if (!IsFloatVectorDType(s.vector_dtype)) return err("vector dtype is not F16, BF16 or F32");
+  if (!IsFloatVectorDType(s.block_dtype)) return err("block row dtype is not F16, BF16 or F32");
   t.layer = static_cast<std::uint16_t>(s.layer);
   t.expert = s.expert == kSharedExpert ? kImageSharedExpert : static_cast<std::uint16_t>(s.expert);
   t.proj = static_cast<std::uint8_t>(s.proj);
   t.half = static_cast<std::uint8_t>(s.half);
   t.format = t.k = static_cast<std::uint8_t>(s.k);
   t.dtype = s.vector_dtype;
+  t.block_dtype = s.block_dtype;
   t.rank = 3;
   t.shape = {static_cast<std::uint32_t>(s.trellis_bytes), s.slice_elems, s.block_elems, 0};
-  t.length = s.trellis_bytes + (std::uint64_t{s.slice_elems} + s.block_elems) * DTypeSize(s.vector_dtype);
+  t.length = s.trellis_bytes + std::uint64_t{s.slice_elems} * DTypeSize(s.vector_dtype) +
+             std::uint64_t{s.block_elems} * DTypeSize(s.block_dtype);
   const std::uint64_t e = s.expert == kSharedExpert ? dims_.experts : static_cast<std::uint64_t>(s.expert);
   const std::uint64_t key =
       ((static_cast<std::uint64_t>(s.layer) * (dims_.experts + std::uint64_t{1}) + e) * 3 +

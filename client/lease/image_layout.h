@@ -153,9 +153,14 @@ struct ImageTensor {
   std::uint8_t rank = 0;     // of `shape`, 0..4
   std::uint8_t k = 0;        // trellis width: half records and TRELLIS dense data, else 0
   std::uint8_t side = 0;     // dense data: spec 10.2 field 4; else 0
+  // A half record's block row's elements (byte 35, where dense data has its
+  // side): the release may store slices and block rows in different dtypes
+  // (spec U-5). kU8 (0) for every other kind.
+  DType block_dtype = DType::kU8;
   // The stored tensor's shape; unused dimensions are 0. A half record's is
   // {trellis bytes, slice elements, block row elements} (rank 3): its
-  // slice starts at shape[0], its block row at shape[0] + shape[1]·elem.
+  // slice starts at shape[0], its block row at shape[0] + shape[1]·size of
+  // dtype.
   std::array<std::uint32_t, 4> shape{};
   std::string name;       // dense and plain tensors: the file's tensor name; else empty
   std::uint32_t out = 0;  // dense data: spec 10.2 field 1; else 0
@@ -256,8 +261,8 @@ struct ImageDims {
   std::string commit;
 };
 
-// A half record: trellis bytes (16·K·hidden) ‖ `slice_elems` vector
-// elements ‖ `block_elems` block-row elements, all vectors of `vector_dtype`.
+// A half record: trellis bytes (16·K·hidden) ‖ `slice_elems` elements of
+// `vector_dtype` ‖ `block_elems` block-row elements of `block_dtype`.
 struct ImageHalfSpec {
   int layer = 0;
   int expert = 0;  // kSharedExpert (-1) for the shared expert
@@ -267,7 +272,8 @@ struct ImageHalfSpec {
   std::uint64_t trellis_bytes = 0;  // a positive multiple of 16·K
   std::uint32_t slice_elems = 128;
   std::uint32_t block_elems = 48;
-  DType vector_dtype = DType::kF32;  // F16, BF16 or F32
+  DType vector_dtype = DType::kF32;  // the slice's: F16, BF16 or F32
+  DType block_dtype = DType::kF32;   // the block row's: F16, BF16 or F32
   std::uint64_t digest = 0;          // k{K}.checksum[e, p, h]
 };
 

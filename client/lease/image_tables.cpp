@@ -312,7 +312,7 @@ std::vector<std::byte> SerializeImageTables(const ImageTables& t) {
     o[b + 32] = std::byte{static_cast<std::uint8_t>(e.dtype)};
     o[b + 33] = std::byte{e.rank};
     o[b + 34] = std::byte{e.k};
-    o[b + 35] = std::byte{e.side};
+    o[b + 35] = std::byte{e.kind == ImageRegionKind::kHalfRecord ? static_cast<std::uint8_t>(e.block_dtype) : e.side};
     for (int d = 0; d < 4; ++d) Put32(o, b + 36 + 4 * static_cast<std::uint64_t>(d), e.shape[d]);
     if (e.name.empty()) {
       Put32(o, b + 52, kImageNoName);
@@ -437,7 +437,14 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     const std::uint8_t dtype = r.U8(b + 32);
     e.rank = r.U8(b + 33);
     e.k = r.U8(b + 34);
-    e.side = r.U8(b + 35);
+    const std::uint8_t byte35 = r.U8(b + 35);
+    if (kind == static_cast<std::uint8_t>(ImageRegionKind::kHalfRecord)) {
+      if (byte35 >= kDTypeCount)
+        return entry(i, "block_dtype", b + 35, "unknown dtype code " + TN(byte35));
+      e.block_dtype = static_cast<DType>(byte35);
+    } else {
+      e.side = byte35;
+    }
     for (int d = 0; d < 4; ++d) e.shape[d] = r.U32(b + 36 + 4 * static_cast<std::uint64_t>(d));
     const std::uint32_t name_at = r.U32(b + 52);
     e.out = r.U32(b + 56);
@@ -514,7 +521,6 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     if (!dense) {
       if (!half && e.side != 0)
         return entry(i, "side", b + 35, TN(e.side) + " for a " + kind_name + ", expected 0");
-      if (half && e.side != 0) return entry(i, "side", b + 35, TN(e.side) + " for a half record, expected 0");
       if (e.out != 0) return entry(i, "out", b + 56, TN(e.out) + " for a " + kind_name + ", expected 0");
       if (e.inp != 0) return entry(i, "inp", b + 60, TN(e.inp) + " for a " + kind_name + ", expected 0");
     }
@@ -522,13 +528,17 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     if ((half || signs) && !IsFloatVectorDType(e.dtype))
       return entry(i, "dtype", b + 32,
                    std::string(DTypeName(e.dtype)) + " for a " + kind_name + ", expected F16, BF16 or F32");
+    if (half && !IsFloatVectorDType(e.block_dtype))
+      return entry(i, "block_dtype", b + 35,
+                   std::string(DTypeName(e.block_dtype)) + " for a half record's block row, expected F16, BF16 or F32");
     std::optional<std::uint64_t> want;
     if (half) {
       if (e.rank != 3) return entry(i, "rank", b + 33, TN(e.rank) + " for a half record, expected 3");
       if (e.shape[0] == 0 || e.shape[0] % (16 * std::uint64_t{e.k}) != 0)
         return entry(i, "shape", b + 36,
                      "trellis bytes " + TN(e.shape[0]) + " are not a positive multiple of 16 x K");
-      want = std::uint64_t{e.shape[0]} + (std::uint64_t{e.shape[1]} + e.shape[2]) * DTypeSize(e.dtype);
+      want = std::uint64_t{e.shape[0]} + std::uint64_t{e.shape[1]} * DTypeSize(e.dtype) +
+             std::uint64_t{e.shape[2]} * DTypeSize(e.block_dtype);
     } else {
       if (signs && e.rank != 1)
         return entry(i, "rank", b + 33, TN(e.rank) + " for a " + kind_name + ", expected 1");

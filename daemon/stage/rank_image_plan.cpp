@@ -126,16 +126,18 @@ Status AddHalves(Planner& p, ImageLayoutBuilder& builder, const CachedRankPlan& 
         src.pieces.push_back({index_map, run.offset, run.length});
         tail_bytes += run.length;
       }
-      // The record's vectors are described in the slice's dtype: a block
-      // row stored in another one (spec U-5 leaves it open; the fixture has
-      // F16 slices and F32 block rows) is counted in slice elements, so the
-      // record's length and offsets stay exact (IMAGE.md's open point).
+      // The slice and the block row each in its own stored dtype (spec U-5
+      // leaves them free to differ; the fixture has F16 slices and F32
+      // block rows).
+      const DType block_dtype = tables->block[static_cast<int>(tag.proj)].dtype;
+      const std::uint64_t block_elem = DTypeSize(block_dtype);
       const std::uint64_t slice_bytes = range.checksum_tail[0].length;
       const std::uint64_t block_bytes = range.checksum_tail[1].length;
-      if (slice_bytes % elem != 0 || block_bytes % elem != 0 || tail_bytes == 0)
-        return CorruptionError(range.What() + ": its vectors (" + std::to_string(slice_bytes) + " + " +
-                               std::to_string(block_bytes) + " bytes in " + f.index_path +
-                               ") are not whole elements of " + std::string(DTypeName(slice_dtype)));
+      if (slice_bytes % elem != 0 || block_bytes % block_elem != 0 || tail_bytes == 0)
+        return CorruptionError(range.What() + ": its vectors (" + std::to_string(slice_bytes) + " bytes of " +
+                               std::string(DTypeName(slice_dtype)) + " + " + std::to_string(block_bytes) +
+                               " bytes of " + std::string(DTypeName(block_dtype)) + " in " + f.index_path +
+                               ") are not whole elements");
       ImageHalfSpec spec;
       spec.layer = tag.layer;
       spec.expert = tag.expert;
@@ -144,8 +146,9 @@ Status AddHalves(Planner& p, ImageLayoutBuilder& builder, const CachedRankPlan& 
       spec.k = tag.k;
       spec.trellis_bytes = range.length;
       spec.slice_elems = static_cast<std::uint32_t>(slice_bytes / elem);
-      spec.block_elems = static_cast<std::uint32_t>(block_bytes / elem);
+      spec.block_elems = static_cast<std::uint32_t>(block_bytes / block_elem);
       spec.vector_dtype = slice_dtype;
+      spec.block_dtype = block_dtype;
       spec.digest = range.xxh64;
       EXLR8_ASSIGN_OR_RETURN(const std::uint32_t i, builder.AddHalf(spec));
       p.Source(i, std::move(src));

@@ -138,6 +138,18 @@ inline void ExpectImageHoldsTheCache(const HostRankImage& img, const fs::path& m
           ASSERT_EQ(got.size(), want.size()) << what;
           EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0) << what;
           EXPECT_EQ(t->xxh64, entry->checksum) << what;
+          // The entry tells a kernel where each vector starts and its dtype:
+          // the slice (shape[1] of dtype) and then the block row (shape[2] of
+          // block_dtype), which the release may store in another dtype.
+          const auto tail = index.ChecksumTail(e, p, h, k);
+          ASSERT_EQ(tail.size(), 2u) << what;
+          const std::uint64_t slice_bytes = std::uint64_t{t->shape[1]} * DTypeSize(t->dtype);
+          EXPECT_EQ(slice_bytes, tail[0].length) << what;
+          EXPECT_EQ(std::uint64_t{t->shape[2]} * DTypeSize(t->block_dtype), tail[1].length) << what;
+          EXPECT_EQ(std::memcmp(got.data() + t->shape[0] + slice_bytes, index_bytes.at(layer).data() + tail[1].offset,
+                                tail[1].length),
+                    0)
+              << what;
         }
       }
     }

@@ -47,6 +47,7 @@ ImageLayout SmallLayout() {
                         .slice_elems = 128,
                         .block_elems = 1,
                         .vector_dtype = DType::kBF16,
+                        .block_dtype = DType::kF16,
                         .digest = 0x2222}),
             1u);
   EXPECT_EQ(*b.AddSigns(0, false, {.dtype = DType::kF32, .shape = {128}, .digest = 0x3333}), 2u);
@@ -96,6 +97,7 @@ void ExpectSameTensor(const ImageTensor& a, const ImageTensor& b, std::size_t i)
   EXPECT_EQ(a.rank, b.rank) << i;
   EXPECT_EQ(a.k, b.k) << i;
   EXPECT_EQ(a.side, b.side) << i;
+  EXPECT_EQ(a.block_dtype, b.block_dtype) << i;
   EXPECT_EQ(a.shape, b.shape) << i;
   EXPECT_EQ(a.name, b.name) << i;
   EXPECT_EQ(a.out, b.out) << i;
@@ -162,7 +164,9 @@ TEST(ImageLayout, SmallLayoutRoundTripsAndLooksUp) {
   const ImageTensor* shared = tables->FindHalf(1, kSharedExpert, Proj::kDown, 1);
   ASSERT_NE(shared, nullptr);
   EXPECT_EQ(shared->What(), "L1 shared down h1 K3");
-  EXPECT_EQ(shared->length, 16u * 3 * 128 + 129 * 2);
+  EXPECT_EQ(shared->length, 16u * 3 * 128 + 128 * 2 + 1 * 2);  // BF16 slice, F16 block row
+  EXPECT_EQ(shared->dtype, DType::kBF16);
+  EXPECT_EQ(shared->block_dtype, DType::kF16);
   EXPECT_EQ(tables->FindHalf(0, 1, Proj::kGate, 1), nullptr);  // not owned
   EXPECT_EQ(tables->FindHalf(0, 3, Proj::kGate, 0), nullptr);  // outside
   EXPECT_EQ(tables->FindHalf(2, 0, Proj::kGate, 0), nullptr);
@@ -384,7 +388,11 @@ TEST(ImageTablesParse, EachRuleNamesTableEntryFieldAndOffset) {
       {{{TensorAt(6, 31), 6, 1}}, T(6, "format", TensorAt(6, 31)) + ": 6 for a plain tensor, expected 0"},
       {{{TensorAt(6, 34), 1, 1}}, T(6, "k", TensorAt(6, 34))},
       {{{TensorAt(2, 35), 1, 1}}, T(2, "side", TensorAt(2, 35))},
-      {{{TensorAt(0, 35), 1, 1}}, T(0, "side", TensorAt(0, 35))},
+      {{{TensorAt(0, 35), 15, 1}}, T(0, "block_dtype", TensorAt(0, 35)) + ": unknown dtype code 15"},
+      {{{TensorAt(0, 35), static_cast<std::uint64_t>(DType::kU8), 1}},
+       T(0, "block_dtype", TensorAt(0, 35)) + ": U8 for a half record's block row"},
+      // A half record's length counts its block row in the block row's dtype.
+      {{{TensorAt(0, 35), static_cast<std::uint64_t>(DType::kF16), 1}}, T(0, "length", TensorAt(0, 8))},
       {{{TensorAt(6, 56), 1, 4}}, T(6, "out", TensorAt(6, 56))},
       {{{TensorAt(3, 60), 1, 4}}, T(3, "inp", TensorAt(3, 60))},
       // shapes and lengths
@@ -566,6 +574,7 @@ TEST(ImageLayout, RandomLayoutsAreAlignedDisjointAndIndexed) {
                                   .slice_elems = 128,
                                   .block_elems = static_cast<std::uint32_t>(pick(1, 48)),
                                   .vector_dtype = vd,
+                                  .block_dtype = vector_dtypes[pick(0, 2)],
                                   .digest = rng()};
             auto i = b.AddHalf(s);
             ASSERT_TRUE(i.ok()) << i.status().ToString();
@@ -682,12 +691,11 @@ TEST(ImageLayout, Glm53ScaleTablesParseFast) {
       "s\n",
       parsed->tensors.size(), parsed->checks.size(), static_cast<double>(bytes.size()) / 1e6,
       static_cast<double>(layout->allocation_bytes()) / 1e9, ser_s, parse_s);
-#if defined(__SANITIZE_ADDRESS__)
-  // Under ASan (the parser tree) only the result counts: its shadow
-  // checks make the time no measure of the code.
-#else
-  EXPECT_LT(ser_s + parse_s, 1.0);
-#endif
+  // A guard against work that grows faster than the tables, with room for
+  // a loaded CI machine and the ASan tree (whose product code is
+  // instrumented while this file is not, so no macro here tells it):
+  // both take about 0.3 s in a Release build, 1.3 s under ASan.
+  EXPECT_LT(ser_s + parse_s, 5.0);
   EXPECT_EQ(parsed->FindHalf(74, 255, Proj::kDown, 7)->xxh64, n);
 }
 

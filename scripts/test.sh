@@ -102,7 +102,8 @@ wait_setup
 # are shared by the pull's threads. -Wthread-safety -Werror checks every
 # GUARDED_BY and REQUIRES.
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
-            header_step_test pull_progress_test pull_space_test rank_reader_test scrub_test lease_server_test lease_client_test stage_state_test
+            header_step_test pull_progress_test pull_space_test rank_reader_test scrub_test lease_server_test lease_v2_server_test
+            lease_client_test stage_state_test
             mutex_test clock_test atomic_file_test job_scheduler_test cache_owner_test catalog_test extent_store_test
             range_fetcher_fake_test range_jobs_test hub_client_fake_test)
 tsan_long=(pull_headers_test pull_tls_test pull_test serve_jobs_test serve_stages_test)

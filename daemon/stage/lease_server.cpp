@@ -345,9 +345,8 @@ void LeaseServer::Stop() {
   rep_->lessees_changed.SignalAll();
 }
 
-Result<std::vector<pid_t>> LeaseServer::RequestRelease(std::chrono::milliseconds deadline) {
+Status LeaseServer::AnnounceRelease(std::chrono::milliseconds deadline) {
   if (!rep_->v2) return FailedPreconditionError("lease protocol v1 has no release message");
-  const Clock::TimePoint end = rep_->clock->Deadline(deadline);
   StopAccepting();
   const long long ms = std::max<long long>(0, deadline.count());
   const auto seconds =
@@ -359,6 +358,13 @@ Result<std::vector<pid_t>> LeaseServer::RequestRelease(std::chrono::milliseconds
   // before it: it goes whole or not at all.
   for (const Rep::Lessee& x : rep_->lessees)
     (void)::send(x.fd.get(), line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return Status::Ok();
+}
+
+Result<std::vector<pid_t>> LeaseServer::RequestRelease(std::chrono::milliseconds deadline) {
+  const Clock::TimePoint end = rep_->clock->Deadline(deadline);
+  EXLR8_RETURN_IF_ERROR(AnnounceRelease(deadline));
+  MutexLock l(&rep_->mu);
   while (!rep_->lessees.empty())
     if (!rep_->clock->WaitUntil(&rep_->lessees_changed, &rep_->mu, end)) break;
   std::vector<pid_t> out;

@@ -100,6 +100,10 @@ class LeaseServer {
   // socket takes no more bytes does not get the line, and is waited for the
   // same. FailedPrecondition on a v1 server (v1 has no release message).
   Result<std::vector<pid_t>> RequestRelease(std::chrono::milliseconds deadline);
+  // The first half of RequestRelease: StopAccepting and the release line
+  // with D from `deadline`, without waiting; for a holder that waits its
+  // own way (exlr8d-stage also lets a second signal end the wait).
+  Status AnnounceRelease(std::chrono::milliseconds deadline);
 
   // Descriptions handed out in full.
   std::uint64_t served() const;

@@ -2,10 +2,12 @@
 // memory and checks them there (daemon/stage/). A program of its own, built
 // only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
 // runtime on the nodes that only pull and serve the API.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -15,7 +17,9 @@
 #include "client/cli/cli.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/signal_watcher.h"
+#include "client/lease/description_v2.h"
 #include "daemon/stage/gpu_stage.h"
+#include "daemon/stage/host_image.h"
 #include "daemon/stage/lease.h"
 #include "daemon/stage/rank_reader.h"
 #include "daemon/stage/stage_state.h"
@@ -49,6 +53,12 @@ when this process does).
   --tp N --rank R     tensor-parallel degree and rank
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8); read without taking its lock
+  --memory KIND       device (default): GPU memory, as above; host: the
+                      rank's whole image (every half record with its vectors,
+                      the layers' signs, every dense and plain tensor; lease
+                      v2, schema/lease/) assembled in a sealed memfd, every
+                      region's XXH64 checked, no GPU needed; with --hold
+                      each lessee gets the image and tables as descriptors
   --device D          CUDA device (default 0)
   --check N|all       halves checked on the GPU, spread over the rank (default 64)
   --hold SOCKET       after the checks pass, keep the buffers and answer each
@@ -143,11 +153,92 @@ void ReleaseWhenLesseesLetGo(LeaseServer& server, StopRequests& stops, std::chro
   server.Stop();
 }
 
+// --memory host: the rank's image assembled in a sealed memfd
+// (daemon/stage/host_image.h) and, with --hold, leased over protocol v2
+// (schema/lease/PROTOCOL.md). The memfd outlives this process for as long
+// as a lessee maps it, so releasing never pulls memory from under a
+// lessee: the release line asks them to let go, and the holder waits for
+// them as the device kind does.
+struct HostHolder {
+  using StepFn = std::function<void(std::string_view, std::string, const std::atomic<std::uint64_t>*,
+                                    const std::atomic<std::uint64_t>*)>;
+  RankRequest& request;
+  const std::string& hold;
+  std::chrono::seconds release_wait;
+  StopRequests& stops;
+  StepFn step;
+  std::function<int(const Status&)> fail;
+  std::function<int(std::string_view, const Status&)> stopped;
+
+  int Run() {
+    auto image = BuildHostRankImage(request);
+    if (!image.ok() && image.status().code() == StatusCode::kCancelled) return stopped("reading", image.status());
+    if (!image.ok()) return fail(image.status());
+    if (!image->pin_error.empty())
+      std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n", kProg,
+                   image->pin_error.c_str());
+    const LeaseProof& p = image->proof;
+    std::printf("assembled %s of %s@%s TP %d rank %d in host memory: %llu regions, %s hashed (XXH64, %llu "
+                "against the cache's verified bytes where the release has no digest), 0 mismatches; "
+                "read %.2f s, hash %.2f s\n",
+                HumanBytes(image->layout.allocation_bytes()).c_str(), request.repo.c_str(),
+                image->commit.substr(0, 8).c_str(), request.tp, request.rank,
+                static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(),
+                static_cast<unsigned long long>(image->regions_without_release_digest), p.seconds_read,
+                p.seconds_hash);
+    std::fflush(stdout);
+    if (hold.empty()) {
+      std::printf("ok (not held: the image is released now)\n");
+      step("released", {}, nullptr, nullptr);
+      return kExitOk;
+    }
+    if (stops.requested()) return stopped("reading", CancelledError("stopped before the lease started"));
+    const auto deadline_s = static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(release_wait.count(), 1, kMaxLeaseReleaseDeadlineS));
+    const std::string description = WriteLeaseDescriptionV2(DescribeHostImage(*image, request, deadline_s));
+    std::string held = ",\"memory\":\"host\",\"commit\":\"" + image->commit +
+                       "\",\"bytes\":" + std::to_string(image->layout.allocation_bytes()) +
+                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
+    AppendJsonString(held, hold);
+    std::mutex report_mu;
+    const char* phase = "holding";
+    auto report_lessees = [&](const std::vector<pid_t>& lessees) {
+      std::lock_guard<std::mutex> l(report_mu);
+      std::string pids;
+      for (pid_t pid : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
+      step(phase, held + ",\"lessees\":[" + pids + "]", nullptr, nullptr);
+    };
+    const int fds[] = {image->image_fd.get(), image->tables_fd.get()};
+    auto server = LeaseServer::StartV2(hold, description, fds, report_lessees);
+    if (!server.ok()) return fail(server.status());
+    std::printf("holding: the rank's image is leased on %s (protocol v2, host memory) until SIGINT or SIGTERM\n",
+                hold.c_str());
+    std::fflush(stdout);
+    report_lessees((*server)->Lessees());
+    if (Status s = NotifySystemd("READY=1"); !s.ok())
+      std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
+    stops.Wait(1);
+    (void)NotifySystemd("STOPPING=1");
+    {
+      std::lock_guard<std::mutex> l(report_mu);
+      phase = "releasing";
+    }
+    report_lessees((*server)->Lessees());
+    if (Status s = (*server)->AnnounceRelease(release_wait); !s.ok())
+      std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
+    ReleaseWhenLesseesLetGo(**server, stops, release_wait);
+    std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()),
+                stops.last_signal());
+    step("released", ",\"leases_served\":" + std::to_string((*server)->served()), nullptr, nullptr);
+    return kExitOk;
+  }
+};
+
 int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
-                                    "hold", "release-wait", "state-dir"},
+                                    "hold", "release-wait", "state-dir", "memory"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
@@ -179,6 +270,12 @@ int Run(const std::vector<std::string>& argv) {
   };
   if (Status s = parse(); !s.ok()) return ReportError(kProg, s);
   const std::string hold = args.GetOr("hold", "");
+  const std::string memory = args.GetOr("memory", "device");
+  if (memory != "device" && memory != "host")
+    return ReportError(kProg, InvalidArgumentError("--memory: '" + memory + "' is neither device nor host"));
+  if (memory == "host" && args.Get("check"))
+    return ReportError(kProg, InvalidArgumentError("--check decodes on a GPU; --memory host hashes every region and "
+                                                   "decodes nothing (not yet: a GPU check of host images)"));
   // Signals are taken by the watcher's thread, started before any other
   // (CUDA's, the lease server's) so that all inherit the blocked mask, and
   // before the first step is reported: a stop asked for at any step
@@ -235,6 +332,10 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
+  if (memory == "host") {
+    HostHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
+    return holder.Run();
+  }
   request.before_reading = [&] {
     std::printf("located %s of halves of %s TP %d rank %d in the cache; reading them once GPU %d is there\n",
                 HumanBytes(read_progress.bytes_total.load()).c_str(), request.repo.c_str(), request.tp, request.rank,

@@ -1,0 +1,127 @@
+// `exlr8d-stage --memory host` end to end, no GPU needed: a rank pulled from
+// the hub simulator into a real cache, assembled by the real binary into a
+// sealed memfd and leased over protocol v2 on a real Unix socket to this
+// process (client/lease/host_lease.h), which finds the same bytes an
+// in-process build of the image holds, every region at its digest; then
+// SIGTERM: the release line reaches the lessee, and the holder exits once
+// it has let go.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "client/lease/host_lease.h"
+#include "daemon/stage/host_image.h"
+#include "format/checksum.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/child_process.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+
+std::vector<std::string> StageArgs(const fs::path& cache, int tp, int rank) {
+  return {"--cache", cache.string(), "--repo",   "exlr8/test",      "--manifest", "home",
+          "--tp",    std::to_string(tp), "--rank", std::to_string(rank), "--memory",   "host"};
+}
+
+TEST(HostStageTest, ALesseeMapsTheImageAndLetsGoWhenAskedToRelease) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 1)).ok());
+  const fs::path sock = run.path() / "lease.sock";
+  std::vector<std::string> args = StageArgs(cache.path(), 3, 1);
+  for (const char* a : {"--hold", "", "--release-wait", "20"}) args.emplace_back(a);
+  args[args.size() - 3] = sock.string();
+  ChildProcess stage("exlr8d-stage", args, (run.path() / "stage.err").string());
+  ASSERT_TRUE(stage.ReadUntil("holding:")) << stage.printed();
+  EXPECT_NE(stage.printed().find("0 mismatches"), std::string::npos) << stage.printed();
+
+  auto lease = OpenHostLease(sock);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  // The same bytes as an image this process builds from the same cache.
+  auto own = BuildHostRankImage(TestRankRequest(cache.path(), 3, 1));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  ASSERT_EQ(lease->allocation_bytes(), own->image.bytes().size());
+  EXPECT_EQ(std::memcmp(lease->allocation(), own->image.bytes().data(), own->image.bytes().size()), 0);
+  // Every region at its digest, through the lessee's own tables.
+  ASSERT_FALSE(lease->tables().tensors.empty());
+  for (const ImageTensor& t : lease->tables().tensors)
+    EXPECT_EQ(Xxh64::Hash(lease->Region(t)), t.xxh64) << t.What();
+  EXPECT_EQ(lease->proof().hashed_regions, lease->tables().checks.size());
+  EXPECT_EQ(lease->proof().hashed_mismatches, 0u);
+  EXPECT_EQ(lease->description().memory_kind, LeaseMemoryKind::kHost);
+  EXPECT_EQ(lease->description().tp, 3);
+  EXPECT_EQ(lease->description().rank, 1);
+  auto none = lease->PollRelease();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+
+  stage.Send(SIGTERM);
+  auto release = lease->WaitRelease(std::chrono::seconds(20));
+  ASSERT_TRUE(release.ok()) << release.status().ToString();
+  ASSERT_TRUE(release->has_value());
+  EXPECT_FALSE((*release)->holder_gone);
+  EXPECT_EQ((*release)->deadline_s, 20u);
+  ASSERT_TRUE(stage.ReadUntil("waiting up to")) << stage.printed();
+  lease->Close();
+  ASSERT_TRUE(stage.ReadUntil("released after 1 lease(s)")) << stage.printed();
+  EXPECT_EQ(stage.Signal(0), 0) << stage.ReadAll();
+}
+
+TEST(HostStageTest, WithoutHoldItChecksAndExits) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 2)).ok());
+  ChildProcess stage("exlr8d-stage", StageArgs(cache.path(), 4, 2), (run.path() / "stage.err").string());
+  EXPECT_EQ(stage.Signal(0), 0);  // waits: signal 0 only reaps
+  EXPECT_NE(stage.ReadAll().find("ok (not held"), std::string::npos) << stage.printed();
+}
+
+TEST(HostStageTest, ARottenByteInTheCacheFailsNamingItsRegion) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  auto pulled = Pull(cache.path(), Options(*sim, "home", 4, 2));
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  // The first half of the first width file, one byte flipped on disk.
+  bool flipped = false;
+  for (const PlanFile& f : pulled->plan.files) {
+    if (f.whole || flipped) continue;
+    for (const PlanRange& r : f.ranges) {
+      if (r.kind != PlanRange::Kind::kHalf) continue;
+      std::fstream io(pulled->root / f.path, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekg(static_cast<std::streamoff>(r.offset + r.length / 2));
+      char c = 0;
+      io.read(&c, 1);
+      c = static_cast<char>(c ^ 0x40);
+      io.seekp(static_cast<std::streamoff>(r.offset + r.length / 2));
+      io.write(&c, 1);
+      flipped = static_cast<bool>(io);
+      break;
+    }
+  }
+  ASSERT_TRUE(flipped);
+  const fs::path err = run.path() / "stage.err";
+  ChildProcess stage("exlr8d-stage", StageArgs(cache.path(), 4, 2), err.string());
+  EXPECT_EQ(stage.Signal(0), 3) << stage.ReadAll();
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("half record"), std::string::npos) << text;
+}
+
+TEST(HostStageTest, CheckIsRefusedForHostMemory) {
+  TempDir cache, run;
+  std::vector<std::string> args = StageArgs(cache.path(), 4, 2);
+  args.insert(args.end(), {"--check", "all"});
+  ChildProcess stage("exlr8d-stage", args, (run.path() / "stage.err").string());
+  EXPECT_EQ(stage.Signal(0), 2);
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -2,7 +2,7 @@
 # The README's test command and what CI runs (.ci/run): installs what the
 # build needs, builds from scratch and runs a tier of the tests.
 #
-#   scripts/test.sh          the default tier, about 14.5 minutes on 2 cores:
+#   scripts/test.sh          the default tier, about 14.6 minutes on 2 cores:
 #                              build/       g++, -O1; every
 #                                           unit and integration test
 #                                           (ctest -LE full), the fuzz replays

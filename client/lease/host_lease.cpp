@@ -1,48 +1,15 @@
 #include "client/lease/host_lease.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
-
-#include "client/lease/lease_client.h"  // UnixSocketAddress
 
 namespace exlr8 {
 
 namespace {
-
-Status LeaseSocketError(int err, const std::string& what) {
-  std::string msg = what + ": " + ::strerrordesc_np(err);
-  switch (err) {
-    case ENOENT:
-      return NotFoundError(std::move(msg));
-    case EACCES:
-    case EPERM:
-      return PermissionDeniedError(std::move(msg));
-    default:
-      return IOError(std::move(msg));
-  }
-}
-
-// Descriptors received, closed unless taken.
-struct ReceivedFds {
-  std::vector<int> fds;
-  ReceivedFds() = default;
-  ReceivedFds(const ReceivedFds&) = delete;
-  ReceivedFds& operator=(const ReceivedFds&) = delete;
-  ~ReceivedFds() {
-    for (int fd : fds) ::close(fd);
-  }
-};
 
 // A read-only shared mapping, unmapped unless released.
 struct Mapping {
@@ -58,69 +25,25 @@ struct Mapping {
   void* Release() { return std::exchange(addr, MAP_FAILED); }
 };
 
-// Room for more descriptors than any description names, so that a holder
-// sending too many is told so rather than cut short by the kernel.
-constexpr std::size_t kCmsgFds = 2 * kMaxLeaseV2Fds;
-
-// One recvmsg: bytes into `buf`, descriptors appended to `fds` (close on
-// exec). Returns the byte count (0 at end of stream) or -1 with errno;
-// `fds_came` says whether this message carried descriptors; a truncated
-// control message is reported by `truncated`.
-ssize_t ReceiveSome(int fd, char* buf, std::size_t size, int flags, ReceivedFds& fds, bool& fds_came,
-                    bool& truncated, bool& other_cmsg) {
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kCmsgFds)];
-  iovec iov{buf, size};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  fds_came = truncated = other_cmsg = false;
-  const ssize_t n = ::recvmsg(fd, &msg, flags | MSG_CMSG_CLOEXEC);
-  if (n < 0) return n;
-  truncated = (msg.msg_flags & MSG_CTRUNC) != 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      const unsigned char* p = CMSG_DATA(c);
-      for (std::size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, p + i * sizeof(int), sizeof(int));
-        fds.fds.push_back(received);
-      }
-      fds_came = true;
-    } else {
-      other_cmsg = true;
-    }
-  }
-  return n;
-}
-
-std::string ByteCount(std::uint64_t n) { return std::to_string(n) + " bytes"; }
-
 }  // namespace
 
 HostLease::HostLease(HostLease&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
+    : connection_(std::move(other.connection_)),
       allocation_(std::exchange(other.allocation_, nullptr)),
       allocation_bytes_(std::exchange(other.allocation_bytes_, 0)),
       description_(std::move(other.description_)),
       header_(std::move(other.header_)),
-      tables_(std::move(other.tables_)),
-      lines_(std::move(other.lines_)),
-      release_(other.release_) {}
+      tables_(std::move(other.tables_)) {}
 
 HostLease& HostLease::operator=(HostLease&& other) noexcept {
   if (this != &other) {
     Close();
-    fd_ = std::exchange(other.fd_, -1);
+    connection_ = std::move(other.connection_);
     allocation_ = std::exchange(other.allocation_, nullptr);
     allocation_bytes_ = std::exchange(other.allocation_bytes_, 0);
     description_ = std::move(other.description_);
     header_ = std::move(other.header_);
     tables_ = std::move(other.tables_);
-    lines_ = std::move(other.lines_);
-    release_ = other.release_;
   }
   return *this;
 }
@@ -130,185 +53,45 @@ void HostLease::Close() {
   if (allocation_ != nullptr) ::munmap(const_cast<std::byte*>(allocation_), allocation_bytes_);
   allocation_ = nullptr;
   allocation_bytes_ = 0;
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-Result<std::optional<HostLease::Release>> HostLease::PollRelease() {
-  if (release_) return release_;
-  if (fd_ < 0) return FailedPreconditionError("lease socket: the lease is closed");
-  for (;;) {
-    if (std::optional<std::string> line = lines_.NextLine()) {
-      EXLR8_ASSIGN_OR_RETURN(LeaseRelease r, ParseLeaseHolderLine(*line));
-      release_ = Release{r.deadline_s, false};
-      return release_;
-    }
-    char buf[512];
-    ReceivedFds fds;
-    bool fds_came = false, truncated = false, other = false;
-    const ssize_t n = ReceiveSome(fd_, buf, sizeof buf, MSG_DONTWAIT, fds, fds_came, truncated, other);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return std::optional<Release>();
-    if (n < 0) return LeaseSocketError(errno, "lease socket: read from the holder");
-    if (fds_came || truncated || other)
-      return CorruptionError("lease socket: the holder sent " + std::to_string(fds.fds.size()) +
-                             " file descriptors (or other control data) after the description");
-    if (n == 0) {
-      release_ = Release{0, true};
-      return release_;
-    }
-    EXLR8_RETURN_IF_ERROR(lines_.Append(std::string_view(buf, static_cast<std::size_t>(n))));
-  }
-}
-
-Result<std::optional<HostLease::Release>> HostLease::WaitRelease(std::chrono::milliseconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    EXLR8_ASSIGN_OR_RETURN(std::optional<Release> r, PollRelease());
-    if (r) return r;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::optional<Release>();
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<long long>(left.count() + 1, 60'000))) < 0 && errno != EINTR)
-      return LeaseSocketError(errno, "lease socket: poll");
-  }
+  connection_.Close();
 }
 
 Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
-  const std::string where = "lease holder at " + path.string();
-  EXLR8_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
-  HostLease lease;
-  lease.fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (lease.fd_ < 0) return LeaseSocketError(errno, "socket");
-  if (::connect(lease.fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-    return LeaseSocketError(errno, "connect to the " + where);
-  // The whole description within `timeout`, however the holder drips it.
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  const auto set_timeout = [&]() -> bool {
-    const long long ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
-    if (ms <= 0) return false;
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(ms / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
-    return ::setsockopt(lease.fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0;
-  };
-  const std::string too_slow =
-      "the " + where + " sent no whole description within " + std::to_string(timeout.count()) + " ms";
-
-  // The description line; its descriptors ride on its first byte.
-  ReceivedFds fds;
-  LeaseLineReader reader(kMaxLeaseDescriptionV2Bytes);
-  std::string seen;  // the start of what came, to name a v1 holder
-  bool any_bytes = false;
-  std::optional<std::string> line;
-  while (!line) {
-    char buf[1 << 14];
-    bool fds_came = false, truncated = false, other = false;
-    const std::size_t before = fds.fds.size();
-    if (!set_timeout()) return UnavailableError(too_slow);
-    const ssize_t n = ReceiveSome(lease.fd_, buf, sizeof buf, 0, fds, fds_came, truncated, other);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return UnavailableError(too_slow);
-    if (n < 0) return LeaseSocketError(errno, "read the lease description from the " + where);
-    if (truncated)
-      return CorruptionError("lease description from " + path.string() + ": more than " +
-                             std::to_string(kCmsgFds) + " file descriptors came with it");
-    if (other)
-      return CorruptionError("lease description from " + path.string() +
-                             ": control data other than SCM_RIGHTS");
-    if (fds_came && any_bytes)
-      return CorruptionError("lease description from " + path.string() + ": " +
-                             std::to_string(fds.fds.size() - before) +
-                             " file descriptors came after its first byte (all must come with it)");
-    if (n == 0) {
-      if (!any_bytes)
-        return UnavailableError("the " + where +
-                                " closed the connection without a description (it is stopping, "
-                                "or holds " +
-                                std::to_string(kMaxLeaseLessees) + " lessees already)");
-      Result<LeaseDescriptionV2> v1 = ParseLeaseV2Opening(seen, fds.fds.size(), path.string());
-      if (!v1.ok() && v1.status().code() == StatusCode::kFailedPrecondition) return v1.status();
-      return CorruptionError("lease description from " + path.string() + ": the holder closed after " +
-                             ByteCount(seen.size()) + ", before the description's end of line");
-    }
-    any_bytes = true;
-    const std::string_view got(buf, static_cast<std::size_t>(n));
-    if (seen.size() < 64) seen.append(got.substr(0, 64 - seen.size()));
-    if (Status s = reader.Append(got); !s.ok())
-      return CorruptionError("lease description from " + path.string() + ": longer than " +
-                             ByteCount(kMaxLeaseDescriptionV2Bytes) + " without its end of line");
-    line = reader.NextLine();
-  }
-  timeval none{};
-  (void)::setsockopt(lease.fd_, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-
-  EXLR8_ASSIGN_OR_RETURN(LeaseDescriptionV2 d, ParseLeaseV2Opening(*line, fds.fds.size(), path.string()));
+  EXLR8_ASSIGN_OR_RETURN(ReceivedLeaseV2 received, ReceiveLeaseV2(path, timeout));
+  const LeaseDescriptionV2& d = received.description;
   if (d.memory_kind != LeaseMemoryKind::kHost)
     return UnimplementedError("lease description from " + path.string() +
                               ": memory kind device: device memory needs libexlr8client's CUDA part");
   const std::string from = "lease from " + path.string() + ": ";
 
   // Each descriptor: a sealed regular file of the size named.
-  std::vector<std::pair<std::uint64_t, std::string>> expect;  // size, what
-  for (std::size_t i = 0; i < d.allocations.size(); ++i)
-    expect.push_back({d.allocations[i].bytes, "memory.allocations[" + std::to_string(i) + "].bytes"});
-  expect.push_back({d.tables.bytes, "tables.bytes"});
-  // F_SEAL_FUTURE_WRITE (writes only through mappings made before it)
-  // serves as F_SEAL_WRITE: a holder that registered its mapping keeps it.
-  constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW;
-  for (std::size_t i = 0; i < fds.fds.size(); ++i) {
-    const std::string fd_name = "file descriptor " + std::to_string(i) + " (" + expect[i].second + " " +
-                                std::to_string(expect[i].first) + ")";
-    struct stat st {};
-    if (::fstat(fds.fds[i], &st) != 0) return LeaseSocketError(errno, from + "fstat " + fd_name);
-    if (!S_ISREG(st.st_mode)) return CorruptionError(from + fd_name + " is not a regular file (a memfd)");
-    if (static_cast<std::uint64_t>(st.st_size) != expect[i].first)
-      return CorruptionError(from + fd_name + " has " + ByteCount(static_cast<std::uint64_t>(st.st_size)));
-    const int seals = ::fcntl(fds.fds[i], F_GET_SEALS);
-    if (seals < 0 || (seals & kSeals) != kSeals || (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0)
-      return CorruptionError(from + fd_name +
-                             " is not sealed against shrinking, growing and writing (seals " +
-                             std::to_string(seals) + ")");
+  const std::vector<int>& fds = received.fds.fds;
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    const bool tables = i + 1 == fds.size();
+    const std::uint64_t bytes = tables ? d.tables.bytes : d.allocations[i].bytes;
+    const std::string what = "file descriptor " + std::to_string(i) + " (" +
+                             (tables ? std::string("tables.bytes")
+                                     : "memory.allocations[" + std::to_string(i) + "].bytes") +
+                             " " + std::to_string(bytes) + ")";
+    EXLR8_RETURN_IF_ERROR(CheckLeaseV2Memfd(fds[i], bytes, what, from));
   }
 
-  // The tables: parsed into a value, then unmapped.
-  {
-    Mapping t;
-    t.bytes = d.tables.bytes;
-    t.addr = ::mmap(nullptr, t.bytes, PROT_READ, MAP_SHARED, fds.fds.back(), 0);
-    if (t.addr == MAP_FAILED)
-      return LeaseSocketError(errno, from + "map the tables (" + ByteCount(t.bytes) + ")");
-    EXLR8_ASSIGN_OR_RETURN(lease.tables_, ParseImageTables({t.data(), t.bytes}, d.image.bytes));
-  }
-  // The image's allocation: its fd's index among the "fd" allocations.
-  std::size_t image_fd = 0;
-  for (std::uint32_t i = 0; i < d.image.allocation; ++i) image_fd += d.allocations[i].is_fd() ? 1 : 0;
+  HostLease lease;
+  EXLR8_ASSIGN_OR_RETURN(lease.tables_, ReadLeaseV2Tables(received.tables_fd(), d, from));
   Mapping image;
   image.bytes = d.allocations[d.image.allocation].bytes;
-  image.addr = ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, fds.fds[image_fd], 0);
+  image.addr = ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, received.allocation_fd(d.image.allocation), 0);
   if (image.addr == MAP_FAILED)
     return LeaseSocketError(errno, from + "map allocation " + std::to_string(d.image.allocation) + " (" +
-                                       ByteCount(image.bytes) + ")");
+                                       std::to_string(image.bytes) + " bytes)");
   const std::byte* base = image.data() + d.image.header_offset;
-  EXLR8_ASSIGN_OR_RETURN(lease.header_, ParseImageHeader({base, d.image.bytes}));
-  EXLR8_RETURN_IF_ERROR(CheckImageAgreement(lease.header_, lease.tables_));
-  EXLR8_RETURN_IF_ERROR(CheckLeaseImage(d, lease.header_, lease.tables_));
-  const std::vector<std::uint64_t>& table = lease.tables_.offset_table;
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    std::uint64_t v;
-    std::memcpy(&v, base + d.image.offset_table + i * 8, 8);
-    if (v != table[i])
-      return CorruptionError(from + "the image's offset table entry " + std::to_string(i) + " at byte " +
-                             std::to_string(d.image.offset_table + i * 8) + " is " + std::to_string(v) +
-                             ", the tables' " + std::to_string(table[i]));
-  }
+  EXLR8_ASSIGN_OR_RETURN(lease.header_,
+                         CheckLeaseV2Image(d, lease.tables_, {base, d.image.bytes},
+                                           {base + d.image.offset_table, d.image.offset_table_bytes}, from));
   lease.allocation_bytes_ = image.bytes;
   lease.allocation_ = static_cast<const std::byte*>(image.Release());
-  lease.description_ = std::move(d);
-  lease.lines_ = std::move(reader);
-  lease.lines_.set_max_line(kMaxLeaseHolderLineBytes);
+  lease.description_ = std::move(received.description);
+  lease.connection_ = std::move(received.connection);
   return lease;
 }
 

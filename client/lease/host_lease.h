@@ -35,6 +35,7 @@
 #include "client/lease/description_v2.h"
 #include "client/lease/image_layout.h"
 #include "client/lease/lease_v2_framing.h"
+#include "client/lease/lease_v2_opening.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -52,7 +53,7 @@ class HostLease {
   HostLease& operator=(const HostLease&) = delete;
   ~HostLease() { Close(); }
 
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return connection_.is_open(); }
 
   // The image's first byte (the allocation's base + header_offset), read
   // only. Valid until Close.
@@ -78,19 +79,18 @@ class HostLease {
 
   // The connection: readable when the holder sent a line or went away.
   // For the caller's poll loop; read it only through PollRelease.
-  int release_fd() const { return fd_; }
+  int release_fd() const { return connection_.fd(); }
   // Reads what the holder sent, without blocking. A release once the
   // release line is whole (the same one on every later call); nullopt while
   // none came. A holder that closed its side (it died, or was stopped) is a
   // release with deadline 0 and holder_gone. Corruption for anything else
   // the holder sent (a line that is not a release, descriptors).
-  struct Release {
-    std::uint32_t deadline_s = 0;
-    bool holder_gone = false;
-  };
-  Result<std::optional<Release>> PollRelease();
+  using Release = LeaseV2Release;
+  Result<std::optional<Release>> PollRelease() { return connection_.PollRelease(); }
   // PollRelease, waiting up to `timeout` (real time) for the release.
-  Result<std::optional<Release>> WaitRelease(std::chrono::milliseconds timeout);
+  Result<std::optional<Release>> WaitRelease(std::chrono::milliseconds timeout) {
+    return connection_.WaitRelease(timeout);
+  }
 
   // Lets go: unmaps the image, then closes the connection (the holder sees
   // the lessee gone only once nothing here maps its memory). Idempotent.
@@ -98,14 +98,12 @@ class HostLease {
 
  private:
   friend Result<HostLease> OpenHostLease(const std::filesystem::path&, std::chrono::milliseconds);
-  int fd_ = -1;
+  LeaseV2Connection connection_;
   const std::byte* allocation_ = nullptr;
   std::uint64_t allocation_bytes_ = 0;
   LeaseDescriptionV2 description_;
   ImageHeader header_;
   ImageTables tables_;
-  LeaseLineReader lines_{kMaxLeaseHolderLineBytes};
-  std::optional<Release> release_;
 };
 
 // Connects to the v2 holder at `path` and opens its lease (blocking; any

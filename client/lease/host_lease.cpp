@@ -69,10 +69,10 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   for (std::size_t i = 0; i < fds.size(); ++i) {
     const bool tables = i + 1 == fds.size();
     const std::uint64_t bytes = tables ? d.tables.bytes : d.allocations[i].bytes;
-    const std::string what = "file descriptor " + std::to_string(i) + " (" +
-                             (tables ? std::string("tables.bytes")
-                                     : "memory.allocations[" + std::to_string(i) + "].bytes") +
-                             " " + std::to_string(bytes) + ")";
+    const std::string what =
+        "file descriptor " + std::to_string(i) + " (" +
+        (tables ? std::string("tables.bytes") : "memory.allocations[" + std::to_string(i) + "].bytes") + " " +
+        std::to_string(bytes) + ")";
     EXLR8_RETURN_IF_ERROR(CheckLeaseV2Memfd(fds[i], bytes, what, from));
   }
 
@@ -80,7 +80,8 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
   EXLR8_ASSIGN_OR_RETURN(lease.tables_, ReadLeaseV2Tables(received.tables_fd(), d, from));
   Mapping image;
   image.bytes = d.allocations[d.image.allocation].bytes;
-  image.addr = ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, received.allocation_fd(d.image.allocation), 0);
+  image.addr =
+      ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, received.allocation_fd(d.image.allocation), 0);
   if (image.addr == MAP_FAILED)
     return LeaseSocketError(errno, from + "map allocation " + std::to_string(d.image.allocation) + " (" +
                                        std::to_string(image.bytes) + " bytes)");

@@ -252,13 +252,14 @@ Result<ImageTables> ReadLeaseV2Tables(int fd, const LeaseDescriptionV2& d, const
   Mapping t;
   t.bytes = d.tables.bytes;
   t.addr = ::mmap(nullptr, t.bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (t.addr == MAP_FAILED) return LeaseSocketError(errno, from + "map the tables (" + ByteCount(t.bytes) + ")");
+  if (t.addr == MAP_FAILED)
+    return LeaseSocketError(errno, from + "map the tables (" + ByteCount(t.bytes) + ")");
   return ParseImageTables({t.data(), t.bytes}, d.image.bytes);
 }
 
 Result<ImageHeader> CheckLeaseV2Image(const LeaseDescriptionV2& d, const ImageTables& tables,
-                                      std::span<const std::byte> header, std::span<const std::byte> offset_table,
-                                      const std::string& from) {
+                                      std::span<const std::byte> header,
+                                      std::span<const std::byte> offset_table, const std::string& from) {
   EXLR8_ASSIGN_OR_RETURN(ImageHeader h, ParseImageHeader(header));
   EXLR8_RETURN_IF_ERROR(CheckImageAgreement(h, tables));
   EXLR8_RETURN_IF_ERROR(CheckLeaseImage(d, h, tables));

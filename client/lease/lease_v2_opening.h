@@ -119,7 +119,7 @@ Result<ImageTables> ReadLeaseV2Tables(int fd, const LeaseDescriptionV2& d, const
 // tables' (Corruption naming the first entry that differs and its byte).
 // InvalidArgument when `offset_table` is not the description's size.
 Result<ImageHeader> CheckLeaseV2Image(const LeaseDescriptionV2& d, const ImageTables& tables,
-                                      std::span<const std::byte> header, std::span<const std::byte> offset_table,
-                                      const std::string& from);
+                                      std::span<const std::byte> header,
+                                      std::span<const std::byte> offset_table, const std::string& from);
 
 }  // namespace exlr8

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -192,8 +193,28 @@ class Lessee {
   // Reads the child's output until `text` shows (true), 60 s pass or it
   // closes its output (false).
   bool ReadUntil(const std::string& text) {
+    return Read([&] { return printed_.find(text) != std::string::npos; });
+  }
+  // Reads until a whole line starting with `prefix` came (the child's
+  // gtest prints its own lines too).
+  bool ReadLine(const std::string& prefix) {
+    return Read([&] {
+      const std::size_t at = printed_.find(prefix);
+      return at != std::string::npos && printed_.find('\n', at) != std::string::npos;
+    });
+  }
+  const std::string& printed() const { return printed_; }
+  int Wait() {
+    int status = 0;
+    if (pid_ > 0) ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  bool Read(const std::function<bool()>& done) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (printed_.find(text) == std::string::npos) {
+    while (!done()) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now())
               .count();
@@ -207,15 +228,7 @@ class Lessee {
     }
     return true;
   }
-  const std::string& printed() const { return printed_; }
-  int Wait() {
-    int status = 0;
-    if (pid_ > 0) ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
 
- private:
   pid_t pid_ = -1;
   int out_ = -1;
   std::string printed_;
@@ -268,7 +281,7 @@ class DeviceLeaseTest : public ::testing::Test {
   // reaches it and it lets go.
   void ExpectUsed(const std::vector<std::string>& env, const std::string& expect_device) {
     Lessee lessee(socket_, "use", env);
-    ASSERT_TRUE(lessee.ReadUntil("\n")) << lessee.printed();
+    ASSERT_TRUE(lessee.ReadLine("OPENED ")) << lessee.printed();
     const std::string regions =
         std::to_string(image_.layout.tables.tensors.size() + image_.layout.tables.checks.size());
     EXPECT_NE(lessee.printed().find("OPENED device=" + expect_device), std::string::npos) << lessee.printed();
@@ -292,8 +305,7 @@ class DeviceLeaseTest : public ::testing::Test {
   void ExpectRefused(const std::vector<std::string>& env, const std::string& code,
                      const std::vector<std::string>& names) {
     Lessee lessee(socket_, "refuse", env);
-    ASSERT_TRUE(lessee.ReadUntil("FDS ")) << lessee.printed();
-    ASSERT_TRUE(lessee.ReadUntil("\n")) << lessee.printed();
+    ASSERT_TRUE(lessee.ReadLine("FDS ")) << lessee.printed();
     EXPECT_NE(lessee.printed().find("REFUSED " + code), std::string::npos) << lessee.printed();
     for (const std::string& n : names) EXPECT_NE(lessee.printed().find(n), std::string::npos) << n;
     const std::size_t at = lessee.printed().find("FDS ");

@@ -12,13 +12,13 @@ namespace exlr8 {
 namespace {
 
 // A read-only shared mapping, unmapped unless released.
-struct Mapping {
+struct ImageMapping {
   void* addr = MAP_FAILED;
   std::size_t bytes = 0;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
+  ImageMapping() = default;
+  ImageMapping(const ImageMapping&) = delete;
+  ImageMapping& operator=(const ImageMapping&) = delete;
+  ~ImageMapping() {
     if (addr != MAP_FAILED) ::munmap(addr, bytes);
   }
   const std::byte* data() const { return static_cast<const std::byte*>(addr); }
@@ -78,7 +78,7 @@ Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::
 
   HostLease lease;
   EXLR8_ASSIGN_OR_RETURN(lease.tables_, ReadLeaseV2Tables(received.tables_fd(), d, from));
-  Mapping image;
+  ImageMapping image;
   image.bytes = d.allocations[d.image.allocation].bytes;
   image.addr =
       ::mmap(nullptr, image.bytes, PROT_READ, MAP_SHARED, received.allocation_fd(d.image.allocation), 0);

@@ -29,6 +29,7 @@
 #include "daemon/stage/lease_server.h"
 #include "format/checksum.h"
 #include "gpu/device.h"
+#include "gpu/ipc.h"
 #include "gpu/region_hash.h"
 #include "gpu/vmm.h"
 #include "tests/client/lease/lease_v2_test_util.h"
@@ -265,13 +266,18 @@ class DeviceLeaseTest : public ::testing::Test {
     if (tables_fd_ >= 0) ::close(tables_fd_);
   }
 
-  // Serves `d` (the holder's description unless changed).
+  // Serves `d` (the holder's description unless changed): the VMM
+  // allocation's descriptor (when its handle is "fd") and the tables'.
   void Serve(const LeaseDescriptionV2& d) {
-    auto fd = memory_.ExportFd();
-    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-    const int fds[] = {*fd, tables_fd_};
+    std::vector<int> fds;
+    if (d.allocations[0].is_fd()) {
+      auto fd = memory_.ExportFd();
+      ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+      fds.push_back(*fd);
+    }
+    fds.push_back(tables_fd_);
     auto server = LeaseServer::StartV2(socket_, WriteLeaseDescriptionV2(d), fds);
-    ::close(*fd);  // the server holds its own copy
+    if (fds.size() == 2) ::close(fds[0]);  // the server holds its own copy
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
   }
@@ -335,6 +341,23 @@ TEST_F(DeviceLeaseTest, ALesseeWithCudaVisibleDevicesByUuidFindsTheSameGpu) {
   Serve(description_);
   // The GPU is ordinal 0 of the lessee whatever its number in the holder.
   ExpectUsed({"CUDA_VISIBLE_DEVICES=" + identity_.uuid}, "0");
+}
+
+TEST_F(DeviceLeaseTest, ALesseeOpensALegacyIpcAllocation) {
+  // The holder's fall-back where VMM export is missing: a cudaMalloc
+  // allocation named by its IPC handle, no descriptor for it.
+  void* legacy = nullptr;
+  ASSERT_EQ(cudaMalloc(&legacy, image_.image.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(legacy, image_.image.data(), image_.image.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  auto handle = ExportIpcHandle(legacy);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  LeaseDescriptionV2 d = description_;
+  d.allocations = {{image_.image.size(), "ipc:" + *handle}};
+  Serve(d);
+  ExpectUsed({"CUDA_VISIBLE_DEVICES=" + identity_.uuid}, "0");
+  server_.reset();
+  EXPECT_EQ(cudaFree(legacy), cudaSuccess);
 }
 
 TEST_F(DeviceLeaseTest, ALesseeThatSeesAnotherGpuListIsNotFoundNamingTheUuid) {

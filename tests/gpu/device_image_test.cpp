@@ -1,0 +1,247 @@
+// A rank's whole image staged from a real cache (pulled from the hub
+// simulator) into GPU memory and validated there: the device bytes equal
+// the host image's (BuildHostRankImage), a byte changed on the device is
+// found and named by the in-place check, a stop ends the stage, and the
+// legacy IPC allocation works as well as the VMM one.
+#include "daemon/stage/device_image.h"
+
+#include <cuda_runtime.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "client/lease/description_v2.h"
+#include "client/lease/image_layout.h"
+#include "daemon/stage/host_image.h"
+#include "gpu/device.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/host_image_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+bool HaveGpu() {
+  auto n = CudaDeviceCount();
+  return n.ok() && *n > 0;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on the device machine"
+
+std::vector<std::byte> CopyBack(const DeviceRankImage& img) {
+  std::vector<std::byte> out(img.image_bytes());
+  EXPECT_EQ(cudaMemcpy(out.data(), img.data(), out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+// Stages (tp, rank) on the device and checks it against the host image of
+// the same rank, byte for byte, and the proof and description.
+void StageAndCompare(const fs::path& cache, int tp, int rank, bool force_ipc, bool check_all) {
+  SCOPED_TRACE("TP " + std::to_string(tp) + " rank " + std::to_string(rank) + (force_ipc ? " ipc" : " vmm") +
+               (check_all ? " check all" : ""));
+  RankRequest request = TestRankRequest(cache, tp, rank);
+  DeviceImageProgress progress;
+  DeviceImageOptions options;
+  options.force_ipc = force_ipc;
+  options.check_all = check_all;
+  options.progress = &progress;
+  options.threads = 3;
+  options.staging_bytes = 64 << 10;  // many chunks through each buffer
+  auto dev = StageDeviceRankImage(request, options);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  auto host = BuildHostRankImage(request);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  std::printf(
+      "device image TP %d rank %d: %llu bytes, read %.4f s, upload %.4f s, hash %.4f s, decode %.4f s "
+      "(%llu of %llu halves)\n",
+      tp, rank, static_cast<unsigned long long>(dev->image_bytes()), dev->proof.seconds_read,
+      dev->proof.seconds_upload, dev->proof.seconds_hash, dev->proof.seconds_decode,
+      static_cast<unsigned long long>(dev->proof.decoded_halves),
+      static_cast<unsigned long long>(dev->proof.decoded_of));
+
+  // The image and the tables equal the host kind's.
+  ASSERT_EQ(dev->image_bytes(), host->layout.allocation_bytes());
+  EXPECT_GE(dev->allocation_bytes(), dev->image_bytes());
+  const std::vector<std::byte> bytes = CopyBack(*dev);
+  ASSERT_EQ(bytes.size(), host->image.bytes().size());
+  std::size_t first_diff = bytes.size();
+  for (std::size_t i = 0; i < bytes.size() && first_diff == bytes.size(); ++i)
+    if (bytes[i] != host->image.bytes()[i]) first_diff = i;
+  EXPECT_EQ(first_diff, bytes.size())
+      << "the device image differs from the host image at byte " << first_diff;
+  EXPECT_EQ(ReadFd(dev->tables_fd.get()), ReadFd(host->tables_fd.get()));
+  EXPECT_EQ(dev->tables_bytes, host->tables_bytes);
+
+  // Memory kind: the VMM allocation with its descriptor, or IPC.
+  if (force_ipc) {
+    EXPECT_TRUE(dev->vmm.empty());
+    EXPECT_FALSE(dev->vmm_fd.valid());
+    EXPECT_EQ(dev->ipc_handle.size(), 128u);
+  } else if (!dev->vmm.empty()) {
+    EXPECT_TRUE(dev->vmm_fd.valid());
+    EXPECT_TRUE(dev->ipc_handle.empty());
+  }
+
+  // The proof: every check hashed; the sample covers every (layer, width,
+  // projection) and >= 1 % of the halves, or all of them.
+  const ImageTables& t = dev->plan.layout.tables;
+  std::uint64_t halves = 0;
+  std::set<std::tuple<int, int, int>> groups;
+  for (const ImageTensor& x : t.tensors)
+    if (x.kind == ImageRegionKind::kHalfRecord) {
+      ++halves;
+      groups.insert({x.layer, x.k, x.proj});
+    }
+  EXPECT_EQ(dev->proof.hashed_regions, t.checks.size());
+  EXPECT_EQ(dev->proof.hashed_bytes, host->proof.hashed_bytes);
+  EXPECT_EQ(dev->proof.hashed_mismatches, 0u);
+  EXPECT_EQ(dev->proof.decoded_of, halves);
+  if (check_all) {
+    EXPECT_EQ(dev->proof.decoded_halves, halves);
+  } else {
+    EXPECT_GE(dev->proof.decoded_halves, groups.size());
+    EXPECT_GE(dev->proof.decoded_halves,
+              static_cast<std::uint64_t>(std::ceil(0.01 * static_cast<double>(halves))));
+  }
+  EXPECT_TRUE(dev->proof.tiles_bit_exact);
+  EXPECT_EQ(progress.step.load(), 4);
+  EXPECT_EQ(progress.copy_done.load(), progress.copy_total.load());
+  EXPECT_EQ(progress.hash_done.load(), progress.hash_total.load());
+  EXPECT_EQ(progress.decode_done.load(), dev->proof.decoded_halves);
+
+  // The description parses and names the GPU and the allocation.
+  const std::string text = WriteLeaseDescriptionV2(DescribeDeviceImage(*dev, request));
+  auto d = ParseLeaseDescriptionV2(text);
+  ASSERT_TRUE(d.ok()) << d.status().ToString() << "\n" << text;
+  EXPECT_EQ(d->memory_kind, LeaseMemoryKind::kDevice);
+  ASSERT_TRUE(d->device.has_value());
+  auto identity = GetCudaDeviceIdentity(0);
+  ASSERT_TRUE(identity.ok());
+  EXPECT_EQ(d->device->uuid, identity->uuid);
+  ASSERT_EQ(d->allocations.size(), 1u);
+  EXPECT_EQ(d->allocations[0].bytes, dev->allocation_bytes());
+  if (force_ipc) {
+    EXPECT_EQ(d->allocations[0].handle, "ipc:" + dev->ipc_handle);
+  } else if (!dev->vmm.empty()) {
+    EXPECT_EQ(d->allocations[0].handle, "fd");
+  }
+  EXPECT_EQ(d->proof.decoded_halves, dev->proof.decoded_halves);
+}
+
+TEST(DeviceImage, WithoutDeviceSaysUnavailable) {
+  if (HaveGpu()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
+  TempDir cache;
+  auto img = StageDeviceRankImage(TestRankRequest(cache.path(), 1, 0), {});
+  EXPECT_EQ(img.status().code(), StatusCode::kUnavailable) << img.status().ToString();
+}
+
+TEST(DeviceImage, HoldsTheHostImagesBytesAtEveryTpDegree) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  for (int tp : {1, 3, 4, 5, 6, 7}) {
+    const int rank = tp - 1;
+    ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", tp, rank)).ok());
+    StageAndCompare(cache.path(), tp, rank, /*force_ipc=*/false, /*check_all=*/false);
+  }
+}
+
+TEST(DeviceImage, CheckAllDecodesEveryHalf) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 1)).ok());
+  StageAndCompare(cache.path(), 3, 1, /*force_ipc=*/false, /*check_all=*/true);
+}
+
+TEST(DeviceImage, TheIpcFallbackStagesAndChecks) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  StageAndCompare(cache.path(), 4, 1, /*force_ipc=*/true, /*check_all=*/false);
+}
+
+// A byte changed in device memory after the stage: the in-place check
+// names the region and the byte, and passes again once it is restored.
+TEST(DeviceImage, AFlippedByteOnTheDeviceIsFoundAndNamed) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
+  auto img = StageDeviceRankImage(TestRankRequest(cache.path(), 4, 1), {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  ASSERT_TRUE(CheckDeviceImage(*img, {}).ok());
+  const ImageTables& t = img->plan.layout.tables;
+  // The last half record (a shared or routed one) and a dense data region.
+  std::vector<const ImageTensor*> targets;
+  for (auto it = t.tensors.rbegin(); it != t.tensors.rend(); ++it)
+    if (it->kind == ImageRegionKind::kHalfRecord) {
+      targets.push_back(&*it);
+      break;
+    }
+  for (const ImageTensor& x : t.tensors)
+    if (x.kind == ImageRegionKind::kDenseData) {
+      targets.push_back(&x);
+      break;
+    }
+  ASSERT_EQ(targets.size(), 2u);
+  for (const ImageTensor* x : targets) {
+    SCOPED_TRACE(x->What());
+    const std::uint64_t at = x->offset + x->length / 2 + 3;
+    std::byte* p = const_cast<std::byte*>(img->data()) + at;
+    std::byte was{};
+    ASSERT_EQ(cudaMemcpy(&was, p, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+    const std::byte flipped = was ^ std::byte{0x5A};
+    ASSERT_EQ(cudaMemcpy(p, &flipped, 1, cudaMemcpyHostToDevice), cudaSuccess);
+    const Status s = CheckDeviceImage(*img, {});
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr(x->What()));  // layer, expert, projection, half / the name
+    EXPECT_THAT(s.message(), HasSubstr("image offset " + std::to_string(at)));
+    EXPECT_THAT(s.message(), HasSubstr("at byte"));  // the cache file and byte
+    ASSERT_EQ(cudaMemcpy(p, &was, 1, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_TRUE(CheckDeviceImage(*img, {}).ok());
+  }
+}
+
+TEST(DeviceImage, AStopAskedForEndsTheStage) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 0)).ok());
+  std::atomic<bool> stop{false};
+  RankRequest request = TestRankRequest(cache.path(), 4, 0);
+  request.before_reading = [&] {
+    stop = true;  // as a signal would, once the plan is made
+    return Status::Ok();
+  };
+  DeviceImageProgress progress;
+  DeviceImageOptions options;
+  options.cancel = &stop;
+  options.progress = &progress;
+  auto stopped = StageDeviceRankImage(request, options);
+  EXPECT_EQ(stopped.status().code(), StatusCode::kCancelled) << stopped.status().ToString();
+  EXPECT_EQ(progress.copy_done.load(), 0u);
+  // A stop during the checks ends them too.
+  stop = false;
+  request.before_reading = nullptr;
+  auto img = StageDeviceRankImage(request, {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  stop = true;
+  EXPECT_EQ(CheckDeviceImage(*img, options).code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace exlr8

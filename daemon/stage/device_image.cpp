@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <span>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -139,17 +140,23 @@ Status CheckMismatch(const RankImagePlan& plan, const std::byte* base, std::size
       "then 'exlr8d pull' fetches them again)");
 }
 
-// Copies the image into `base` (device memory of `image_bytes`, zeroed):
-// every copy item through per-thread pinned buffers and streams.
+// Copies the image into `base` (device memory of at least image_bytes):
+// the image is cut into windows of the staging buffer's size, and each
+// thread, with its own stream and pinned buffers, assembles a window in a
+// buffer (the pieces that fall in it, zeros between them) and sends it
+// with one cudaMemcpyAsync while it assembles the next in another buffer.
+// Large transfers whatever the regions' sizes (a half record is three
+// pieces, two of them a few hundred bytes), and the padding is written
+// with the rest.
 Status CopyImage(const RankImagePlan& plan, std::byte* base, const RankRequest& r,
                  const DeviceImageOptions& o) {
-  const std::size_t chunk = std::max<std::size_t>(o.staging_bytes, 4096);
+  const std::uint64_t image_bytes = plan.layout.allocation_bytes();
+  const std::size_t window = std::max<std::size_t>(o.staging_bytes, 4096);
   const int nbuf = std::max(o.staging_buffers, 1);
-  const std::vector<ImageCopyItem> items = ImageCopyItems(plan, chunk);
-  std::uint64_t total = 0;
-  for (const ImageCopyItem& i : items) total += i.length;
-  if (o.progress != nullptr) o.progress->copy_total.store(total);
-  if (r.progress != nullptr) r.progress->bytes_total.store(total);
+  EXLR8_ASSIGN_OR_RETURN(const std::vector<ImageCopyItem> items, SortedImageCopyItems(plan, window));
+  const std::size_t windows = static_cast<std::size_t>((image_bytes + window - 1) / window);
+  if (o.progress != nullptr) o.progress->copy_total.store(image_bytes);
+  if (r.progress != nullptr) r.progress->bytes_total.store(image_bytes);
 
   FirstError error;
   std::atomic<std::size_t> next{0};
@@ -161,7 +168,7 @@ Status CopyImage(const RankImagePlan& plan, std::byte* base, const RankRequest& 
     std::vector<PinnedHostBuffer> bufs;
     std::vector<CudaEvent> done;
     for (int b = 0; b < nbuf; ++b) {
-      Result<PinnedHostBuffer> buf = PinnedHostBuffer::Allocate(chunk);
+      Result<PinnedHostBuffer> buf = PinnedHostBuffer::Allocate(window);
       if (!buf.ok()) return error.Note(buf.status());
       bufs.push_back(std::move(*buf));
       Result<CudaEvent> ev = CudaEvent::Create(/*timing=*/false);
@@ -171,28 +178,28 @@ Status CopyImage(const RankImagePlan& plan, std::byte* base, const RankRequest& 
     std::vector<bool> in_flight(nbuf, false);
     std::size_t slot = 0;
     auto run = [&]() -> Status {
-      for (std::size_t i;
-           !ImageBuildCancelled(o.cancel) && !error.failed() && (i = next.fetch_add(1)) < items.size();) {
-        const ImageCopyItem& item = items[i];
-        for (std::uint64_t off = 0; off < item.length; off += chunk) {
-          const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, item.length - off));
-          const std::size_t b = slot++ % static_cast<std::size_t>(nbuf);
-          if (in_flight[b]) EXLR8_RETURN_IF_ERROR(done[b].Synchronize());
-          std::memcpy(bufs[b].bytes().data(), item.src + off, n);
-          EXLR8_CUDA_TRY(cudaMemcpyAsync(base + item.dst + off, bufs[b].bytes().data(), n,
-                                         cudaMemcpyHostToDevice, stream->view().value()));
-          EXLR8_RETURN_IF_ERROR(done[b].Record(stream->view()));
-          in_flight[b] = true;
-          if (o.progress != nullptr) o.progress->copy_done.fetch_add(n, std::memory_order_relaxed);
-          if (r.progress != nullptr) r.progress->bytes_checked.fetch_add(n, std::memory_order_relaxed);
-        }
+      for (std::size_t w;
+           !ImageBuildCancelled(o.cancel) && !error.failed() && (w = next.fetch_add(1)) < windows;) {
+        const std::uint64_t begin = std::uint64_t{w} * window;
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(window, image_bytes - begin));
+        const std::size_t b = slot++ % static_cast<std::size_t>(nbuf);
+        if (in_flight[b]) EXLR8_RETURN_IF_ERROR(done[b].Synchronize());
+        AssembleImageWindow(items, begin, bufs[b].bytes().first(n));
+        EXLR8_CUDA_TRY(cudaMemcpyAsync(base + begin, bufs[b].bytes().data(), n, cudaMemcpyHostToDevice,
+                                       stream->view().value()));
+        EXLR8_RETURN_IF_ERROR(done[b].Record(stream->view()));
+        in_flight[b] = true;
+        if (o.progress != nullptr) o.progress->copy_done.fetch_add(n, std::memory_order_relaxed);
+        if (r.progress != nullptr) r.progress->bytes_checked.fetch_add(n, std::memory_order_relaxed);
       }
       return stream->Synchronize();
     };
     error.Note(run());
   };
   std::vector<std::thread> pool;
-  const std::size_t n = ImageThreadCount(o.threads, items.size());
+  // 0: a thread per core up to 8 (8 host copies keep the H200's link busy).
+  const std::size_t n = o.threads > 0 ? ImageThreadCount(o.threads, windows)
+                                      : std::min<std::size_t>(ImageThreadCount(0, windows), 8);
   for (std::size_t t = 1; t < n; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
@@ -321,23 +328,29 @@ Status DecodeImage(const RankImagePlan& plan, const std::byte* base, const Devic
     groups[{h.k, static_cast<int>(LayoutOf(h)), hidden}].push_back(i);
   }
   EXLR8_ASSIGN_OR_RETURN(DeviceCodebook codebook, DeviceCodebook::Upload(stream));
+  // Output buffers for the largest batch of any group, allocated once.
+  auto batch_halves = [](std::uint64_t members, std::uint64_t half_elems) {
+    return std::min<std::uint64_t>(members, std::max<std::uint64_t>(1, kDecodeBatchWeights / half_elems));
+  };
+  std::uint64_t max_elems = 0;
+  for (const auto& [key, members] : groups) {
+    const std::uint64_t half_elems = kBlock * std::get<2>(key);
+    max_elems = std::max(max_elems, batch_halves(members.size(), half_elems) * half_elems);
+  }
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_f32, DeviceBuffer::Allocate(max_elems * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_e4m3, DeviceBuffer::Allocate(max_elems));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_f32, PinnedHostBuffer::Allocate(max_elems * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_e4m3, PinnedHostBuffer::Allocate(max_elems));
   for (const auto& [key, members] : groups) {
     const auto [k, layout_int, hidden] = key;
     const HalfLayout layout = static_cast<HalfLayout>(layout_int);
     const std::uint64_t half_elems = kBlock * hidden;
-    const std::uint64_t per_batch =
-        std::min<std::uint64_t>(members.size(), std::max<std::uint64_t>(1, kDecodeBatchWeights / half_elems));
+    const std::uint64_t per_batch = batch_halves(members.size(), half_elems);
     std::vector<std::uint64_t> offsets(members.size());
     for (std::size_t j = 0; j < members.size(); ++j) offsets[j] = t.tensors[members[j]].offset;
     EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_offsets, DeviceBuffer::Allocate(offsets.size() * 8));
     EXLR8_RETURN_IF_ERROR(d_offsets.CopyFromHostAsync(
         {reinterpret_cast<const std::byte*>(offsets.data()), offsets.size() * 8}, 0, stream));
-    EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_f32,
-                           DeviceBuffer::Allocate(per_batch * half_elems * sizeof(float)));
-    EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_e4m3, DeviceBuffer::Allocate(per_batch * half_elems));
-    EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_f32,
-                           PinnedHostBuffer::Allocate(per_batch * half_elems * sizeof(float)));
-    EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_e4m3, PinnedHostBuffer::Allocate(per_batch * half_elems));
     for (std::uint64_t first = 0; first < members.size(); first += per_batch) {
       if (ImageBuildCancelled(o.cancel))
         return CancelledError("stopped while decoding the sample on the GPU");
@@ -451,10 +464,13 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
     EXLR8_ASSIGN_OR_RETURN(img.ipc_handle, ExportIpcHandle(img.ipc.data()));
   }
   std::byte* base = const_cast<std::byte*>(img.data());
-  // Zero padding, as the host image has (the memset finishes before the
-  // copy streams start: cudaMemset on the legacy stream, then a sync).
-  EXLR8_CUDA_TRY(cudaMemset(base, 0, img.allocation_bytes()));
-  EXLR8_CUDA_TRY(cudaDeviceSynchronize());
+  // The copy writes every byte of the image, padding included; the
+  // allocation's rounding past it is zeroed here (the legacy stream, then
+  // a sync, before the copy streams start).
+  if (img.allocation_bytes() > size) {
+    EXLR8_CUDA_TRY(cudaMemset(base + size, 0, img.allocation_bytes() - size));
+    EXLR8_CUDA_TRY(cudaDeviceSynchronize());
+  }
 
   SetStep(o, 1);
   const auto t1 = SteadyClock::now();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace exlr8 {
 
@@ -31,6 +32,34 @@ std::vector<ImageCopyItem> ImageCopyItems(const RankImagePlan& plan, std::uint64
     }
   }
   return items;
+}
+
+Result<std::vector<ImageCopyItem>> SortedImageCopyItems(const RankImagePlan& plan,
+                                                        std::uint64_t chunk_bytes) {
+  std::vector<ImageCopyItem> items = ImageCopyItems(plan, chunk_bytes);
+  std::sort(items.begin(), items.end(),
+            [](const ImageCopyItem& x, const ImageCopyItem& y) { return x.dst < y.dst; });
+  const std::uint64_t image_bytes = plan.layout.allocation_bytes();
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (items[i].dst + items[i].length > (i + 1 < items.size() ? items[i + 1].dst : image_bytes))
+      return InternalError("the image plan's pieces overlap or leave the image at offset " +
+                           std::to_string(items[i].dst));
+  return items;
+}
+
+void AssembleImageWindow(std::span<const ImageCopyItem> sorted, std::uint64_t begin,
+                         std::span<std::byte> out) {
+  const std::uint64_t end = begin + out.size();
+  auto it = std::partition_point(sorted.begin(), sorted.end(),
+                                 [&](const ImageCopyItem& x) { return x.dst + x.length <= begin; });
+  std::uint64_t at = begin;
+  for (; it != sorted.end() && it->dst < end; ++it) {
+    const std::uint64_t from = std::max(it->dst, begin), to = std::min(it->dst + it->length, end);
+    if (from > at) std::memset(out.data() + (at - begin), 0, from - at);
+    std::memcpy(out.data() + (from - begin), it->src + (from - it->dst), to - from);
+    at = to;
+  }
+  if (at < end) std::memset(out.data() + (at - begin), 0, end - at);
 }
 
 std::uint64_t ImageCheckBytes(const ImageTables& tables) {

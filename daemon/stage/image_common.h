@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,17 @@ struct ImageCopyItem {
 // `chunk_bytes` (> 0): the header, the offset table, then every region's
 // source pieces. The pointers stay valid while `plan` lives.
 std::vector<ImageCopyItem> ImageCopyItems(const RankImagePlan& plan, std::uint64_t chunk_bytes);
+
+// ImageCopyItems sorted by image offset, checked not to overlap nor to
+// leave the image (Internal naming the offset otherwise: a plan bug).
+Result<std::vector<ImageCopyItem>> SortedImageCopyItems(const RankImagePlan& plan, std::uint64_t chunk_bytes);
+
+// Fills `out` with the image's bytes [begin, begin + out.size()) from
+// `sorted` (SortedImageCopyItems' items): the pieces that fall in the
+// window, zeros between them. How the device stage assembles a staging
+// buffer; safe from several threads on distinct windows.
+void AssembleImageWindow(std::span<const ImageCopyItem> sorted, std::uint64_t begin,
+                         std::span<std::byte> out);
 
 // The bytes of check entries (their segments' lengths, summed).
 std::uint64_t ImageCheckBytes(const ImageTables& tables);

@@ -485,7 +485,7 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
     if (tables.tensors[i].kind == ImageRegionKind::kDenseData) dense.push_back(i);
   std::vector<std::uint64_t> dense_digest(dense.size());
   std::thread dense_thread([&] {
-    ImageParallelFor(dense.size(), std::max(1, o.threads / 2), o.cancel, [&](std::size_t i) {
+    ImageParallelFor(dense.size(), o.threads, o.cancel, [&](std::size_t i) {
       Xxh64 xxh;
       for (const ImageSourcePiece& piece : img.plan.sources[dense[i]].pieces)
         xxh.Update({img.plan.maps[piece.map]->bytes().data() + piece.offset, piece.length});

@@ -7,20 +7,20 @@
 # --memory device --lease v2 once (its per-second progress and proof).
 #
 #   bench/stage_image_bench.sh WORK [BIN_DIR (default build/bin)]
-#   SYNTH="..." overrides the release's shape (default below: about 10 GB
-#   at TP 1); CHECK=all decodes every half; REPS (default 3).
+#   SYNTH="..." overrides the release's shape (default below: a release of about 20 GB whose TP 1
+#   rank is about 10 GB); CHECK=all decodes every half; REPS (default 3).
 # WORK is kept (the cache can be reused: stage_image_bench --cache WORK/cache
 # --repo bench/r --manifest home --tp 1 --rank 0).
 set -euo pipefail
 work=${1:?usage: stage_image_bench.sh WORK [BIN_DIR]}
 bin=$(cd "${2:-build/bin}" && pwd)
-synth_flags=${SYNTH:---seed 7 --hidden 4096 --halves 16 --experts 40 --moe-layers 3-10 --dense-layers 0-2 --vocab 16384}
+synth_flags=${SYNTH:---seed 7 --hidden 4096 --halves 16 --experts 80 --moe-layers 3-10 --dense-layers 0-2 --vocab 16384}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 sim=""
 trap 'kill $sim 2>/dev/null || true' EXIT
 
-if [[ ! -d "$work/cache" ]]; then
+if [[ ! -e "$work/cache.done" ]]; then
   echo "synthesizing: exlr8 synth $synth_flags"
   rm -rf "$work/release"
   # shellcheck disable=SC2086
@@ -30,10 +30,11 @@ if [[ ! -d "$work/cache" ]]; then
   sim=$!
   for _ in $(seq 300); do [[ -s "$work/ports" ]] && break; sleep 0.05; done
   hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$work/ports")
-  "$bin/exlr8d" pull --repo bench/r --manifest home --tp 1 --rank 0 --endpoint "$hub" --cache "$work/cache.tmp" \
+  rm -rf "$work/cache"
+  "$bin/exlr8d" pull --repo bench/r --manifest home --tp 1 --rank 0 --endpoint "$hub" --cache "$work/cache" \
     --no-progress
   kill $sim; sim=""
-  mv "$work/cache.tmp" "$work/cache"
+  touch "$work/cache.done"
 fi
 # Warm the page cache (the target is "from a warm page cache").
 find "$work/cache" -type f -exec cat {} + > /dev/null

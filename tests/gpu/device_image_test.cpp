@@ -138,6 +138,12 @@ void StageAndCompare(const fs::path& cache, int tp, int rank, bool force_ipc, bo
     EXPECT_EQ(d->allocations[0].handle, "fd");
   }
   EXPECT_EQ(d->proof.decoded_halves, dev->proof.decoded_halves);
+  // ... and agrees with the image's header and tables as a lessee reads them.
+  auto header = ParseImageHeader(bytes);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  auto tables = ParseImageTables(ReadFd(dev->tables_fd.get()), header->allocation_bytes);
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  EXPECT_TRUE(CheckLeaseImage(*d, *header, *tables).ok());
 }
 
 TEST(DeviceImage, WithoutDeviceSaysUnavailable) {

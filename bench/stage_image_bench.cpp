@@ -152,8 +152,9 @@ int Main(int argc, char** argv) {
     decoded = p.decoded_halves;
     of = p.decoded_of;
     vmm = !img->vmm.empty();
-    std::printf("stage %d: %.3f s (plan %.3f, upload %.3f, hash %.4f, decode %.3f)\n", r + 1, total,
-                p.seconds_read, p.seconds_upload, p.seconds_hash, p.seconds_decode);
+    std::printf("stage %d: %.3f s (plan %.3f, staging buffers %.3f, upload %.3f, hash %.4f, decode %.3f)\n",
+                r + 1, total, p.seconds_read, img->seconds_staging_setup, p.seconds_upload, p.seconds_hash,
+                p.seconds_decode);
     best_total = std::min(best_total, total);
     best_upload = std::min(best_upload, p.seconds_upload);
     best_hash = std::min(best_hash, p.seconds_hash);

@@ -97,7 +97,11 @@ struct DeviceRankImage {
   std::string ipc_handle;
   UniqueFd tables_fd;  // sealed memfd
   std::uint64_t tables_bytes = 0;
+  // seconds_upload is the copy itself: from the staging buffers ready to
+  // the last byte on the device. seconds_staging_setup is what came
+  // before it (pinning the staging buffers, streams), not in the proof.
   LeaseProof proof;
+  double seconds_staging_setup = 0;
   std::uint64_t regions_without_release_digest = 0;
   std::uint64_t bytes_without_release_digest = 0;
 

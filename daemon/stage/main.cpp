@@ -255,11 +255,14 @@ struct ImageHolder {
                    kProg, image->plan.pin_error.c_str());
     const LeaseProof& p = image->proof;
     const std::uint64_t bytes = image->image_bytes();
-    std::printf("staged %s of %s@%s TP %d rank %d on GPU %s (%s, %s allocation): upload %.2f s (%.2f GB/s)\n",
-                HumanBytes(bytes).c_str(), request.repo.c_str(), image->commit.substr(0, 8).c_str(),
-                request.tp, request.rank, image->identity.uuid.c_str(), image->identity.pci_bus_id.c_str(),
-                image->vmm.empty() ? "IPC" : "VMM fd", p.seconds_upload,
-                p.seconds_upload > 0 ? static_cast<double>(bytes) / p.seconds_upload / 1e9 : 0.0);
+    std::printf(
+        "staged %s of %s@%s TP %d rank %d on GPU %s (%s, %s allocation): upload %.2f s (%.2f GB/s; "
+        "staging buffers pinned in %.2f s)\n",
+        HumanBytes(bytes).c_str(), request.repo.c_str(), image->commit.substr(0, 8).c_str(), request.tp,
+        request.rank, image->identity.uuid.c_str(), image->identity.pci_bus_id.c_str(),
+        image->vmm.empty() ? "IPC" : "VMM fd", p.seconds_upload,
+        p.seconds_upload > 0 ? static_cast<double>(bytes) / p.seconds_upload / 1e9 : 0.0,
+        image->seconds_staging_setup);
     std::printf(
         "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches (%llu against the cache's "
         "verified bytes where the release has no digest); %llu of %llu halves decoded on the GPU in place "

@@ -8,6 +8,10 @@
 #include <cuda_runtime.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -18,9 +22,13 @@
 
 #include "client/lease/description_v2.h"
 #include "client/lease/image_layout.h"
+#include "client/lease/lease_v2_framing.h"
 #include "daemon/stage/host_image.h"
 #include "gpu/device.h"
+#include "gpu/ipc.h"
+#include "gpu/vmm.h"
 #include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/child_process.h"
 #include "tests/daemon/host_image_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/rank_test_util.h"
@@ -253,6 +261,122 @@ TEST(DeviceImage, AStopAskedForEndsTheStage) {
   ASSERT_TRUE(img.ok()) << img.status().ToString();
   stop = true;
   EXPECT_EQ(CheckDeviceImage(*img, options).code(), StatusCode::kCancelled);
+}
+
+// A lessee's side of protocol v2, by hand (the lessee library is not this
+// test's subject): connects, and reads lines with the descriptors that
+// come with them.
+class RawLessee {
+ public:
+  bool Connect(const fs::path& path) {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    return fd_.valid() && ::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  // The next line (without "\n"); "" at the end of the stream.
+  std::string Line() {
+    for (;;) {
+      if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      char buf[4096];
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxLeaseV2Fds)];
+      iovec iov{buf, sizeof buf};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      const ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+      if (n <= 0) return {};
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (std::size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            fds.emplace_back(fd);
+          }
+        }
+      buffer_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  void Close() { fd_ = UniqueFd(); }
+  std::vector<UniqueFd> fds;
+
+ private:
+  UniqueFd fd_;
+  std::string buffer_;
+};
+
+// exlr8d-stage --memory device --lease v2 --hold, end to end: another
+// process (this one) finds the GPU by UUID, maps the allocation from the
+// descriptor (or the IPC handle) read-only and reads the host image's
+// bytes; the tables' memfd holds the host kind's tables; SIGTERM sends the
+// release line, and the holder exits once the lessee has let go.
+TEST(DeviceImage, ALesseeMapsTheHeldImageAndLetsGoWhenAsked) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 1)).ok());
+  const fs::path sock = run.path() / "lease.sock";
+  ChildProcess stage(
+      "exlr8d-stage",
+      {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home", "--tp", "3", "--rank",
+       "1", "--memory", "device", "--lease", "v2", "--hold", sock.string(), "--release-wait", "20"},
+      (run.path() / "stage.err").string());
+  ASSERT_TRUE(stage.ReadUntil("holding:")) << stage.printed();
+  EXPECT_NE(stage.printed().find("bit-exact"), std::string::npos) << stage.printed();
+
+  RawLessee lessee;
+  ASSERT_TRUE(lessee.Connect(sock));
+  const std::string opening = lessee.Line();
+  auto d = ParseLeaseV2Opening(opening, lessee.fds.size());
+  ASSERT_TRUE(d.ok()) << d.status().ToString() << "\n" << opening;
+  ASSERT_EQ(d->memory_kind, LeaseMemoryKind::kDevice);
+  ASSERT_TRUE(d->device.has_value());
+  auto device = FindCudaDeviceByUuid(d->device->uuid);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  ASSERT_EQ(cudaSetDevice(*device), cudaSuccess);
+
+  auto host = BuildHostRankImage(TestRankRequest(cache.path(), 3, 1));
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  ASSERT_EQ(d->image.bytes, host->image.bytes().size());
+  std::vector<std::byte> bytes(d->image.bytes);
+  {
+    ImportedDeviceMemory imported;
+    IpcMapping ipc;
+    const void* p = nullptr;
+    if (d->allocations[0].is_fd()) {
+      auto m = ImportedDeviceMemory::Import(lessee.fds.front().get(), d->allocations[0].bytes, *device,
+                                            DeviceMemoryAccess::kReadOnly);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      imported = std::move(*m);
+      p = imported.data();
+    } else {
+      auto m = IpcMapping::Open(std::string_view(d->allocations[0].handle).substr(4));
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      ipc = std::move(*m);
+      p = ipc.data();
+    }
+    ASSERT_EQ(cudaMemcpy(bytes.data(), p, bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  EXPECT_EQ(std::memcmp(bytes.data(), host->image.bytes().data(), bytes.size()), 0);
+  EXPECT_EQ(ReadFd(lessee.fds.back().get()), ReadFd(host->tables_fd.get()));
+
+  stage.Send(SIGTERM);
+  const std::string release = lessee.Line();
+  auto parsed = ParseLeaseHolderLine(release);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString() << ": " << release;
+  EXPECT_EQ(parsed->deadline_s, 20u);
+  lessee.fds.clear();
+  lessee.Close();
+  ASSERT_TRUE(stage.ReadUntil("released after 1 lease(s)")) << stage.printed();
+  EXPECT_EQ(stage.Signal(0), 0) << stage.ReadAll();
 }
 
 }  // namespace

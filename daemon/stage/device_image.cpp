@@ -326,7 +326,9 @@ Status DecodeImage(const RankImagePlan& plan, const std::byte* base, const Devic
   proof.every_layer_width_projection = true;
   proof.tiles_bit_exact = true;
   if (o.progress != nullptr) {
-    o.progress->decode_total.store(sample.size());
+    std::uint64_t trellis_bytes = 0;
+    for (std::uint32_t i : sample) trellis_bytes += t.tensors[i].shape[0];
+    o.progress->decode_total.store(trellis_bytes);
     o.progress->decode_done.store(0);
   }
   if (sample.empty()) return Status::Ok();
@@ -401,7 +403,7 @@ Status DecodeImage(const RankImagePlan& plan, const std::byte* base, const Devic
                               " (from " + plan.SourceOf(members[first + j], 0) +
                               ") decodes differently on the GPU than the CPU reference: " + buf));
         }
-        if (o.progress != nullptr) o.progress->decode_done.fetch_add(1, std::memory_order_relaxed);
+        if (o.progress != nullptr) o.progress->decode_done.fetch_add(h.shape[0], std::memory_order_relaxed);
       });
       if (ImageBuildCancelled(o.cancel))
         return CancelledError("stopped while decoding the sample on the GPU");

@@ -54,9 +54,10 @@ namespace exlr8 {
 // 3 decode, 4 done.
 struct DeviceImageProgress {
   std::atomic<int> step{0};
-  std::atomic<std::uint64_t> copy_total{0}, copy_done{0};      // bytes
-  std::atomic<std::uint64_t> hash_total{0}, hash_done{0};      // check bytes
-  std::atomic<std::uint64_t> decode_total{0}, decode_done{0};  // halves
+  std::atomic<std::uint64_t> copy_total{0}, copy_done{0};  // bytes
+  std::atomic<std::uint64_t> hash_total{0}, hash_done{0};  // check bytes
+  // The sample's trellis bytes (what StepReporter prints is bytes).
+  std::atomic<std::uint64_t> decode_total{0}, decode_done{0};
 };
 
 struct DeviceImageOptions {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/stage/image_common.h"
 #include "daemon/stage/rank_image_plan.h"
 #include "format/checksum.h"
 
@@ -23,31 +24,6 @@ namespace {
 // Copies and hashes go in pieces of at most this, so a large dense tensor
 // is shared between threads and a stop is seen soon.
 constexpr std::uint64_t kChunkBytes = std::uint64_t{16} << 20;
-
-bool BuildCancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
-
-std::size_t ThreadCount(int threads, std::size_t work) {
-  std::size_t n = threads > 0 ? static_cast<std::size_t>(threads)
-                              : std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16);
-  return std::min(n, std::max<std::size_t>(work, 1));
-}
-
-// Runs work(i) for i in [0, count) on `threads` threads, stopping early
-// once `cancel` is set.
-template <typename Work>
-void ParallelFor(std::size_t count, int threads, const std::atomic<bool>* cancel, const Work& work) {
-  std::atomic<std::size_t> next{0};
-  auto loop = [&] {
-    for (std::size_t i; !BuildCancelled(cancel) && (i = next.fetch_add(1)) < count;) work(i);
-  };
-  std::vector<std::thread> pool;
-  const std::size_t n = ThreadCount(threads, count);
-  for (std::size_t t = 1; t < n; ++t) pool.emplace_back(loop);
-  loop();
-  for (auto& t : pool) t.join();
-}
 
 // A writable shared mapping, unmapped on destruction (or by Unmap).
 class WritableMapping {
@@ -76,29 +52,6 @@ class WritableMapping {
   std::size_t size_ = 0;
 };
 
-constexpr unsigned kSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL;
-
-Result<UniqueFd> CreateMemfd(const std::string& name, std::uint64_t bytes) {
-  // memfd names are at most 249 bytes.
-  UniqueFd fd(memfd_create(name.substr(0, 200).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) return ErrnoStatus(errno, "memfd_create " + name);
-  if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-    return ErrnoStatus(errno, "sizing the memfd " + name + " to " + std::to_string(bytes) + " bytes");
-  return fd;
-}
-
-Status Seal(int fd, const std::string& name) {
-  if (fcntl(fd, F_ADD_SEALS, kSeals) != 0) return ErrnoStatus(errno, "sealing the memfd " + name);
-  return Status::Ok();
-}
-
-// One copy: `length` bytes from `src` to image offset `dst`.
-struct CopyItem {
-  std::uint64_t dst = 0;
-  const std::byte* src = nullptr;
-  std::uint64_t length = 0;
-};
-
 // Where in the image's regions a check's first mismatching byte is: the
 // region, named, with its source.
 std::string DescribeMismatch(const RankImagePlan& plan, std::size_t check, std::uint64_t mismatches) {
@@ -107,10 +60,7 @@ std::string DescribeMismatch(const RankImagePlan& plan, std::size_t check, std::
   const std::uint32_t region = plan.check_region[check];
   const ImageTensor& tensor = t.tensors[region];
   const std::uint64_t offset = c.segments.front().offset;
-  // "half record L3 e7 up h2 K4", "L3 signs.in", "dense data 'name'".
-  const bool signs = tensor.kind == ImageRegionKind::kSignsIn || tensor.kind == ImageRegionKind::kSignsOut;
-  const std::string what =
-      signs ? tensor.What() : std::string(ImageRegionKindName(tensor.kind)) + " " + tensor.What();
+  const std::string what = ImageRegionWhat(tensor);
   return what + " (region " + std::to_string(region) + ", check " + std::to_string(check) +
          " at image offset " + std::to_string(offset) + ", from " +
          plan.SourceOf(region, offset - tensor.offset) + "): XXH64 mismatch in the cache (" +
@@ -152,46 +102,30 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
   EXLR8_ASSIGN_OR_RETURN(RankImagePlan plan, PlanRankImage(r));
   const ImageLayout& layout = plan.layout;
   const std::uint64_t size = layout.allocation_bytes();
-  const std::string name = "exlr8-image " + r.repo + "@" + plan.commit.substr(0, 12) + " tp" +
-                           std::to_string(r.tp) + " rank" + std::to_string(r.rank);
+  const std::string name = ImageName(r, plan.commit);
 
-  std::uint64_t hash_bytes = 0;
-  for (const ImageCheck& c : layout.tables.checks)
-    for (const ImageSegment& s : c.segments) hash_bytes += s.length;
+  const std::uint64_t hash_bytes = ImageCheckBytes(layout.tables);
   const std::uint64_t copy_bytes =
       plan.region_bytes + layout.header_bytes.size() + layout.offset_table_bytes.size();
   if (r.progress != nullptr) r.progress->bytes_total.store(copy_bytes + hash_bytes);
   if (r.before_reading) EXLR8_RETURN_IF_ERROR(r.before_reading());
 
   // Copy: the header, the offset table and every region, in chunks.
-  std::vector<CopyItem> items;
-  items.push_back({0, layout.header_bytes.data(), layout.header_bytes.size()});
-  if (!layout.offset_table_bytes.empty())
-    items.push_back({layout.header.offset_table.offset, layout.offset_table_bytes.data(),
-                     layout.offset_table_bytes.size()});
-  for (std::size_t i = 0; i < plan.sources.size(); ++i) {
-    std::uint64_t dst = layout.tables.tensors[i].offset;
-    for (const ImageSourcePiece& piece : plan.sources[i].pieces) {
-      const std::byte* src = plan.maps[piece.map]->bytes().data() + piece.offset;
-      for (std::uint64_t done = 0; done < piece.length; done += kChunkBytes)
-        items.push_back({dst + done, src + done, std::min(kChunkBytes, piece.length - done)});
-      dst += piece.length;
-    }
-  }
-  EXLR8_ASSIGN_OR_RETURN(UniqueFd image_fd, CreateMemfd(name, size));
+  const std::vector<ImageCopyItem> items = ImageCopyItems(plan, kChunkBytes);
+  EXLR8_ASSIGN_OR_RETURN(UniqueFd image_fd, CreateImageMemfd(name, size));
   {
     EXLR8_ASSIGN_OR_RETURN(WritableMapping out, WritableMapping::Map(image_fd.get(), size, name));
-    ParallelFor(items.size(), r.threads, r.cancel, [&](std::size_t i) {
+    ImageParallelFor(items.size(), r.threads, r.cancel, [&](std::size_t i) {
       std::memcpy(out.data() + items[i].dst, items[i].src, items[i].length);
       if (r.progress != nullptr)
         r.progress->bytes_checked.fetch_add(items[i].length, std::memory_order_relaxed);
     });
-    if (BuildCancelled(r.cancel))
+    if (ImageBuildCancelled(r.cancel))
       return CancelledError("stopped while copying the rank's image into host memory");
     // No writable mapping may remain for F_SEAL_WRITE.
     out.Unmap();
   }
-  EXLR8_RETURN_IF_ERROR(Seal(image_fd.get(), name));
+  EXLR8_RETURN_IF_ERROR(SealImageMemfd(image_fd.get(), name));
   EXLR8_ASSIGN_OR_RETURN(ReadOnlyMapping image, ReadOnlyMapping::Map(image_fd.get(), size, name));
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -205,7 +139,7 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
   std::vector<char> bad(tables.checks.size(), 0);
   std::vector<std::uint64_t> dense_digest(dense.size());
   std::atomic<std::uint64_t> hashed{0};
-  ParallelFor(tables.checks.size() + dense.size(), r.threads, r.cancel, [&](std::size_t i) {
+  ImageParallelFor(tables.checks.size() + dense.size(), r.threads, r.cancel, [&](std::size_t i) {
     if (i < tables.checks.size()) {
       const ImageCheck& c = tables.checks[i];
       Xxh64 xxh;
@@ -222,7 +156,7 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
       dense_digest[i - tables.checks.size()] = Xxh64::Hash({base + t.offset, t.length});
     }
   });
-  if (BuildCancelled(r.cancel)) return CancelledError("stopped while hashing the rank's image");
+  if (ImageBuildCancelled(r.cancel)) return CancelledError("stopped while hashing the rank's image");
   const std::uint64_t mismatches = static_cast<std::uint64_t>(std::count(bad.begin(), bad.end(), 1));
   if (mismatches != 0) {
     const std::size_t first = static_cast<std::size_t>(std::find(bad.begin(), bad.end(), 1) - bad.begin());
@@ -235,12 +169,8 @@ Result<HostRankImage> BuildHostRankImage(const RankRequest& r) {
   out.commit = plan.commit;
   out.layout = std::move(plan.layout);
   for (std::size_t i = 0; i < dense.size(); ++i) out.layout.tables.tensors[dense[i]].xxh64 = dense_digest[i];
-  const std::vector<std::byte> table_bytes = SerializeImageTables(out.layout.tables);
-  const std::string tables_name = name + " tables";
-  EXLR8_ASSIGN_OR_RETURN(out.tables_fd, CreateMemfd(tables_name, table_bytes.size()));
-  EXLR8_RETURN_IF_ERROR(PwriteAll(out.tables_fd.get(), 0, table_bytes, tables_name));
-  EXLR8_RETURN_IF_ERROR(Seal(out.tables_fd.get(), tables_name));
-  out.tables_bytes = table_bytes.size();
+  EXLR8_ASSIGN_OR_RETURN(out.tables_fd,
+                         WriteSealedTables(out.layout.tables, name + " tables", &out.tables_bytes));
   out.image_fd = std::move(image_fd);
   out.image = std::move(image);
   out.proof.commit = out.commit;

@@ -10,14 +10,16 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
+#include "client/lease/description_v2.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/signal_watcher.h"
-#include "client/lease/description_v2.h"
+#include "daemon/stage/device_image.h"
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/host_image.h"
 #include "daemon/stage/lease.h"
@@ -31,7 +33,8 @@ namespace exlr8 {
 namespace {
 
 constexpr const char* kProg = "exlr8d-stage";
-constexpr const char* kUsage = R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+constexpr const char* kUsage =
+    R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
 
 Reads TP rank R of N's expert halves from the cache (a rank 'exlr8d pull' or a
 job of 'exlr8d serve' pulled; mapped from the page cache, no host copy),
@@ -59,6 +62,15 @@ when this process does).
                       v2, schema/lease/) assembled in a sealed memfd, every
                       region's XXH64 checked, no GPU needed; with --hold
                       each lessee gets the image and tables as descriptors
+  --lease V           v1 (default for device memory): the halves only, over
+                      CUDA IPC, as above; v2: the rank's whole image as with
+                      --memory host, in one exportable device allocation
+                      (a VMM file descriptor, or a legacy IPC handle where
+                      the driver cannot export one), every region's XXH64
+                      checked on the GPU in place and a seeded sample of
+                      >= 1 % of the halves (every layer, width and
+                      projection; all with --check all) decoded on the GPU
+                      from the image against the CPU reference
   --device D          CUDA device (default 0)
   --check N|all       halves checked on the GPU, spread over the rank (default 64)
   --hold SOCKET       after the checks pass, keep the buffers and answer each
@@ -135,8 +147,9 @@ void ReleaseWhenLesseesLetGo(LeaseServer& server, StopRequests& stops, std::chro
   bool said = false;
   for (std::vector<pid_t> lessees; !(lessees = server.Lessees()).empty();) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::printf("releasing with %zu lessee(s) still attached (pid %s): their mappings are no longer valid\n",
-                  lessees.size(), Pids(lessees).c_str());
+      std::printf(
+          "releasing with %zu lessee(s) still attached (pid %s): their mappings are no longer valid\n",
+          lessees.size(), Pids(lessees).c_str());
       break;
     }
     if (!said) {
@@ -153,13 +166,15 @@ void ReleaseWhenLesseesLetGo(LeaseServer& server, StopRequests& stops, std::chro
   server.Stop();
 }
 
-// --memory host: the rank's image assembled in a sealed memfd
-// (daemon/stage/host_image.h) and, with --hold, leased over protocol v2
-// (schema/lease/PROTOCOL.md). The memfd outlives this process for as long
-// as a lessee maps it, so releasing never pulls memory from under a
-// lessee: the release line asks them to let go, and the holder waits for
-// them as the device kind does.
-struct HostHolder {
+// A rank's whole image (lease v2), in host memory (--memory host: a sealed
+// memfd, daemon/stage/host_image.h) or device memory (--memory device
+// --lease v2: daemon/stage/device_image.h), and, with --hold, leased over
+// protocol v2 (schema/lease/PROTOCOL.md). The release line asks lessees to
+// let go, and the holder waits for them as the v1 device kind does; a host
+// memfd outlives this process while a lessee maps it, and so does a VMM
+// allocation a lessee imported (the driver counts references), but an IPC
+// mapping does not: the wait matters most there.
+struct ImageHolder {
   using StepFn = std::function<void(std::string_view, std::string, const std::atomic<std::uint64_t>*,
                                     const std::atomic<std::uint64_t>*)>;
   RankRequest& request;
@@ -170,22 +185,29 @@ struct HostHolder {
   std::function<int(const Status&)> fail;
   std::function<int(std::string_view, const Status&)> stopped;
 
-  int Run() {
+  std::uint32_t DeadlineS() const {
+    return static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(release_wait.count(), 1, kMaxLeaseReleaseDeadlineS));
+  }
+
+  int RunHost() {
     auto image = BuildHostRankImage(request);
-    if (!image.ok() && image.status().code() == StatusCode::kCancelled) return stopped("reading", image.status());
+    if (!image.ok() && image.status().code() == StatusCode::kCancelled)
+      return stopped("reading", image.status());
     if (!image.ok()) return fail(image.status());
     if (!image->pin_error.empty())
-      std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n", kProg,
-                   image->pin_error.c_str());
+      std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n",
+                   kProg, image->pin_error.c_str());
     const LeaseProof& p = image->proof;
-    std::printf("assembled %s of %s@%s TP %d rank %d in host memory: %llu regions, %s hashed (XXH64, %llu "
-                "against the cache's verified bytes where the release has no digest), 0 mismatches; "
-                "read %.2f s, hash %.2f s\n",
-                HumanBytes(image->layout.allocation_bytes()).c_str(), request.repo.c_str(),
-                image->commit.substr(0, 8).c_str(), request.tp, request.rank,
-                static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(),
-                static_cast<unsigned long long>(image->regions_without_release_digest), p.seconds_read,
-                p.seconds_hash);
+    std::printf(
+        "assembled %s of %s@%s TP %d rank %d in host memory: %llu regions, %s hashed (XXH64, %llu "
+        "against the cache's verified bytes where the release has no digest), 0 mismatches; "
+        "read %.2f s, hash %.2f s\n",
+        HumanBytes(image->layout.allocation_bytes()).c_str(), request.repo.c_str(),
+        image->commit.substr(0, 8).c_str(), request.tp, request.rank,
+        static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(),
+        static_cast<unsigned long long>(image->regions_without_release_digest), p.seconds_read,
+        p.seconds_hash);
     std::fflush(stdout);
     if (hold.empty()) {
       std::printf("ok (not held: the image is released now)\n");
@@ -193,13 +215,89 @@ struct HostHolder {
       return kExitOk;
     }
     if (stops.requested()) return stopped("reading", CancelledError("stopped before the lease started"));
-    const auto deadline_s = static_cast<std::uint32_t>(
-        std::clamp<std::int64_t>(release_wait.count(), 1, kMaxLeaseReleaseDeadlineS));
-    const std::string description = WriteLeaseDescriptionV2(DescribeHostImage(*image, request, deadline_s));
+    const std::string description = WriteLeaseDescriptionV2(DescribeHostImage(*image, request, DeadlineS()));
     std::string held = ",\"memory\":\"host\",\"commit\":\"" + image->commit +
                        "\",\"bytes\":" + std::to_string(image->layout.allocation_bytes()) +
                        ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
     AppendJsonString(held, hold);
+    const int fds[] = {image->image_fd.get(), image->tables_fd.get()};
+    return Hold(description, fds, std::move(held), "host memory");
+  }
+
+  int RunDevice(DeviceImageOptions options) {
+    DeviceImageProgress progress;
+    options.progress = &progress;
+    options.cancel = stops.flag();
+    // Each step with its counters, printed every second (StepReporter).
+    options.on_step = [&](int s) {
+      switch (s) {
+        case 1:
+          step("staging", ",\"memory\":\"device\"", &progress.copy_done, &progress.copy_total);
+          break;
+        case 2:
+          step("hashing", {}, &progress.hash_done, &progress.hash_total);
+          break;
+        case 3:
+          step("decoding", {}, &progress.decode_done, &progress.decode_total);
+          break;
+        default:
+          break;
+      }
+    };
+    const int device = options.device;
+    request.before_reading = [&] { return DescribeCudaDevice(device).status(); };
+    auto image = StageDeviceRankImage(request, options);
+    if (!image.ok() && image.status().code() == StatusCode::kCancelled)
+      return stopped("staging", image.status());
+    if (!image.ok()) return fail(image.status());
+    if (!image->plan.pin_error.empty())
+      std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n",
+                   kProg, image->plan.pin_error.c_str());
+    const LeaseProof& p = image->proof;
+    const std::uint64_t bytes = image->image_bytes();
+    std::printf(
+        "staged %s of %s@%s TP %d rank %d on GPU %s (%s, %s allocation): upload %.2f s (%.2f GB/s; "
+        "staging buffers pinned in %.2f s)\n",
+        HumanBytes(bytes).c_str(), request.repo.c_str(), image->commit.substr(0, 8).c_str(), request.tp,
+        request.rank, image->identity.uuid.c_str(), image->identity.pci_bus_id.c_str(),
+        image->vmm.empty() ? "IPC" : "VMM fd", p.seconds_upload,
+        p.seconds_upload > 0 ? static_cast<double>(bytes) / p.seconds_upload / 1e9 : 0.0,
+        image->seconds_staging_setup);
+    std::printf(
+        "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches (%llu against the cache's "
+        "verified bytes where the release has no digest); %llu of %llu halves decoded on the GPU in place "
+        "(seed %llu), bit-exact against the CPU reference, in %.3f s; plan %.2f s\n",
+        static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(), p.seconds_hash,
+        static_cast<unsigned long long>(image->regions_without_release_digest),
+        static_cast<unsigned long long>(p.decoded_halves), static_cast<unsigned long long>(p.decoded_of),
+        static_cast<unsigned long long>(p.decoded_seed), p.seconds_decode, p.seconds_read);
+    std::fflush(stdout);
+    if (hold.empty()) {
+      std::printf("ok (not held: the image is released now)\n");
+      step("released", {}, nullptr, nullptr);
+      return kExitOk;
+    }
+    if (stops.requested()) return stopped("staging", CancelledError("stopped before the lease started"));
+    // The device stays current on this thread while the lease is held.
+    CudaSetDeviceGuard current;
+    if (Status s = current.Set(device); !s.ok()) return fail(s);
+    const std::string description =
+        WriteLeaseDescriptionV2(DescribeDeviceImage(*image, request, DeadlineS()));
+    std::string held = ",\"memory\":\"device\",\"commit\":\"" + image->commit +
+                       "\",\"bytes\":" + std::to_string(bytes) +
+                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"device\":";
+    AppendJsonString(held, image->identity.uuid);
+    held += ",\"lease\":";
+    AppendJsonString(held, hold);
+    std::vector<int> fds;
+    if (image->vmm_fd.valid()) fds.push_back(image->vmm_fd.get());
+    fds.push_back(image->tables_fd.get());
+    return Hold(description, fds, std::move(held), "device memory");
+  }
+
+  // Serves `description` with `fds` until told to stop, then asks the
+  // lessees to let go and waits for them.
+  int Hold(const std::string& description, std::span<const int> fds, std::string held, const char* memory) {
     std::mutex report_mu;
     const char* phase = "holding";
     auto report_lessees = [&](const std::vector<pid_t>& lessees) {
@@ -208,11 +306,10 @@ struct HostHolder {
       for (pid_t pid : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
       step(phase, held + ",\"lessees\":[" + pids + "]", nullptr, nullptr);
     };
-    const int fds[] = {image->image_fd.get(), image->tables_fd.get()};
     auto server = LeaseServer::StartV2(hold, description, fds, report_lessees);
     if (!server.ok()) return fail(server.status());
-    std::printf("holding: the rank's image is leased on %s (protocol v2, host memory) until SIGINT or SIGTERM\n",
-                hold.c_str());
+    std::printf("holding: the rank's image is leased on %s (protocol v2, %s) until SIGINT or SIGTERM\n",
+                hold.c_str(), memory);
     std::fflush(stdout);
     report_lessees((*server)->Lessees());
     if (Status s = NotifySystemd("READY=1"); !s.ok())
@@ -227,8 +324,8 @@ struct HostHolder {
     if (Status s = (*server)->AnnounceRelease(release_wait); !s.ok())
       std::fprintf(stderr, "%s: warning: %s\n", kProg, s.ToString().c_str());
     ReleaseWhenLesseesLetGo(**server, stops, release_wait);
-    std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()),
-                stops.last_signal());
+    std::printf("released after %llu lease(s) (signal %d)\n",
+                static_cast<unsigned long long>((*server)->served()), stops.last_signal());
     step("released", ",\"leases_served\":" + std::to_string((*server)->served()), nullptr, nullptr);
     return kExitOk;
   }
@@ -238,7 +335,7 @@ int Run(const std::vector<std::string>& argv) {
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
-                                    "hold", "release-wait", "state-dir", "memory"},
+                                    "hold", "release-wait", "state-dir", "memory", "lease"},
                                    {}, 0, &args))
     return *exit;
   RankRequest request;
@@ -263,7 +360,8 @@ int Run(const std::vector<std::string>& argv) {
     if (check == "all") {
       gpu.check_halves = GpuStageOptions::kAllHalves;
     } else {
-      EXLR8_ASSIGN_OR_RETURN(std::int64_t n, args.GetInt("check", 64, 0, std::numeric_limits<std::int32_t>::max()));
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t n,
+                             args.GetInt("check", 64, 0, std::numeric_limits<std::int32_t>::max()));
       gpu.check_halves = static_cast<std::size_t>(n);
     }
     return Status::Ok();
@@ -273,9 +371,25 @@ int Run(const std::vector<std::string>& argv) {
   const std::string memory = args.GetOr("memory", "device");
   if (memory != "device" && memory != "host")
     return ReportError(kProg, InvalidArgumentError("--memory: '" + memory + "' is neither device nor host"));
+  const std::string lease = args.GetOr("lease", memory == "host" ? "v2" : "v1");
+  if (lease != "v1" && lease != "v2")
+    return ReportError(kProg, InvalidArgumentError("--lease: '" + lease + "' is neither v1 nor v2"));
+  if (memory == "host" && lease != "v2")
+    return ReportError(kProg, InvalidArgumentError("--memory host is leased over protocol v2 only"));
+  const bool device_v2 = memory == "device" && lease == "v2";
+  DeviceImageOptions image_options;
+  image_options.device = gpu.device;
+  if (device_v2 && args.Get("check")) {
+    if (args.GetOr("check", "") != "all")
+      return ReportError(kProg,
+                         InvalidArgumentError("--check with --lease v2: 'all' decodes every half; without it "
+                                              "a seeded sample of >= 1 % of the halves is decoded"));
+    image_options.check_all = true;
+  }
   if (memory == "host" && args.Get("check"))
-    return ReportError(kProg, InvalidArgumentError("--check decodes on a GPU; --memory host hashes every region and "
-                                                   "decodes nothing (not yet: a GPU check of host images)"));
+    return ReportError(kProg,
+                       InvalidArgumentError("--check decodes on a GPU; --memory host hashes every region and "
+                                            "decodes nothing (not yet: a GPU check of host images)"));
   // Signals are taken by the watcher's thread, started before any other
   // (CUDA's, the lease server's) so that all inherit the blocked mask, and
   // before the first step is reported: a stop asked for at any step
@@ -298,7 +412,8 @@ int Run(const std::vector<std::string>& argv) {
   RankReadProgress read_progress;
   std::atomic<std::uint64_t> uploaded{0}, upload_total{0};
   StepReporter reporter(std::move(state), stdout);
-  auto step = [&](std::string_view name, std::string members = {}, const std::atomic<std::uint64_t>* done = nullptr,
+  auto step = [&](std::string_view name, std::string members = {},
+                  const std::atomic<std::uint64_t>* done = nullptr,
                   const std::atomic<std::uint64_t>* total = nullptr) {
     reporter.Step(name, std::move(members), done, total);
   };
@@ -332,14 +447,14 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
-  if (memory == "host") {
-    HostHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
-    return holder.Run();
+  if (memory == "host" || device_v2) {
+    ImageHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
+    return memory == "host" ? holder.RunHost() : holder.RunDevice(image_options);
   }
   request.before_reading = [&] {
     std::printf("located %s of halves of %s TP %d rank %d in the cache; reading them once GPU %d is there\n",
-                HumanBytes(read_progress.bytes_total.load()).c_str(), request.repo.c_str(), request.tp, request.rank,
-                gpu.device);
+                HumanBytes(read_progress.bytes_total.load()).c_str(), request.repo.c_str(), request.tp,
+                request.rank, gpu.device);
     std::fflush(stdout);
     return DescribeCudaDevice(gpu.device).status();
   };
@@ -351,7 +466,8 @@ int Run(const std::vector<std::string>& argv) {
                  rank->pin_error.c_str());
   std::printf("read %zu halves (%s) of %s@%s TP %d rank %d from %s, XXH64 checked, in %.2f s\n",
               rank->halves.size(), HumanBytes(rank->total_bytes).c_str(), request.repo.c_str(),
-              rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(), rank->read_seconds);
+              rank->commit.substr(0, 8).c_str(), request.tp, request.rank, rank->root.c_str(),
+              rank->read_seconds);
   std::fflush(stdout);
   upload_total.store(rank->total_bytes);
   gpu.upload.bytes_uploaded = &uploaded;
@@ -365,17 +481,19 @@ int Run(const std::vector<std::string>& argv) {
   StagedHalves staged;
   gpu.cancel = stops.flag();
   auto report = StageOnGpu(*rank, gpu, hold.empty() ? nullptr : &staged);
-  if (!report.ok() && report.status().code() == StatusCode::kCancelled) return stopped("staging", report.status());
+  if (!report.ok() && report.status().code() == StatusCode::kCancelled)
+    return stopped("staging", report.status());
   if (!report.ok()) return fail(report.status());
   const GpuStageReport& r = *report;
   std::printf("staged on %s: %s in %llu halves (%s with alignment), %.2f GB/s\n", r.device.c_str(),
               HumanBytes(r.upload.bytes).c_str(), static_cast<unsigned long long>(r.halves),
               HumanBytes(r.upload.device_bytes).c_str(), r.upload.GBPerSecond());
-  std::printf("checked %llu halves (%llu weights): %llu round-trip and %llu decode mismatches; GPU decode %.4f s, "
-              "CPU reference %.3f s\n",
-              static_cast<unsigned long long>(r.checked_halves), static_cast<unsigned long long>(r.checked_weights),
-              static_cast<unsigned long long>(r.round_trip_mismatches),
-              static_cast<unsigned long long>(r.decode_mismatches), r.gpu_decode_seconds, r.cpu_decode_seconds);
+  std::printf(
+      "checked %llu halves (%llu weights): %llu round-trip and %llu decode mismatches; GPU decode %.4f s, "
+      "CPU reference %.3f s\n",
+      static_cast<unsigned long long>(r.checked_halves), static_cast<unsigned long long>(r.checked_weights),
+      static_cast<unsigned long long>(r.round_trip_mismatches),
+      static_cast<unsigned long long>(r.decode_mismatches), r.gpu_decode_seconds, r.cpu_decode_seconds);
   if (!r.ok()) {
     std::printf("MISMATCH %s\n", r.first_mismatch.c_str());
     std::string members = ",\"error\":";
@@ -402,7 +520,8 @@ int Run(const std::vector<std::string>& argv) {
   AppendJsonString(held, hold);
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
-  held += std::string(",\"upload_gb_per_s\":") + rate + ",\"checked_halves\":" + std::to_string(r.checked_halves);
+  held +=
+      std::string(",\"upload_gb_per_s\":") + rate + ",\"checked_halves\":" + std::to_string(r.checked_halves);
   std::mutex report_mu;
   const char* phase = "holding";
   auto report_lessees = [&](const std::vector<pid_t>& lessees) {
@@ -428,8 +547,8 @@ int Run(const std::vector<std::string>& argv) {
   }
   report_lessees((*server)->Lessees());
   ReleaseWhenLesseesLetGo(**server, stops, std::chrono::seconds(release_wait_s));
-  std::printf("released after %llu lease(s) (signal %d)\n", static_cast<unsigned long long>((*server)->served()),
-              stops.last_signal());
+  std::printf("released after %llu lease(s) (signal %d)\n",
+              static_cast<unsigned long long>((*server)->served()), stops.last_signal());
   step("released", ",\"leases_served\":" + std::to_string((*server)->served()));
   return kExitOk;
 }

@@ -19,6 +19,7 @@
 
 #include "client/file_sink.h"
 #include "client/lease/image_layout.h"
+#include "daemon/stage/image_common.h"
 #include "daemon/stage/rank_image_plan.h"
 #include "format/checksum.h"
 #include "format/expert_index.h"
@@ -179,6 +180,37 @@ TEST(HostImageTest, AStopAskedForEndsTheBuild) {
   stop = true;
   request.before_reading = nullptr;
   EXPECT_EQ(BuildHostRankImage(request).status().code(), StatusCode::kCancelled);
+}
+
+// The device stage assembles its staging buffers window by window from the
+// plan's pieces (AssembleImageWindow): every window size gives the host
+// image's bytes, padding included.
+TEST(HostImageTest, WindowsAssembledFromThePlanAreTheImage) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 1)).ok());
+  const RankRequest request = TestRankRequest(cache.path(), 3, 1);
+  auto img = BuildHostRankImage(request);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  auto plan = PlanRankImage(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::span<const std::byte> want = img->image.bytes();
+  ASSERT_EQ(plan->layout.allocation_bytes(), want.size());
+  for (std::uint64_t window : {std::uint64_t{4096}, std::uint64_t{4096 + 100}, std::uint64_t{65536},
+                               std::uint64_t{1} << 20, std::uint64_t{want.size()}}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    auto items = SortedImageCopyItems(*plan, window);
+    ASSERT_TRUE(items.ok()) << items.status().ToString();
+    std::vector<std::byte> got(want.size(), std::byte{0xEE});
+    for (std::uint64_t begin = 0; begin < got.size(); begin += window)
+      AssembleImageWindow(
+          *items, begin,
+          std::span<std::byte>(got).subspan(begin, std::min<std::uint64_t>(window, got.size() - begin)));
+    std::size_t first_diff = got.size();
+    for (std::size_t i = 0; i < got.size() && first_diff == got.size(); ++i)
+      if (got[i] != want[i]) first_diff = i;
+    EXPECT_EQ(first_diff, got.size()) << "differs from the host image at byte " << first_diff;
+  }
 }
 
 }  // namespace

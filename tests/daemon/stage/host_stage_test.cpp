@@ -27,7 +27,7 @@ namespace {
 using ::exlr8::testing::TempDir;
 
 std::vector<std::string> StageArgs(const fs::path& cache, int tp, int rank) {
-  return {"--cache", cache.string(), "--repo",   "exlr8/test",      "--manifest", "home",
+  return {"--cache", cache.string(),     "--repo", "exlr8/test",         "--manifest", "home",
           "--tp",    std::to_string(tp), "--rank", std::to_string(rank), "--memory",   "host"};
 }
 
@@ -121,6 +121,57 @@ TEST(HostStageTest, CheckIsRefusedForHostMemory) {
   args.insert(args.end(), {"--check", "all"});
   ChildProcess stage("exlr8d-stage", args, (run.path() / "stage.err").string());
   EXPECT_EQ(stage.Signal(0), 2);
+}
+
+std::vector<std::string> DeviceV2Args(const fs::path& cache, int tp, int rank) {
+  std::vector<std::string> args = StageArgs(cache, tp, rank);
+  args.back() = "device";
+  args.insert(args.end(), {"--lease", "v2"});
+  return args;
+}
+
+// The device kind of the whole image: exit 4 naming the missing device
+// here; on a GPU machine it stages, checks in place and exits 0.
+TEST(HostStageTest, DeviceLeaseV2StagesOrSaysThereIsNoGpu) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 2)).ok());
+  const fs::path err = run.path() / "stage.err";
+  ChildProcess stage("exlr8d-stage", DeviceV2Args(cache.path(), 4, 2), err.string());
+  const int code = stage.Signal(0);
+  const std::string out = stage.ReadAll();
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (code == 4) {
+    EXPECT_NE(text.find("no CUDA device"), std::string::npos) << text;
+  } else {
+    EXPECT_EQ(code, 0) << out << text;
+    EXPECT_NE(out.find("bit-exact against the CPU reference"), std::string::npos) << out;
+    EXPECT_NE(out.find("ok (not held"), std::string::npos) << out;
+  }
+}
+
+TEST(HostStageTest, LeaseVersionAndCheckAreValidated) {
+  TempDir cache, run;
+  const std::string err = (run.path() / "stage.err").string();
+  {
+    std::vector<std::string> args = DeviceV2Args(cache.path(), 4, 2);
+    args.back() = "v3";
+    ChildProcess stage("exlr8d-stage", args, err);
+    EXPECT_EQ(stage.Signal(0), 2);
+  }
+  {
+    std::vector<std::string> args = DeviceV2Args(cache.path(), 4, 2);
+    args.insert(args.end(), {"--check", "5"});  // v2 decodes a sample or all
+    ChildProcess stage("exlr8d-stage", args, err);
+    EXPECT_EQ(stage.Signal(0), 2);
+  }
+  {
+    std::vector<std::string> args = StageArgs(cache.path(), 4, 2);
+    args.insert(args.end(), {"--lease", "v1"});  // host memory is v2 only
+    ChildProcess stage("exlr8d-stage", args, err);
+    EXPECT_EQ(stage.Signal(0), 2);
+  }
 }
 
 }  // namespace

@@ -1159,13 +1159,21 @@ TEST(CacheTest, ReaderThreadRunsWhileWriterCommits) {
   Fixture fx(kMiB);
   std::atomic<bool> done{false};
   std::atomic<int> reads{0};
+  std::atomic<bool> reader_ended{false};
   std::thread reader([&] {
+    struct Ended {
+      std::atomic<bool>& flag;
+      ~Ended() { flag.store(true); }
+    } ended{reader_ended};  // also when an ASSERT below returns early
     while (!done.load()) {
       ASSERT_TRUE(fx.cache->ListFilesets().ok());
       ASSERT_TRUE(fx.cache->MissingRanges(fx.file, 0, kMiB).ok());
       reads.fetch_add(1);
     }
   });
+  // The writes start once the reader runs, so that they overlap its reads
+  // however the two threads are scheduled.
+  while (reads.load() == 0 && !reader_ended.load()) std::this_thread::yield();
   for (std::uint64_t off = 0; off < kMiB; off += 64 * 1024) fx.WriteVerified(off, 32 * 1024);
   done.store(true);
   reader.join();

@@ -1,3 +1,7 @@
+// StageDeviceRankImage and CheckDeviceImage (device_image.h): the staging
+// copy, the in-place hash and the sample decode. Slightly over ~500 lines;
+// the decode sample is the piece to move out when it grows the
+// reconstruction check (spec 9.3).
 #include "daemon/stage/device_image.h"
 
 #include <cuda_runtime_api.h>

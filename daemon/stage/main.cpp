@@ -2,6 +2,9 @@
 // memory and checks them there (daemon/stage/). A program of its own, built
 // only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
 // runtime on the nodes that only pull and serve the API.
+// Over ~500 lines while it carries both leases: the v1 holder (halves only)
+// goes when lease v2 becomes the device default, and with it the second
+// copy of the holding loop (ImageHolder::Hold).
 #include <algorithm>
 #include <atomic>
 #include <chrono>

@@ -27,8 +27,8 @@
  * (0) or an error code. On an error the library also keeps a message for
  * the calling thread (thread-local): exlr8_last_error_message() returns it,
  * valid until the next failing call of this library on that thread. Success
- * leaves it as it was. Messages name what failed and where ("lease from
- * /run/x.sock: no socket there (connect: No such file or directory)").
+ * leaves it as it was. Messages name what failed and where ("connect to
+ * the lease holder at /run/x.sock: No such file or directory").
  * Output arguments are written only on EXLR8_OK.
  *
  * Threads. Functions are safe to call from any thread. One exlr8_lease may

@@ -10,10 +10,6 @@ namespace exlr8 {
 
 namespace {
 
-constexpr std::array<std::string_view, kProjCount> kProjNames = {"gate", "up", "down"};
-static_assert(kProjNames.size() == static_cast<size_t>(Proj::kDown) + 1);
-
-
 // Error helper: "<file>: tensor 'name' at byte N: what".
 Status TensorError(const std::string& file, const SafetensorsHeader& hdr, const TensorInfo& t,
                    const std::string& what) {
@@ -66,13 +62,6 @@ Status CheckSigns(const std::string& file, const VectorRef& ref, std::span<const
 }
 
 }  // namespace
-
-std::string_view ProjName(Proj p) { return kProjNames[static_cast<size_t>(p)]; }
-std::optional<Proj> ProjFromName(std::string_view name) {
-  for (size_t i = 0; i < kProjNames.size(); ++i)
-    if (kProjNames[i] == name) return static_cast<Proj>(i);
-  return std::nullopt;
-}
 
 Result<std::vector<int>> ParseWidthList(std::string_view text) {
   std::vector<int> out;
@@ -195,7 +184,7 @@ Result<ExpertIndex> ExpertIndex::Read(const ByteSource& src, int layer) {
       auto where = [&] {
         const std::uint64_t e = i / (3 * H), p = (i / H) % 3, h = i % H;
         return "entry [" + (shared ? std::string("shared") : std::to_string(e)) + ", " +
-               std::string(kProjNames[p]) + ", h" + std::to_string(h) + "] at byte " +
+               std::string(ProjName(static_cast<Proj>(p))) + ", h" + std::to_string(h) + "] at byte " +
                std::to_string(hdr.AbsoluteOffset(*it) + 2 * i * DTypeSize(it->dtype));
       };
       if (is_signed && (static_cast<std::int64_t>(raw_off) < 0 || static_cast<std::int64_t>(raw_len) < 0))
@@ -337,7 +326,7 @@ Result<WidthFileSpan> ExpertIndex::SpanOfWidth(int k) const {
     const std::uint64_t p = (it.idx / halves_) % 3, h = it.idx % halves_;
     return std::string("L") + std::to_string(layer_) + " " +
            (it.expert == kSharedExpert ? std::string("shared") : "e" + std::to_string(it.expert)) + " " +
-           std::string(kProjNames[p]) + " h" + std::to_string(h) + " K" + std::to_string(k) + " [" +
+           std::string(ProjName(static_cast<Proj>(p))) + " h" + std::to_string(h) + " K" + std::to_string(k) + " [" +
            std::to_string(it.offset) + ", " + std::to_string(it.offset + it.length) + ")";
   };
   auto end_of = [](const Item& it) {

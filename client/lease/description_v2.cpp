@@ -158,48 +158,9 @@ std::optional<std::uint64_t> ImageTablesFileBytes(std::uint64_t tensors, std::ui
   return head + offset_table_bytes;
 }
 
-std::string WriteLeaseDescriptionV2(const LeaseDescriptionV2& d) {
-  JsonWriter w(1024);
-  w.BeginObject()
-      .Field("version", 2)
-      .Field("repo", d.repo)
-      .Field("commit", d.commit)
-      .Field("manifest", d.manifest)
-      .Field("tp", d.tp)
-      .Field("rank", d.rank);
-  w.Key("memory").BeginObject().Field("kind", LeaseMemoryKindName(d.memory_kind));
-  if (d.device) {
-    w.Key("device")
-        .BeginObject()
-        .Field("uuid", d.device->uuid)
-        .Field("pci_bus_id", d.device->pci_bus_id)
-        .Field("ordinal_in_holder", d.device->ordinal_in_holder)
-        .EndObject();
-  }
-  w.Key("allocations").BeginArray();
-  for (const LeaseAllocation& a : d.allocations)
-    w.BeginObject().Field("bytes", a.bytes).Field("handle", a.handle).EndObject();
-  w.EndArray().EndObject();
-  w.Key("image")
-      .BeginObject()
-      .Field("allocation", d.image.allocation)
-      .Field("header_offset", d.image.header_offset)
-      .Field("bytes", d.image.bytes)
-      .Field("offset_table", d.image.offset_table)
-      .Field("offset_table_bytes", d.image.offset_table_bytes)
-      .Field("layers", d.image.layers)
-      .Field("experts", d.image.experts)
-      .Field("halves", d.image.halves)
-      .EndObject();
-  w.Key("tables")
-      .BeginObject()
-      .Field("bytes", d.tables.bytes)
-      .Field("tensors", d.tables.tensors)
-      .Field("checks", d.tables.checks)
-      .Field("strings", d.tables.strings)
-      .EndObject();
-  const LeaseProof& p = d.proof;
-  w.Key("proof").BeginObject().Field("commit", p.commit);
+std::string WriteLeaseProof(const LeaseProof& p) {
+  JsonWriter w(512);
+  w.BeginObject().Field("commit", p.commit);
   w.Key("hashed")
       .BeginObject()
       .Field("regions", p.hashed_regions)
@@ -246,6 +207,50 @@ std::string WriteLeaseDescriptionV2(const LeaseDescriptionV2& d) {
     w.Field("half", m.half).Field("name", m.name).EndObject();
   }
   w.EndObject();
+  return std::move(w).Take();
+}
+
+std::string WriteLeaseDescriptionV2(const LeaseDescriptionV2& d) {
+  JsonWriter w(1024);
+  w.BeginObject()
+      .Field("version", 2)
+      .Field("repo", d.repo)
+      .Field("commit", d.commit)
+      .Field("manifest", d.manifest)
+      .Field("tp", d.tp)
+      .Field("rank", d.rank);
+  w.Key("memory").BeginObject().Field("kind", LeaseMemoryKindName(d.memory_kind));
+  if (d.device) {
+    w.Key("device")
+        .BeginObject()
+        .Field("uuid", d.device->uuid)
+        .Field("pci_bus_id", d.device->pci_bus_id)
+        .Field("ordinal_in_holder", d.device->ordinal_in_holder)
+        .EndObject();
+  }
+  w.Key("allocations").BeginArray();
+  for (const LeaseAllocation& a : d.allocations)
+    w.BeginObject().Field("bytes", a.bytes).Field("handle", a.handle).EndObject();
+  w.EndArray().EndObject();
+  w.Key("image")
+      .BeginObject()
+      .Field("allocation", d.image.allocation)
+      .Field("header_offset", d.image.header_offset)
+      .Field("bytes", d.image.bytes)
+      .Field("offset_table", d.image.offset_table)
+      .Field("offset_table_bytes", d.image.offset_table_bytes)
+      .Field("layers", d.image.layers)
+      .Field("experts", d.image.experts)
+      .Field("halves", d.image.halves)
+      .EndObject();
+  w.Key("tables")
+      .BeginObject()
+      .Field("bytes", d.tables.bytes)
+      .Field("tensors", d.tables.tensors)
+      .Field("checks", d.tables.checks)
+      .Field("strings", d.tables.strings)
+      .EndObject();
+  w.Key("proof").Raw(WriteLeaseProof(d.proof));
   w.Field("release_deadline_s", d.release_deadline_s).EndObject();
   return std::move(w).Take();
 }

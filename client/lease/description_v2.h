@@ -148,6 +148,10 @@ std::optional<std::uint64_t> ImageTablesFileBytes(std::uint64_t tensors, std::ui
 // Writes what it is given: give one the parser accepts.
 std::string WriteLeaseDescriptionV2(const LeaseDescriptionV2& d);
 
+// The description's "proof" object alone, as WriteLeaseDescriptionV2 writes
+// it inside the description (a lessee logs it).
+std::string WriteLeaseProof(const LeaseProof& p);
+
 // Parses under the rules above. Corruption for one that breaks any; the
 // message starts with "lease description" (" from SOURCE" when `source` is
 // not empty) and names the field by its path and the byte offset of its

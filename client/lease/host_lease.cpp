@@ -58,6 +58,10 @@ void HostLease::Close() {
 
 Result<HostLease> OpenHostLease(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
   EXLR8_ASSIGN_OR_RETURN(ReceivedLeaseV2 received, ReceiveLeaseV2(path, timeout));
+  return OpenHostLease(std::move(received), path);
+}
+
+Result<HostLease> OpenHostLease(ReceivedLeaseV2 received, const std::filesystem::path& path) {
   const LeaseDescriptionV2& d = received.description;
   if (d.memory_kind != LeaseMemoryKind::kHost)
     return UnimplementedError("lease description from " + path.string() +

@@ -97,7 +97,7 @@ class HostLease {
   void Close();
 
  private:
-  friend Result<HostLease> OpenHostLease(const std::filesystem::path&, std::chrono::milliseconds);
+  friend Result<HostLease> OpenHostLease(ReceivedLeaseV2, const std::filesystem::path&);
   LeaseV2Connection connection_;
   const std::byte* allocation_ = nullptr;
   std::uint64_t allocation_bytes_ = 0;
@@ -116,5 +116,11 @@ class HostLease {
 // message names the field, descriptor index or size).
 Result<HostLease> OpenHostLease(const std::filesystem::path& path,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// OpenHostLease on an opening already received from `path` (ReceiveLeaseV2:
+// a caller that looks at the description's memory kind first, as
+// libexlr8client does): the same checks and errors after the receipt.
+// Every descriptor in `received` is closed on error.
+Result<HostLease> OpenHostLease(ReceivedLeaseV2 received, const std::filesystem::path& path);
 
 }  // namespace exlr8

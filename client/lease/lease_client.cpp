@@ -28,16 +28,6 @@ Status SocketError(int err, const std::string& what) {
 
 }  // namespace
 
-Result<sockaddr_un> UnixSocketAddress(const std::filesystem::path& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.native().size() + 1 > sizeof addr.sun_path)
-    return InvalidArgumentError("socket path " + path.string() + " is longer than " +
-                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
-  return addr;
-}
-
 LeaseConnection& LeaseConnection::operator=(LeaseConnection&& other) noexcept {
   if (this != &other) {
     Close();

@@ -1,0 +1,373 @@
+/* libexlr8client: the library a serving process links to use a rank image
+ * that exlr8d-stage holds (a lease, protocol v2: schema/lease/PROTOCOL.md;
+ * the image and its tables: schema/lease/IMAGE.md; a guide with examples:
+ * docs/CLIENT.md).
+ *
+ *   exlr8_lease* lease = NULL;
+ *   if (exlr8_lease_open("/run/exlr8d/stage-7.sock", NULL, &lease) != EXLR8_OK) {
+ *     fprintf(stderr, "%s\n", exlr8_last_error_message());
+ *     return 1;
+ *   }
+ *   uint64_t i;
+ *   exlr8_tensor t = {sizeof t};
+ *   if (exlr8_lease_find_half(lease, 3, 7, EXLR8_PROJ_UP, 0, &i) == EXLR8_OK &&
+ *       exlr8_lease_tensor(lease, i, &t) == EXLR8_OK)
+ *     use(t.data, t.length);  // host or device memory, read only
+ *   exlr8_lease_free(lease);  // lets go: unmaps, then closes the connection
+ *
+ * ABI. This is the library's only ABI (C, stable within a major version:
+ * the SONAME is libexlr8client.so.<major>). Handles are opaque. Structures
+ * the library fills start with `struct_size`: the caller sets it to
+ * sizeof(the structure it was compiled with) and the library fills the
+ * fields up to that size, so a program built against an older header keeps
+ * working with a newer library (fields are only ever appended). Enumerated
+ * values are fixed numbers; new ones may be added.
+ *
+ * Errors. Every function that can fail returns an exlr8_status: EXLR8_OK
+ * (0) or an error code. On an error the library also keeps a message for
+ * the calling thread (thread-local): exlr8_last_error_message() returns it,
+ * valid until the next failing call of this library on that thread. Success
+ * leaves it as it was. Messages name what failed and where ("connect to
+ * the lease holder at /run/x.sock: No such file or directory").
+ * Output arguments are written only on EXLR8_OK.
+ *
+ * Threads. Functions are safe to call from any thread. One exlr8_lease may
+ * be read (every function taking `const exlr8_lease*`) from several
+ * threads at once; exlr8_lease_close, exlr8_lease_free and
+ * exlr8_lease_poll_release need the caller to hold it alone.
+ *
+ * Memory. Pointers and strings a lease hands out are owned by the lease:
+ * strings stay valid until exlr8_lease_free; pointers into the image
+ * (exlr8_tensor.data, image and table pointers) until exlr8_lease_close or
+ * exlr8_lease_free. The image is read only (host kind: mapped PROT_READ;
+ * device kind: mapped for reading): a write faults.
+ */
+#ifndef EXLR8_EXLR8CLIENT_H_
+#define EXLR8_EXLR8CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The export macro: EXLR8_CLIENT_BUILD is defined while the library itself
+ * is compiled (with -fvisibility=hidden); EXLR8_CLIENT_STATIC for a program
+ * that links the static library (nothing to import). */
+#if defined(_WIN32)
+#define EXLR8_API
+#elif defined(EXLR8_CLIENT_BUILD)
+#define EXLR8_API __attribute__((visibility("default")))
+#else
+#define EXLR8_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version ----------------------------------------------------------- */
+
+#define EXLR8_CLIENT_VERSION_MAJOR 0
+#define EXLR8_CLIENT_VERSION_MINOR 1
+#define EXLR8_CLIENT_VERSION_PATCH 0
+/* One number that compares: major * 10000 + minor * 100 + patch. */
+#define EXLR8_CLIENT_VERSION \
+  (EXLR8_CLIENT_VERSION_MAJOR * 10000 + EXLR8_CLIENT_VERSION_MINOR * 100 + EXLR8_CLIENT_VERSION_PATCH)
+
+/* The library's version as "MAJOR.MINOR.PATCH" (static storage): what the
+ * process runs, which may be newer than the header it was built with. */
+EXLR8_API const char* exlr8_client_version(void);
+/* EXLR8_CLIENT_VERSION of the library the process runs. */
+EXLR8_API int exlr8_client_version_number(void);
+
+/* ---- errors ------------------------------------------------------------- */
+
+typedef enum exlr8_status {
+  EXLR8_OK = 0,
+  EXLR8_INVALID_ARGUMENT = 1,    /* a NULL handle, an index out of range, a bad struct_size */
+  EXLR8_NOT_FOUND = 2,           /* no socket at the path; no tensor of that name or half */
+  EXLR8_CORRUPTION = 3,          /* the holder sent something the protocol refuses */
+  EXLR8_IO_ERROR = 4,            /* the OS failed (connect, mmap, ...) */
+  EXLR8_RESOURCE_EXHAUSTED = 5,  /* out of memory (host or device) */
+  EXLR8_UNAVAILABLE = 6,         /* the holder is stopping or full; no GPU; no CUDA runtime */
+  EXLR8_PERMISSION_DENIED = 7,   /* the socket may not be used by this user */
+  EXLR8_FAILED_PRECONDITION = 8, /* a v1 holder; another memory kind than asked; a closed lease */
+  EXLR8_CANCELLED = 9,
+  EXLR8_UNIMPLEMENTED = 10, /* a capability this version does not have */
+  EXLR8_INTERNAL = 11       /* a bug in libexlr8client */
+} exlr8_status;
+
+/* The calling thread's message of its last failing call ("" if none).
+ * Valid until the next failing call on this thread. Never NULL. */
+EXLR8_API const char* exlr8_last_error_message(void);
+/* "OK", "NOT_FOUND", ... ("UNKNOWN" for another value). Static storage. */
+EXLR8_API const char* exlr8_status_name(exlr8_status status);
+
+/* ---- values of the tables (schema/lease/IMAGE.md) ----------------------- */
+
+typedef enum exlr8_memory_kind {
+  EXLR8_MEMORY_ANY = 0,    /* open options only: whichever the holder has */
+  EXLR8_MEMORY_DEVICE = 1, /* GPU memory (CUDA) */
+  EXLR8_MEMORY_HOST = 2    /* pinned host memory (a memfd this process maps) */
+} exlr8_memory_kind;
+
+/* A tensor entry's kind (IMAGE.md, tensor entry byte 30). */
+typedef enum exlr8_tensor_kind {
+  EXLR8_TENSOR_HALF_RECORD = 1, /* trellis bytes | slice | block row of one half */
+  EXLR8_TENSOR_SIGNS_IN = 2,
+  EXLR8_TENSOR_SIGNS_OUT = 3,
+  EXLR8_TENSOR_DENSE_DATA = 4, /* a dense tensor in one of spec 10.3's formats */
+  EXLR8_TENSOR_PLAIN = 5       /* a tensor stored as is (norms, ...) */
+} exlr8_tensor_kind;
+
+/* Projections of a half record. */
+#define EXLR8_PROJ_GATE 0u
+#define EXLR8_PROJ_UP 1u
+#define EXLR8_PROJ_DOWN 2u
+
+/* "None" values of exlr8_tensor's fields, and the shared expert: the
+ * tables' own values (IMAGE.md). */
+#define EXLR8_NO_LAYER 0xFFFFu
+#define EXLR8_SHARED_EXPERT 0xFFFEu
+#define EXLR8_NO_EXPERT 0xFFFFu
+#define EXLR8_NO_PROJ 0xFFu
+#define EXLR8_NO_HALF 0xFFu
+/* An offset table entry where the rank owns no half. */
+#define EXLR8_ABSENT UINT64_MAX
+
+/* Element dtypes (IMAGE.md's dtype codes). */
+typedef enum exlr8_dtype {
+  EXLR8_DTYPE_BOOL = 0,
+  EXLR8_DTYPE_U8 = 1,
+  EXLR8_DTYPE_I8 = 2,
+  EXLR8_DTYPE_F8_E4M3 = 3,
+  EXLR8_DTYPE_F8_E5M2 = 4,
+  EXLR8_DTYPE_I16 = 5,
+  EXLR8_DTYPE_U16 = 6,
+  EXLR8_DTYPE_F16 = 7,
+  EXLR8_DTYPE_BF16 = 8,
+  EXLR8_DTYPE_I32 = 9,
+  EXLR8_DTYPE_U32 = 10,
+  EXLR8_DTYPE_F32 = 11,
+  EXLR8_DTYPE_F64 = 12,
+  EXLR8_DTYPE_I64 = 13,
+  EXLR8_DTYPE_U64 = 14
+} exlr8_dtype;
+
+/* Dense data formats (spec 10.3's codes; exlr8_tensor.format of dense data). */
+typedef enum exlr8_dense_format {
+  EXLR8_DENSE_TRELLIS = 1,
+  EXLR8_DENSE_INT4 = 2,
+  EXLR8_DENSE_MXFP8 = 3,
+  EXLR8_DENSE_FP8_BLOCK = 4,
+  EXLR8_DENSE_FP8_ROW = 5,
+  EXLR8_DENSE_BF16 = 6,
+  EXLR8_DENSE_FP32 = 7
+} exlr8_dense_format;
+
+/* Names for logs ("F16", "half record", "gate", "host", "FP8_BLOCK");
+ * "?" for a value out of range. Static storage. */
+EXLR8_API const char* exlr8_dtype_name(uint32_t dtype);
+EXLR8_API const char* exlr8_tensor_kind_name(uint32_t kind);
+EXLR8_API const char* exlr8_proj_name(uint32_t proj);
+EXLR8_API const char* exlr8_memory_kind_name(uint32_t kind);
+EXLR8_API const char* exlr8_dense_format_name(uint32_t format);
+
+/* ---- opening a lease ---------------------------------------------------- */
+
+typedef struct exlr8_lease exlr8_lease;
+
+typedef struct exlr8_open_options {
+  uint32_t struct_size; /* sizeof(exlr8_open_options) */
+  /* The memory kind the caller takes: EXLR8_MEMORY_ANY (default) or one
+   * kind; a holder of the other kind is EXLR8_FAILED_PRECONDITION. */
+  uint32_t memory_kind;
+  /* Bounds the wait for the holder's description, in milliseconds (0: 30 s). */
+  uint32_t timeout_ms;
+} exlr8_open_options;
+
+/* Fills `options` with the defaults (and struct_size). */
+EXLR8_API void exlr8_open_options_init(exlr8_open_options* options);
+
+/* Connects to the lease holder (exlr8d-stage --hold) at the Unix socket
+ * `socket_path` and opens its lease: receives the description and the
+ * descriptors, checks them (PROTOCOL.md's rules), maps the image read only
+ * and keeps the connection open; the lease lasts until exlr8_lease_close
+ * or exlr8_lease_free. Blocking. `options` may be NULL (the defaults).
+ * On EXLR8_OK `*out` is a new lease the caller frees with exlr8_lease_free.
+ * Errors (each message names the path):
+ *   EXLR8_INVALID_ARGUMENT     a NULL path or out, a path over 107 bytes, bad options
+ *   EXLR8_NOT_FOUND            no socket at the path
+ *   EXLR8_PERMISSION_DENIED    the socket may not be used
+ *   EXLR8_IO_ERROR             another socket or mapping error
+ *   EXLR8_UNAVAILABLE          the holder closed without a description (stopping,
+ *                              full) or sent none in time; device memory on a
+ *                              machine without a CUDA runtime or device, or (this
+ *                              version) device memory at all
+ *   EXLR8_FAILED_PRECONDITION  a v1 holder; a memory kind other than options asked
+ *   EXLR8_CORRUPTION           what the holder sent breaks the protocol
+ */
+EXLR8_API exlr8_status exlr8_lease_open(const char* socket_path, const exlr8_open_options* options,
+                                        exlr8_lease** out);
+
+/* Lets go of the lease in the order PROTOCOL.md requires: unmaps the image
+ * (device kind: releases the import), then closes the connection, so the
+ * holder counts this process gone only once nothing here maps its memory.
+ * The caller must have finished its own use of the image (device kind:
+ * synchronized its work on it). The handle stays valid (for
+ * exlr8_lease_is_open and exlr8_lease_free); every other call on it then
+ * fails with EXLR8_FAILED_PRECONDITION. Closing a closed lease is
+ * EXLR8_FAILED_PRECONDITION ("already closed"); NULL is
+ * EXLR8_INVALID_ARGUMENT. */
+EXLR8_API exlr8_status exlr8_lease_close(exlr8_lease* lease);
+
+/* Lets go (as exlr8_lease_close) if still open, and frees the handle. NULL
+ * is a no-op. The handle must not be used afterwards. */
+EXLR8_API void exlr8_lease_free(exlr8_lease* lease);
+
+/* 1 while open, 0 once closed (or for NULL). */
+EXLR8_API int exlr8_lease_is_open(const exlr8_lease* lease);
+
+/* ---- the description ---------------------------------------------------- */
+
+#define EXLR8_MAX_ALLOCATIONS 8
+
+typedef struct exlr8_lease_info {
+  uint32_t struct_size; /* set by the caller: sizeof(exlr8_lease_info) */
+  const char* socket_path;
+  const char* repo;     /* "org/model" */
+  const char* commit;   /* the release commit */
+  const char* manifest; /* the manifest name */
+  int32_t tp, rank;
+  uint32_t memory_kind;          /* EXLR8_MEMORY_DEVICE or EXLR8_MEMORY_HOST */
+  const char* gpu_uuid;          /* "GPU-..." or "MIG-...", "" when the description names none */
+  const char* gpu_pci_bus_id;    /* "0000:4E:00.0", or "" */
+  int32_t gpu_ordinal_in_holder; /* for logs only; -1 when none */
+  int32_t cuda_device;           /* device kind: the GPU's CUDA ordinal in this process; else -1 */
+  uint32_t allocation_count;     /* 1..EXLR8_MAX_ALLOCATIONS */
+  uint64_t allocation_bytes[EXLR8_MAX_ALLOCATIONS]; /* each allocation's size */
+  uint32_t image_allocation;                        /* the allocation holding the image */
+  uint64_t image_header_offset;                     /* the image's offset in it */
+  uint64_t image_bytes;                             /* the image's size */
+  uint64_t offset_table_offset;                     /* the offset table's offset in the image */
+  uint64_t offset_table_bytes;
+  uint32_t layers, experts, halves; /* the offset table's dimensions (experts: routed) */
+  uint64_t tensor_count, check_count;
+  uint64_t tables_bytes;       /* the tables file's size */
+  uint32_t release_deadline_s; /* how long a release gives a lessee to let go */
+  const void* allocation;      /* the image's allocation, mapped (host or device pointer) */
+  const void* image;           /* its first byte: allocation + image_header_offset */
+} exlr8_lease_info;
+
+/* The description's fields. REQUIRES: info->struct_size set. */
+EXLR8_API exlr8_status exlr8_lease_get_info(const exlr8_lease* lease, exlr8_lease_info* info);
+
+/* The description as the holder sent it (one JSON object, schema/lease/
+ * description-v2.schema.json; written again from the parsed fields, so
+ * keys in the schema's order), NUL-terminated; `*size` (may be NULL) its
+ * length. Owned by the lease. */
+EXLR8_API exlr8_status exlr8_lease_description_json(const exlr8_lease* lease, const char** json,
+                                                    size_t* size);
+
+/* ---- the proof of contents ---------------------------------------------- */
+
+typedef struct exlr8_proof {
+  uint32_t struct_size; /* set by the caller: sizeof(exlr8_proof) */
+  const char* commit;   /* the release commit checked (= the description's) */
+  uint64_t hashed_regions, hashed_bytes, hashed_mismatches;
+  uint64_t decoded_halves, decoded_of, decoded_seed;
+  int32_t every_layer_width_projection; /* 0 or 1 */
+  int32_t tiles_bit_exact;              /* 0 or 1 */
+  double max_block_error;
+  uint64_t dense_decoded_tensors, dense_decoded_mismatches;
+  double seconds_read, seconds_upload, seconds_hash, seconds_decode;
+  int32_t has_mismatch;     /* 1 when a check found a difference */
+  uint64_t mismatch_tensor; /* its tensor index, when has_mismatch */
+  uint64_t mismatch_offset; /* the image offset of the first difference */
+} exlr8_proof;
+
+/* What the holder checked on the memory this process maps. A clean proof
+ * has hashed_mismatches 0, dense_decoded_mismatches 0, tiles_bit_exact 1
+ * and has_mismatch 0. */
+EXLR8_API exlr8_status exlr8_lease_proof(const exlr8_lease* lease, exlr8_proof* proof);
+/* The proof as JSON (the description's "proof" object), to log. */
+EXLR8_API exlr8_status exlr8_lease_proof_json(const exlr8_lease* lease, const char** json, size_t* size);
+
+/* ---- tensors ------------------------------------------------------------ */
+
+typedef struct exlr8_tensor {
+  uint32_t struct_size; /* set by the caller: sizeof(exlr8_tensor) */
+  uint32_t kind;        /* exlr8_tensor_kind */
+  uint64_t index;       /* in the tensor table */
+  const char* name;     /* dense and plain tensors: the name; else "" */
+  uint32_t layer;       /* EXLR8_NO_LAYER when not a layer's */
+  uint32_t expert;      /* half records: the expert or EXLR8_SHARED_EXPERT; else EXLR8_NO_EXPERT */
+  uint32_t proj;        /* half records: EXLR8_PROJ_*; else EXLR8_NO_PROJ */
+  uint32_t half;        /* half records: the half; else EXLR8_NO_HALF */
+  uint32_t format;      /* dense data: exlr8_dense_format; half record: K; else 0 */
+  uint32_t dtype;       /* exlr8_dtype of the elements (a half record's: its slice's) */
+  uint32_t block_dtype; /* half record: its block row's dtype; else 0 */
+  uint32_t k;           /* trellis width (half records, TRELLIS dense data); else 0 */
+  uint32_t side;        /* dense data: spec 10.2 field 4; else 0 */
+  uint32_t shape_rank;  /* 0..4 */
+  uint64_t shape[4];    /* half record: {trellis bytes, slice elements, block row elements} */
+  uint32_t out, inp;    /* dense data: the matrix's out and inp; else 0 */
+  uint64_t offset;      /* from the image's first byte */
+  uint64_t length;      /* bytes */
+  uint64_t xxh64;       /* the region's XXH64 (seed 0) as staged */
+  const void* data;     /* image + offset: a host pointer (host kind) or a device pointer */
+} exlr8_tensor;
+
+/* The number of tensor entries (regions). */
+EXLR8_API exlr8_status exlr8_lease_tensor_count(const exlr8_lease* lease, uint64_t* count);
+/* Tensor entry `index` (< the count: else EXLR8_INVALID_ARGUMENT). */
+EXLR8_API exlr8_status exlr8_lease_tensor(const exlr8_lease* lease, uint64_t index, exlr8_tensor* tensor);
+/* The index of the dense or plain tensor `name` (a dense layer's tensor is
+ * "layers.{L}.name"); EXLR8_NOT_FOUND when the image has none. */
+EXLR8_API exlr8_status exlr8_lease_find_by_name(const exlr8_lease* lease, const char* name, uint64_t* index);
+/* The index of the half record (layer, expert or EXLR8_SHARED_EXPERT,
+ * proj, half); EXLR8_NOT_FOUND when the rank does not own it or it lies
+ * outside the image's dimensions. */
+EXLR8_API exlr8_status exlr8_lease_find_half(const exlr8_lease* lease, uint32_t layer, uint32_t expert,
+                                             uint32_t proj, uint32_t half, uint64_t* index);
+/* The index of a layer's signs.in (`out` 0) or signs.out (`out` 1). */
+EXLR8_API exlr8_status exlr8_lease_find_signs(const exlr8_lease* lease, uint32_t layer, int out,
+                                              uint64_t* index);
+
+/* ---- the pointer table -------------------------------------------------- */
+
+/* The offset table off[layer][expert + 1][3][halves] (IMAGE.md): u64
+ * offsets of half records from the image's first byte, EXLR8_ABSENT where
+ * the rank owns no half; entry ((l * (experts + 1) + e) * 3 + p) * halves
+ * + h, e = experts for the shared expert. `host_table` (may be NULL): a
+ * copy in host memory; `image_table` (may be NULL): the same table inside
+ * the image (device memory for the device kind: what kernels index);
+ * `entries` (may be NULL): its length. */
+EXLR8_API exlr8_status exlr8_lease_offset_table(const exlr8_lease* lease, const uint64_t** host_table,
+                                                const void** image_table, uint64_t* entries);
+
+/* ---- the holder's release ----------------------------------------------- */
+
+/* The connection's descriptor, for the caller's poll loop: readable when
+ * the holder sent its release line or went away. Read it only through
+ * exlr8_lease_poll_release. */
+EXLR8_API exlr8_status exlr8_lease_release_fd(const exlr8_lease* lease, int* fd);
+
+/* Reads what the holder sent, waiting up to `timeout_ms` (0: not at all).
+ * `*released` 1 once the holder asked this lessee to let go (its release
+ * line) or went away (`*holder_gone` 1, `*deadline_s` 0), else 0;
+ * `*deadline_s`: seconds after which the holder frees the memory. Let go
+ * (exlr8_lease_close) before the deadline. `holder_gone` and `deadline_s`
+ * may be NULL. EXLR8_CORRUPTION for anything else the holder sent. */
+EXLR8_API exlr8_status exlr8_lease_poll_release(exlr8_lease* lease, uint32_t timeout_ms, int* released,
+                                                uint32_t* deadline_s, int* holder_gone);
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* XXH64 (seed 0) of `size` bytes of host memory at `data` (a lessee that
+ * checks a host image's regions against exlr8_tensor.xxh64). */
+EXLR8_API uint64_t exlr8_xxh64(const void* data, size_t size);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EXLR8_EXLR8CLIENT_H_ */

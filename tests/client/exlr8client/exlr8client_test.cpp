@@ -1,0 +1,297 @@
+// libexlr8client (client/include/exlr8/exlr8client.h, .hpp) against the real
+// holder: the shared fixture's TP 3 rank 1 pulled from the hub simulator
+// into a real cache and staged in host memory by the real `exlr8d-stage
+// --memory host --hold SOCK`, leased over a real Unix socket by the shared
+// library this test links (as a serving process links it). Every tensor's
+// bytes equal an image this process builds from the same cache; the C API
+// from C (c_api_check.c, linked with the library alone) runs against the
+// same holder; error paths; a device description refused with a clear
+// Unavailable; the holder's release reaching the lessee.
+#include "exlr8/exlr8client.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "client/lease/description_v2.h"
+#include "daemon/stage/host_image.h"
+#include "daemon/stage/lease_server.h"
+#include "format/checksum.h"
+#include "tests/client/lease/lease_v2_test_util.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/child_process.h"
+#include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+
+std::vector<std::string> StageArgs(const fs::path& cache, const fs::path& sock) {
+  return {"--cache",  cache.string(), "--repo", "exlr8/test",  "--manifest",
+          "home",     "--tp",         "3",      "--rank",      "1",
+          "--memory", "host",         "--hold", sock.string(), "--release-wait",
+          "20"};
+}
+
+// Runs `command` with the shell; its exit status and what it printed
+// (stdout and stderr).
+std::pair<int, std::string> RunShell(const std::string& command) {
+  std::string out;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int w = ::pclose(p);
+  return {WIFEXITED(w) ? WEXITSTATUS(w) : 128, out};
+}
+
+// One staged rank held for the whole suite (the stage takes a second or
+// two): the cache it came from and the holder's socket.
+class HeldRankTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    sim_ = StartSim(TinyRelease());
+    cache_ = std::make_unique<TempDir>();
+    run_ = std::make_unique<TempDir>();
+    auto pulled = Pull(cache_->path(), Options(*sim_, "home", 3, 1));
+    ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+    sock_ = run_->path() / "lease.sock";
+    stage_ = std::make_unique<ChildProcess>("exlr8d-stage", StageArgs(cache_->path(), sock_),
+                                            (run_->path() / "stage.err").string());
+    ASSERT_TRUE(stage_->ReadUntil("holding:")) << stage_->printed();
+  }
+  static void TearDownTestSuite() {
+    stage_.reset();
+    run_.reset();
+    cache_.reset();
+    sim_.reset();
+  }
+  void SetUp() override {
+    if (stage_ == nullptr || stage_->printed().find("holding:") == std::string::npos)
+      GTEST_SKIP() << "no holder";
+  }
+
+  static inline std::unique_ptr<hubsim::HubSim> sim_;
+  static inline std::unique_ptr<TempDir> cache_, run_;
+  static inline fs::path sock_;
+  static inline std::unique_ptr<ChildProcess> stage_;
+};
+
+TEST_F(HeldRankTest, EveryTensorEqualsTheCacheAndEachLookupFindsIt) {
+  exlr8client::Lease lease = exlr8client::Lease::Open(sock_.string());
+  ASSERT_TRUE(lease.is_open());
+  auto own = BuildHostRankImage(TestRankRequest(cache_->path(), 3, 1));
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  const std::span<const std::byte> bytes = own->image.bytes();
+
+  const exlr8client::Info info = lease.info();
+  EXPECT_STREQ(info.repo, "exlr8/test");
+  EXPECT_STREQ(info.manifest, "home");
+  EXPECT_EQ(info.tp, 3);
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.memory_kind, static_cast<std::uint32_t>(EXLR8_MEMORY_HOST));
+  ASSERT_EQ(info.allocation_count, 1u);
+  EXPECT_EQ(info.allocation_bytes[0], bytes.size());
+  EXPECT_EQ(info.image_bytes, bytes.size());
+  ASSERT_EQ(info.tensor_count, lease.tensor_count());
+  ASSERT_GT(info.tensor_count, 0u);
+  // The whole image, then each region and its lookup.
+  EXPECT_EQ(std::memcmp(info.allocation, bytes.data(), bytes.size()), 0);
+  int halves = 0, named = 0, signs = 0;
+  for (std::uint64_t i = 0; i < lease.tensor_count(); ++i) {
+    const exlr8client::Tensor t = lease.tensor(i);
+    ASSERT_LE(t.offset + t.length, bytes.size());
+    EXPECT_EQ(std::memcmp(t.data, bytes.data() + t.offset, t.length), 0) << i;
+    EXPECT_EQ(Xxh64::Hash({static_cast<const std::byte*>(t.data), t.length}), t.xxh64) << i;
+    EXPECT_EQ(exlr8_xxh64(t.data, t.length), t.xxh64) << i;
+    const ImageTensor& mine = own->layout.tables.tensors[i];
+    EXPECT_EQ(t.offset, mine.offset);
+    EXPECT_EQ(t.xxh64, mine.xxh64);
+    EXPECT_EQ(t.kind, static_cast<std::uint32_t>(mine.kind));
+    EXPECT_EQ(t.dtype, static_cast<std::uint32_t>(mine.dtype));
+    std::optional<exlr8client::Tensor> same;
+    if (t.kind == EXLR8_TENSOR_HALF_RECORD) {
+      ++halves;
+      same = lease.FindHalf(t.layer, t.expert, t.proj, t.half);
+    } else if (t.kind == EXLR8_TENSOR_SIGNS_IN || t.kind == EXLR8_TENSOR_SIGNS_OUT) {
+      ++signs;
+      same = lease.FindSigns(t.layer, t.kind == EXLR8_TENSOR_SIGNS_OUT);
+    } else {
+      ++named;
+      EXPECT_EQ(std::string(t.name), mine.name);
+      same = lease.Find(t.name);
+    }
+    ASSERT_TRUE(same.has_value()) << i;
+    EXPECT_EQ(same->index, i);
+  }
+  EXPECT_GT(halves, 0);
+  EXPECT_GT(named, 0);
+  EXPECT_GT(signs, 0);
+  EXPECT_FALSE(lease.Find("no.such.tensor").has_value());
+  EXPECT_FALSE(lease.FindHalf(info.layers, 0, EXLR8_PROJ_GATE, 0).has_value());
+
+  // The offset table: the tables' copy, the image's, and the builder's.
+  const exlr8client::OffsetTable table = lease.offset_table();
+  ASSERT_EQ(table.entries, own->layout.tables.offset_table.size());
+  EXPECT_EQ(std::memcmp(table.host, own->layout.tables.offset_table.data(), table.entries * 8), 0);
+  EXPECT_EQ(std::memcmp(table.image, table.host, table.entries * 8), 0);
+
+  const exlr8client::Proof proof = lease.proof();
+  EXPECT_STREQ(proof.commit, info.commit);
+  EXPECT_EQ(proof.hashed_regions, info.check_count);
+  EXPECT_EQ(proof.hashed_mismatches, 0u);
+  EXPECT_EQ(proof.has_mismatch, 0);
+  const std::string proof_json(lease.proof_json());
+  auto parsed = ParseLeaseDescriptionV2(lease.description_json());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(proof_json, WriteLeaseProof(parsed->proof));
+  EXPECT_EQ(parsed->commit, info.commit);
+  EXPECT_NE(std::string(lease.description_json()).find("\"proof\":" + proof_json), std::string::npos);
+  lease.Close();
+  EXPECT_FALSE(lease.is_open());
+}
+
+TEST_F(HeldRankTest, TheCApiFromCPassesItsChecks) {
+  const auto [code, out] = RunShell(std::string(EXLR8_C_API_CHECK) + " " + sock_.string());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("ok: "), std::string::npos) << out;
+}
+
+TEST_F(HeldRankTest, ErrorPathsNameWhatFailed) {
+  // No socket there.
+  const std::string missing = (run_->path() / "nobody.sock").string();
+  try {
+    (void)exlr8client::Lease::Open(missing);
+    ADD_FAILURE() << "opened " << missing;
+  } catch (const exlr8client::Error& e) {
+    EXPECT_EQ(e.status(), EXLR8_NOT_FOUND);
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  // The wrong kind.
+  try {
+    (void)exlr8client::Lease::Open(sock_.string(), {exlr8client::MemoryKind::kDevice});
+    ADD_FAILURE() << "a host lease opened as device memory";
+  } catch (const exlr8client::Error& e) {
+    EXPECT_EQ(e.status(), EXLR8_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(e.what()).find("in host memory, the caller asked for device memory"),
+              std::string::npos)
+        << e.what();
+  }
+  // Closed twice, and used after close.
+  exlr8client::Lease lease = exlr8client::Lease::Open(sock_.string(), {exlr8client::MemoryKind::kHost});
+  lease.Close();
+  try {
+    lease.Close();
+    ADD_FAILURE() << "closed twice";
+  } catch (const exlr8client::Error& e) {
+    EXPECT_EQ(e.status(), EXLR8_FAILED_PRECONDITION);
+    EXPECT_NE(std::string(e.what()).find("already closed"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)lease.tensor_count(), exlr8client::Error);
+  // NULL arguments and bad structures.
+  exlr8_lease* raw = nullptr;
+  EXPECT_EQ(exlr8_lease_open(nullptr, nullptr, &raw), EXLR8_INVALID_ARGUMENT);
+  EXPECT_EQ(exlr8_lease_open(sock_.c_str(), nullptr, nullptr), EXLR8_INVALID_ARGUMENT);
+  exlr8_open_options bad;
+  exlr8_open_options_init(&bad);
+  bad.memory_kind = 9;
+  EXPECT_EQ(exlr8_lease_open(sock_.c_str(), &bad, &raw), EXLR8_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(exlr8_last_error_message()).find("memory_kind 9"), std::string::npos);
+  const std::string too_long = "/tmp/" + std::string(200, 'x') + ".sock";
+  EXPECT_EQ(exlr8_lease_open(too_long.c_str(), nullptr, &raw), EXLR8_INVALID_ARGUMENT);
+  EXPECT_EQ(raw, nullptr);
+  exlr8client::Lease open = exlr8client::Lease::Open(sock_.string());
+  exlr8_lease_info info{};
+  info.struct_size = 8;
+  EXPECT_EQ(exlr8_lease_get_info(open.get(), &info), EXLR8_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(exlr8_last_error_message()).find("struct_size 8"), std::string::npos);
+  EXPECT_THROW((void)open.tensor(open.tensor_count()), exlr8client::Error);
+  // The message is per thread: another thread's failure leaves this one's.
+  EXPECT_EQ(exlr8_lease_find_by_name(open.get(), "mine", &info.tensor_count), EXLR8_NOT_FOUND);
+  std::thread([&] {
+    std::uint64_t i;
+    EXPECT_EQ(exlr8_lease_find_by_name(open.get(), "theirs", &i), EXLR8_NOT_FOUND);
+  }).join();
+  EXPECT_NE(std::string(exlr8_last_error_message()).find("'mine'"), std::string::npos)
+      << exlr8_last_error_message();
+}
+
+TEST(Exlr8ClientTest, ADeviceLeaseIsUnavailableNamingItsGpu) {
+  const testing::V2Image im = testing::MakeV2Image(11);
+  testing::V2Fds fds(im);
+  LeaseDescriptionV2 d = im.description;
+  d.memory_kind = LeaseMemoryKind::kDevice;
+  d.device = LeaseGpu{"GPU-5a1b2c3d-0000-1111-2222-333344445555", "0000:4E:00.0", 0};
+  TempDir run;
+  const fs::path path = run.path() / "device.sock";
+  auto server = LeaseServer::StartV2(path, WriteLeaseDescriptionV2(d), {{fds.image, fds.tables}});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  exlr8_lease* lease = nullptr;
+  ASSERT_EQ(exlr8_lease_open(path.c_str(), nullptr, &lease), EXLR8_UNAVAILABLE);
+  const std::string message = exlr8_last_error_message();
+  EXPECT_NE(message.find("GPU-5a1b2c3d-0000-1111-2222-333344445555"), std::string::npos) << message;
+  EXPECT_NE(message.find("0000:4E:00.0"), std::string::npos) << message;
+  EXPECT_NE(message.find("device leases need"), std::string::npos) << message;
+  EXPECT_EQ(lease, nullptr);
+  // A host lease from a synthetic holder opens, for comparison.
+  const fs::path host_path = run.path() / "host.sock";
+  auto host =
+      LeaseServer::StartV2(host_path, WriteLeaseDescriptionV2(im.description), {{fds.image, fds.tables}});
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  exlr8client::Lease ok = exlr8client::Lease::Open(host_path.string());
+  EXPECT_EQ(ok.tensor_count(), im.layout.tables.tensors.size());
+}
+
+TEST(Exlr8ClientTest, TheHoldersReleaseReachesTheLesseeWhichLetsGo) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 1)).ok());
+  const fs::path sock = run.path() / "lease.sock";
+  ChildProcess stage("exlr8d-stage", StageArgs(cache.path(), sock), (run.path() / "stage.err").string());
+  ASSERT_TRUE(stage.ReadUntil("holding:")) << stage.printed();
+  exlr8client::Lease lease = exlr8client::Lease::Open(sock.string());
+  EXPECT_FALSE(lease.PollRelease().has_value());
+  EXPECT_GE(lease.release_fd(), 0);
+  stage.Send(SIGTERM);
+  const std::optional<exlr8client::Release> release = lease.PollRelease(std::chrono::seconds(20));
+  ASSERT_TRUE(release.has_value());
+  EXPECT_FALSE(release->holder_gone);
+  EXPECT_EQ(release->deadline_s, 20u);
+  ASSERT_TRUE(stage.ReadUntil("waiting up to")) << stage.printed();
+  lease.Close();
+  ASSERT_TRUE(stage.ReadUntil("released after 1 lease(s)")) << stage.printed();
+  EXPECT_EQ(stage.Signal(0), 0) << stage.ReadAll();
+}
+
+// The installed library from outside the tree (tests/client/consumer_test.sh:
+// `cmake --install`, find_package and pkg-config builds, run on this lease).
+TEST_F(HeldRankTest, AnInstalledConsumerBuildsAndRuns) {
+  if (std::getenv("EXLR8_CONSUMER_TEST") == nullptr) GTEST_SKIP() << "set EXLR8_CONSUMER_TEST=1 (ctest does)";
+  TempDir work;
+  const std::string command = std::string(EXLR8_SOURCE_DIR) + "/tests/client/consumer_test.sh " +
+                              EXLR8_BUILD_DIR + " " + EXLR8_SOURCE_DIR + " " + sock_.string() + " " +
+                              work.path().string();
+  const auto [code, out] = RunShell(command);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("consumer ok"), std::string::npos) << out;
+  EXPECT_NE(out.find("consumer_test: ok"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace exlr8

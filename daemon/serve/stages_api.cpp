@@ -89,6 +89,15 @@ std::string StageJson(const StageInfo& s) {
     w.Null();
   }
   w.Field("created", UtcTime(s.created_ms)).Field("error", s.error).Field("exit_status", s.exit_status);
+  // What exlr8d-stage --lease v1 prints to its log, for API clients.
+  w.Key("warning");
+  if (r.lease == "v1") {
+    w.String(
+        "lease v1 is deprecated and goes in the next release: its holder stages the expert halves only; "
+        "lease v2 (the default) holds the rank's whole image");
+  } else {
+    w.Null();
+  }
   // What the holder wrote (its state.json), for the details: bytes, halves,
   // the device's name, the upload rate, its lessees' pids, when it last
   // changed.

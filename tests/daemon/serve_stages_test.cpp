@@ -254,6 +254,11 @@ TEST(ServeStagesTest, MemoryAndLeaseReachTheHolderAndComeBack) {
     EXPECT_EQ(Text(s, "lease_version"), c.lease);
     EXPECT_EQ(Text(s, "check"), c.check);
     EXPECT_EQ(Words(Member(Member(s, "holder"), "args")), c.args);
+    if (c.lease == "v1") {
+      EXPECT_THAT(Text(s, "warning"), HasSubstr("lease v1 is deprecated and goes in the next release"));
+    } else {
+      EXPECT_TRUE(Member(s, "warning").is_null());
+    }
     const JsonValue held = Member(s, "held");
     ASSERT_TRUE(held.is_object())
         << Parse(Http(serve.base() + "/v1/stages/" + std::to_string(id))).is_object();
@@ -327,6 +332,7 @@ TEST(ServeStagesTest, AStageRecordedBeforeMemoryAndLeaseIsAV1DeviceStage) {
   EXPECT_EQ(Text(s, "memory"), "device");
   EXPECT_EQ(Text(s, "lease_version"), "v1");
   EXPECT_EQ(Text(s, "check"), "64");
+  EXPECT_THAT(Text(s, "warning"), HasSubstr("deprecated"));
   EXPECT_TRUE(Member(s, "held").is_null());
 }
 
@@ -551,9 +557,11 @@ TEST(ServeStagesTest, TheRealHolderHoldsARankInHostMemoryUntilDeleted) {
   }
   EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; }, 30))
       << Text(s, "state");
-  EXPECT_FALSE(Alive(s));
   EXPECT_EQ(Number(Member(s, "holder"), "leases_served"), 1u);
+  // It says "released" a moment before it exits (and lets go of its lock).
   EXPECT_TRUE(WaitFor([&] { return Gone(holder); }, 10)) << "released, yet running";
+  EXPECT_TRUE(WaitFor([&] { return !Alive(s = GetStage(serve, id)); }, 10));
+  EXPECT_EQ(Text(s, "state"), "released");
   EXPECT_FALSE(fs::exists(cache.path() / "exlr8d.stages" / std::to_string(id) / "lease.sock"));
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
 }

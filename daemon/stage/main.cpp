@@ -5,6 +5,8 @@
 // Over ~500 lines while it carries both leases: the v1 holder (halves only,
 // `--lease v1`, deprecated for one release) goes in the next release, and
 // with it the second copy of the holding loop (ImageHolder::Hold).
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -410,6 +412,12 @@ int Run(const std::vector<std::string>& argv) {
   // Kept blocked at the end: "released" is reported by then, and a signal
   // that comes after must not turn the exit into a death.
   SignalWatcher signals([&stops](int sig) { stops.Add(sig); }, SignalWatcher::AtEnd::kKeepBlocked);
+  // A stop pending when the program starts (a DELETE right after the POST)
+  // is the watcher's to take: wait for it, so that no step begins before
+  // the stop is seen, however late the watcher's thread is scheduled.
+  if (sigset_t pending; ::sigpending(&pending) == 0 &&
+                        (::sigismember(&pending, SIGINT) == 1 || ::sigismember(&pending, SIGTERM) == 1))
+    stops.WaitFor(1, std::chrono::seconds(5));
   // With --state-dir, every step, its progress and the outcome go to
   // DIR/state.json too; the progress of a long step is printed as well.
   std::unique_ptr<StageStateWriter> state;

@@ -6,7 +6,9 @@
 # is another build of exlr8d-stage (BASE_BIN, e.g. the previous commit's),
 # run on the same cache in the same run, rounds alternating. Each time is
 # the one exlr8d-stage prints ("read N halves ... in X s"); without a GPU
-# it then stops with exit 4, which is fine here.
+# it then stops with exit 4, which is fine here. It times the halves-only
+# reader, lease v1 (`--lease v1`, deprecated: a BASE_BIN from before the
+# option existed needs the line below without it).
 #
 #   BASE_BIN=/path/to/old/bin bench/rank_read_bench.sh [BIN_DIR]   (default build-release/bin)
 #   ROUNDS=5 (default 3)
@@ -31,7 +33,7 @@ hub=$(sed -n 's/.*hub=\([^ ]*\).*/\1/p' "$work/ports")
 kill $sim; sim=""
 
 read_time() {  # $1: bin dir; prints the read's seconds (exit 4 without a GPU is expected)
-  { "$1/exlr8d-stage" --cache "$work/cache" --repo bench/r --manifest home --tp 1 --rank 0 --check 0 2>&1 || true; } |
+  { "$1/exlr8d-stage" --cache "$work/cache" --repo bench/r --manifest home --tp 1 --rank 0 --lease v1 --check 0 2>&1 || true; } |
     sed -n 's/^read .* in \([0-9.]*\) s$/\1/p'
 }
 for round in $(seq "$rounds"); do

@@ -47,9 +47,11 @@ a crash resumes at the next start. The server takes the cache's lock only
 while it runs jobs: between them, 'exlr8d pull', gc and the systemd units use
 the cache as before, and jobs wait while one of them owns it.
 
-It also starts GPU holders on request: POST /v1/stages runs an exlr8d-stage
-that stages a pulled rank and leases it (GET /v1/stages/{id} says when it
-holds; DELETE releases it). A holder runs in a session of its own and
+It also starts holders on request: POST /v1/stages runs an exlr8d-stage
+that stages a pulled rank's image in GPU memory ("memory":"device", the
+default) or host memory ("host") and leases it over protocol v2 ("lease":"v2",
+the default; "v1" is deprecated) (GET /v1/stages/{id} says when it holds;
+DELETE releases it). A holder runs in a session of its own and
 outlives a restart of this server, which finds it again in DIR/exlr8d.stages/.
 
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,

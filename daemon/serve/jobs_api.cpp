@@ -174,7 +174,7 @@ ApiResponse JobsApi::Metrics() const {
     if (!stages.ok()) return ErrorResponse(stages.status());
     std::map<std::string, std::uint64_t> by_state;
     for (const StageInfo& s : *stages) ++by_state[s.state];
-    m.Family("exlr8d_stages", "gauge", "GPU holders started by this server (POST /v1/stages), by state.");
+    m.Family("exlr8d_stages", "gauge", "Holders started by this server (POST /v1/stages), by state.");
     for (const auto& [state, n] : by_state) m.Sample("exlr8d_stages", {{"state", state}}, n);
     // Per live holder: the device memory it holds, and who uses it now.
     auto per_holder = [&](const char* name, const char* help, auto value) {
@@ -191,7 +191,9 @@ ApiResponse JobsApi::Metrics() const {
                  *v);
       }
     };
-    per_holder("exlr8d_stage_held_bytes", "Bytes of halves a live holder keeps in GPU memory.",
+    per_holder("exlr8d_stage_held_bytes",
+               "Bytes a live holder keeps for its lessees: its rank's image (lease v2, GPU or host memory) "
+               "or its halves (v1).",
                [](const JsonValue& h) -> std::optional<std::uint64_t> {
                  const JsonValue* bytes = h.Find("bytes");
                  return bytes != nullptr ? bytes->as_uint64() : std::nullopt;

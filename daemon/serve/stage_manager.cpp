@@ -35,6 +35,8 @@ std::string RequestJson(const StageRequest& r, std::int64_t created_ms) {
       .Field("manifest", r.manifest)
       .Field("tp", r.tp)
       .Field("rank", r.rank)
+      .Field("memory", r.memory)
+      .Field("lease", r.lease)
       .Field("device", r.device)
       .Field("check", r.check)
       .Field("release_wait_s", r.release_wait_s)
@@ -55,9 +57,20 @@ Result<std::pair<StageRequest, std::int64_t>> ReadRequest(const std::filesystem:
     const JsonValue* v = parsed->is_object() ? parsed->Find(k) : nullptr;
     return v && v->is_number() && v->as_int64() ? *v->as_int64() : -1;
   };
-  StageRequest r{str("repo"), str("revision"), str("manifest"), static_cast<int>(num("tp")),
-                 static_cast<int>(num("rank")), static_cast<int>(num("device")), str("check"),
-                 static_cast<int>(num("release_wait_s"))};
+  StageRequest r;
+  r.repo = str("repo");
+  r.revision = str("revision");
+  r.manifest = str("manifest");
+  r.tp = static_cast<int>(num("tp"));
+  r.rank = static_cast<int>(num("rank"));
+  // A record written before the server chose memory and lease is one of a
+  // v1 holder in device memory: that was the only kind it started.
+  r.memory = parsed->is_object() && parsed->Find("memory") ? str("memory") : "device";
+  r.lease = parsed->is_object() && parsed->Find("lease") ? str("lease") : "v1";
+  r.device = static_cast<int>(num("device"));
+  r.check = str("check");
+  r.release_wait_s = static_cast<int>(num("release_wait_s"));
+  if (r.check.empty()) r.check = DefaultStageCheck(r);
   if (Status s = ValidateStageRequest(r); !s.ok()) return CorruptionError(path.string() + ": " + s.message());
   return std::make_pair(std::move(r), num("created"));
 }
@@ -83,9 +96,35 @@ std::string DescribeExit(int status) {
   return "exit status " + std::to_string(status);
 }
 
+// The same rank in the same memory: host memory is one place per node,
+// device memory one per GPU.
 bool SameRank(const StageRequest& a, const StageRequest& b) {
   return a.repo == b.repo && a.revision == b.revision && a.manifest == b.manifest && a.tp == b.tp &&
-         a.rank == b.rank && a.device == b.device;
+         a.rank == b.rank && a.memory == b.memory && (a.memory == "host" || a.device == b.device);
+}
+
+std::string WhereHeld(const StageRequest& r) {
+  return r.memory == "host" ? std::string("in host memory") : "on device " + std::to_string(r.device);
+}
+
+// What a holder in `state` says it holds (stage_manager.h: HeldImage), or
+// nothing before it says so.
+std::optional<HeldImage> HeldOf(std::string_view state, const JsonValue& record) {
+  if ((state != "holding" && state != "releasing") || !record.is_object()) return std::nullopt;
+  const JsonValue* bytes = record.Find("bytes");
+  if (bytes == nullptr || !bytes->as_uint64()) return std::nullopt;
+  HeldImage held;
+  held.bytes = *bytes->as_uint64();
+  if (const JsonValue* regions = record.Find("regions"); regions != nullptr && regions->as_uint64())
+    held.regions = *regions->as_uint64();
+  // Lease v2 reports the memory kind, and in device memory the GPU's UUID
+  // as "device"; lease v1's "device" is the GPU's name.
+  const JsonValue* memory = record.Find("memory");
+  const JsonValue* device = record.Find("device");
+  if (memory != nullptr && memory->is_string() && memory->as_string() == "device" && device != nullptr &&
+      device->is_string())
+    held.gpu_uuid = device->as_string();
+  return held;
 }
 
 }  // namespace
@@ -98,15 +137,41 @@ Status ValidateStageRequest(const StageRequest& r) {
       return InvalidArgumentError("manifest: a name such as \"home\" or a path in the repo: " + s.message());
   if (r.tp < 1 || r.tp > (1 << 20)) return InvalidArgumentError("tp must be an integer in [1, 1048576]");
   if (r.rank < 0 || r.rank >= r.tp)
-    return InvalidArgumentError("rank " + std::to_string(r.rank) + " is not in [0, tp = " + std::to_string(r.tp) +
-                                ")");
+    return InvalidArgumentError("rank " + std::to_string(r.rank) +
+                                " is not in [0, tp = " + std::to_string(r.tp) + ")");
+  if (r.memory != "device" && r.memory != "host")
+    return InvalidArgumentError(
+        "memory must be \"device\" (GPU memory, the default) or \"host\" (a sealed memfd, "
+        "no GPU needed), not \"" +
+        EscapeForMessage(r.memory, 40) + "\"");
+  if (r.lease != "v1" && r.lease != "v2")
+    return InvalidArgumentError(
+        "lease must be \"v2\" (the default) or \"v1\" (deprecated: the halves only, "
+        "device memory only), not \"" +
+        EscapeForMessage(r.lease, 40) + "\"");
+  if (r.memory == "host" && r.lease != "v2")
+    return InvalidArgumentError("lease \"v1\" holds device memory only: host memory is leased over \"v2\"");
   if (r.device < 0 || r.device > 1024) return InvalidArgumentError("device must be an integer in [0, 1024]");
-  if (r.check != "all" &&
-      (r.check.empty() || r.check.size() > 9 || r.check.find_first_not_of("0123456789") != std::string::npos))
+  if (r.memory == "host") {
+    if (!r.check.empty() && r.check != "none")
+      return InvalidArgumentError("check must be \"none\" for host memory (nothing is decoded on the host)");
+  } else if (r.lease == "v2") {
+    if (!r.check.empty() && r.check != "sample" && r.check != "all")
+      return InvalidArgumentError(
+          "check must be \"sample\" (a seeded >= 1 % of the halves, the default) or \"all\" with lease v2 (a "
+          "count of halves is lease v1's)");
+  } else if (!r.check.empty() && r.check != "all" &&
+             (r.check.size() > 9 || r.check.find_first_not_of("0123456789") != std::string::npos)) {
     return InvalidArgumentError("check must be \"all\" or a count of halves");
+  }
   if (r.release_wait_s < 0 || r.release_wait_s > 3600)
     return InvalidArgumentError("release_wait_s must be an integer in [0, 3600]");
   return Status::Ok();
+}
+
+std::string DefaultStageCheck(const StageRequest& r) {
+  if (r.memory == "host") return "none";
+  return r.lease == "v2" ? "sample" : "64";
 }
 
 std::filesystem::path DefaultStageBinary() {
@@ -206,11 +271,14 @@ Result<StageInfo> StageManager::Read(std::int64_t id) {
   }
   if (const JsonValue* lease = holder_field("lease"); lease && lease->is_string() && info.state == "holding")
     info.lease = lease->as_string();
+  if (info.alive) info.held = HeldOf(info.state, info.holder);
   return info;
 }
 
-Result<StageInfo> StageManager::Start(const StageRequest& request) {
-  EXLR8_RETURN_IF_ERROR(ValidateStageRequest(request));
+Result<StageInfo> StageManager::Start(const StageRequest& asked) {
+  EXLR8_RETURN_IF_ERROR(ValidateStageRequest(asked));
+  StageRequest request = asked;
+  if (request.check.empty()) request.check = DefaultStageCheck(request);
   std::lock_guard<std::mutex> l(mu_);
   Reap();
   if (::access(stage_binary_.c_str(), X_OK) != 0)
@@ -226,8 +294,8 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
     if (other.ok() && (other->alive || other->state == "starting") && SameRank(other->request, request))
       return FailedPreconditionError("stage " + std::to_string(id) + " already holds " + request.repo + " " +
                                      request.manifest + " TP " + std::to_string(request.tp) + " rank " +
-                                     std::to_string(request.rank) + " on device " + std::to_string(request.device) +
-                                     " (state " + other->state + "); release it first");
+                                     std::to_string(request.rank) + " " + WhereHeld(request) + " (state " +
+                                     other->state + "); release it first");
   }
   PruneFinished();
   // Ids are never reused, even after a stage is forgotten: a client that
@@ -264,17 +332,33 @@ Result<StageInfo> StageManager::Start(const StageRequest& request) {
   }
 
   std::vector<std::string> args = {stage_binary_.string(),
-                                   "--repo", request.repo,
-                                   "--revision", request.revision,
-                                   "--manifest", request.manifest,
-                                   "--tp", std::to_string(request.tp),
-                                   "--rank", std::to_string(request.rank),
-                                   "--cache", root_.parent_path().string(),
-                                   "--device", std::to_string(request.device),
-                                   "--check", request.check,
-                                   "--hold", (dir / "lease.sock").string(),
-                                   "--release-wait", std::to_string(request.release_wait_s),
-                                   "--state-dir", dir.string()};
+                                   "--repo",
+                                   request.repo,
+                                   "--revision",
+                                   request.revision,
+                                   "--manifest",
+                                   request.manifest,
+                                   "--tp",
+                                   std::to_string(request.tp),
+                                   "--rank",
+                                   std::to_string(request.rank),
+                                   "--cache",
+                                   root_.parent_path().string(),
+                                   "--memory",
+                                   request.memory,
+                                   "--lease",
+                                   request.lease,
+                                   "--hold",
+                                   (dir / "lease.sock").string(),
+                                   "--release-wait",
+                                   std::to_string(request.release_wait_s),
+                                   "--state-dir",
+                                   dir.string()};
+  // exlr8d-stage refuses --check for host memory, and takes only "all" with
+  // lease v2 (its default is the sample); --device names a GPU.
+  if (request.memory == "device") args.insert(args.end(), {"--device", std::to_string(request.device)});
+  if (request.memory == "device" && (request.lease == "v1" || request.check == "all"))
+    args.insert(args.end(), {"--check", request.check});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

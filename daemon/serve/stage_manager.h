@@ -1,5 +1,6 @@
-// StageManager: the GPU holders that `exlr8d serve` starts on request
-// (POST /v1/stages) and releases (DELETE /v1/stages/{id}).
+// StageManager: the holders (exlr8d-stage --hold, GPU or host memory) that
+// `exlr8d serve` starts on request (POST /v1/stages) and releases (DELETE
+// /v1/stages/{id}).
 //
 // A holder is an exlr8d-stage process (`--hold`), not a thread of the
 // server: a restart or upgrade of the API server must not pull the weights
@@ -44,25 +45,47 @@ struct StageRequest {
   std::string manifest;           // a name or a repo path
   int tp = 1;
   int rank = 0;
-  int device = 0;                 // CUDA ordinal
-  std::string check = "64";       // halves checked on the GPU: a count or "all"
-  int release_wait_s = 30;        // for lessees, once told to release
+  std::string memory = "device";  // exlr8d-stage --memory: "device" or "host"
+  std::string lease = "v2";       // --lease: "v2", or "v1" (deprecated; device memory only)
+  int device = 0;                 // CUDA ordinal (device memory; not passed for host memory)
+  // What is decoded on the GPU: lease v1: a count of halves or "all" (its
+  // default "64"); lease v2 in device memory: "sample" (the seeded >= 1 %,
+  // the default) or "all"; host memory: "none". Empty: the default for the
+  // memory and lease (DefaultStageCheck; Start records the default).
+  std::string check;
+  int release_wait_s = 30;  // for lessees, once told to release
 };
 
-// InvalidArgument naming the field.
+// InvalidArgument naming the field ("memory", "lease", "check", ...).
 Status ValidateStageRequest(const StageRequest& request);
+
+// The `check` a request with none gets: "64", "sample" or "none", as above.
+std::string DefaultStageCheck(const StageRequest& request);
+
+// What a holding (or releasing) holder reports of what it holds, from its
+// state.json: lease v2 says "bytes" (the image's allocation), "regions"
+// (hashed) and, in device memory, the GPU's UUID ("device"); lease v1 says
+// "bytes" (its halves') and the GPU's name, which is not a UUID.
+struct HeldImage {
+  std::uint64_t bytes = 0;
+  std::optional<std::uint64_t> regions;  // lease v2 only
+  std::string gpu_uuid;                  // lease v2 in device memory only
+};
 
 struct StageInfo {
   std::int64_t id = 0;
-  StageRequest request;
+  StageRequest request;  // check as recorded: never empty
   std::int64_t created_ms = 0;
-  std::string state;  // starting, reading, staging, holding, releasing, released, failed, died
+  // starting, reading, staging, hashing, decoding (lease v2 in device
+  // memory), holding, releasing, released, failed, died
+  std::string state;
   bool alive = false;
   pid_t pid = 0;
   std::filesystem::path lease;  // the socket, once holding
   std::string error;            // failed / died: why
   std::optional<int> exit_status;
-  JsonValue holder;             // the holder's state.json (null before it wrote one)
+  std::optional<HeldImage> held;  // holding or releasing, once the holder said
+  JsonValue holder;               // the holder's state.json (null before it wrote one)
 };
 
 class StageManager {
@@ -74,9 +97,10 @@ class StageManager {
   // ones are removed when the next stage starts.
   static constexpr std::size_t kKeepFinished = 64;
 
-  // Starts a holder. InvalidArgument for a bad request; FailedPrecondition
-  // when a live stage holds the same rank on the same device (naming it);
-  // Unimplemented when the stage program is not there.
+  // Starts a holder (exlr8d-stage with the request's --memory and --lease).
+  // InvalidArgument for a bad request; FailedPrecondition when a live stage
+  // holds the same rank in the same memory (the same device, for device
+  // memory), naming it; Unimplemented when the stage program is not there.
   Result<StageInfo> Start(const StageRequest& request);
   Result<StageInfo> Get(std::int64_t id);
   // Newest first.

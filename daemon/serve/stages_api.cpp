@@ -63,6 +63,8 @@ std::string StageJson(const StageInfo& s) {
       .Field("manifest", r.manifest)
       .Field("tp", r.tp)
       .Field("rank", r.rank)
+      .Field("memory", r.memory)
+      .Field("lease_version", r.lease)
       .Field("device", r.device)
       .Field("check", r.check)
       .Field("release_wait_s", r.release_wait_s)
@@ -72,7 +74,30 @@ std::string StageJson(const StageInfo& s) {
   } else {
     w.String(s.lease.string());
   }
+  // What it holds, once it says: the image's bytes and regions (lease v2),
+  // the halves' bytes (v1).
+  w.Key("held");
+  if (s.held) {
+    const std::optional<std::string> uuid =
+        s.held->gpu_uuid.empty() ? std::nullopt : std::optional<std::string>(s.held->gpu_uuid);
+    w.BeginObject()
+        .Field("bytes", s.held->bytes)
+        .Field("regions", s.held->regions)
+        .Field("gpu_uuid", uuid)
+        .EndObject();
+  } else {
+    w.Null();
+  }
   w.Field("created", UtcTime(s.created_ms)).Field("error", s.error).Field("exit_status", s.exit_status);
+  // What exlr8d-stage --lease v1 prints to its log, for API clients.
+  w.Key("warning");
+  if (r.lease == "v1") {
+    w.String(
+        "lease v1 is deprecated and goes in the next release: its holder stages the expert halves only; "
+        "lease v2 (the default) holds the rank's whole image");
+  } else {
+    w.Null();
+  }
   // What the holder wrote (its state.json), for the details: bytes, halves,
   // the device's name, the upload rate, its lessees' pids, when it last
   // changed.
@@ -102,8 +127,8 @@ std::string StageJson(const StageInfo& s) {
 
 Result<StageRequest> ParseStageRequest(std::string_view text) {
   EXLR8_ASSIGN_OR_RETURN(JsonValue body, ParseBody(text));
-  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(
-      body, {"repo", "revision", "manifest", "tp", "rank", "device", "check", "release_wait_s"}));
+  EXLR8_RETURN_IF_ERROR(OnlyKnownFields(body, {"repo", "revision", "manifest", "tp", "rank", "memory",
+                                               "lease", "device", "check", "release_wait_s"}));
   StageRequest r;
   EXLR8_ASSIGN_OR_RETURN(r.repo, StringField(body, "repo", ""));
   if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
@@ -111,8 +136,10 @@ Result<StageRequest> ParseStageRequest(std::string_view text) {
   EXLR8_ASSIGN_OR_RETURN(r.manifest, StringField(body, "manifest", ""));
   EXLR8_ASSIGN_OR_RETURN(r.tp, IntField(body, "tp"));
   EXLR8_ASSIGN_OR_RETURN(r.rank, IntField(body, "rank"));
+  EXLR8_ASSIGN_OR_RETURN(r.memory, StringField(body, "memory", "device"));
+  EXLR8_ASSIGN_OR_RETURN(r.lease, StringField(body, "lease", "v2"));
   EXLR8_ASSIGN_OR_RETURN(r.device, IntField(body, "device", 0));
-  EXLR8_ASSIGN_OR_RETURN(r.check, StringField(body, "check", "64"));
+  EXLR8_ASSIGN_OR_RETURN(r.check, StringField(body, "check", ""));
   EXLR8_ASSIGN_OR_RETURN(r.release_wait_s, IntField(body, "release_wait_s", 30));
   EXLR8_RETURN_IF_ERROR(ValidateStageRequest(r));
   return r;

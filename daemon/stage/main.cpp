@@ -1,10 +1,12 @@
-// exlr8d-stage: stages a pulled rank's expert halves from the cache into GPU
-// memory and checks them there (daemon/stage/). A program of its own, built
-// only with the CUDA Toolkit, so that `exlr8d` itself never needs a GPU
-// runtime on the nodes that only pull and serve the API.
-// Over ~500 lines while it carries both leases: the v1 holder (halves only)
-// goes when lease v2 becomes the device default, and with it the second
-// copy of the holding loop (ImageHolder::Hold).
+// exlr8d-stage: stages a pulled rank's whole image (lease v2) from the cache
+// into GPU or host memory and checks it there (daemon/stage/). A program of
+// its own, built only with the CUDA Toolkit, so that `exlr8d` itself never
+// needs a GPU runtime on the nodes that only pull and serve the API.
+// Over ~500 lines while it carries both leases: the v1 holder (halves only,
+// `--lease v1`, deprecated for one release) goes in the next release, and
+// with it the second copy of the holding loop (ImageHolder::Hold).
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,19 +41,19 @@ constexpr const char* kProg = "exlr8d-stage";
 constexpr const char* kUsage =
     R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
 
-Reads TP rank R of N's expert halves from the cache (a rank 'exlr8d pull' or a
-job of 'exlr8d serve' pulled; mapped from the page cache, no host copy),
-checks each against its XXH64 again, uploads them into one GPU allocation with
-the pointer table the kernels use, and checks
-a sample on the GPU: the bytes copied back equal the cache's, and the GPU
-decode equals the CPU reference decoder bit for bit (fp32 and E4M3). Then it
-reports and exits, releasing the memory; with --hold it keeps the buffers and
-leases them to serving processes on this machine (CUDA IPC; client/lease/
-description.h has the protocol) until SIGINT or SIGTERM, then waits for its
-lessees to let go; told to stop before it holds, it stops reading or
-uploading within a half and exits 130. While it runs, the fileset is pinned
-(a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it goes
-when this process does).
+Assembles TP rank R of N's whole image from the cache (a rank 'exlr8d pull' or
+a job of 'exlr8d serve' pulled; read from the mapped cache files): every half
+record the rank owns with its vectors, the layers' signs, every dense and
+plain tensor (schema/lease/IMAGE.md), in GPU memory (default) or host memory,
+and checks it where a serving process will read it: every region's XXH64,
+and on a GPU a seeded sample of >= 1 % of the halves decoded in place against
+the CPU reference. Then it reports and exits, releasing the memory; with
+--hold it keeps the image and leases it to serving processes on this machine
+(lease protocol v2, schema/lease/PROTOCOL.md) until SIGINT or SIGTERM, then
+asks its lessees to let go and waits for them; told to stop before it holds,
+it stops reading or uploading and exits 130. While it runs, the fileset is
+pinned (a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it
+goes when this process does).
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -59,41 +61,42 @@ when this process does).
   --tp N --rank R     tensor-parallel degree and rank
   --cache DIR         the cache (default $EXLR8_CACHE, else $XDG_CACHE_HOME/exlr8,
                       else ~/.cache/exlr8); read without taking its lock
-  --memory KIND       device (default): GPU memory, as above; host: the
-                      rank's whole image (every half record with its vectors,
-                      the layers' signs, every dense and plain tensor; lease
-                      v2, schema/lease/) assembled in a sealed memfd, every
-                      region's XXH64 checked, no GPU needed; with --hold
-                      each lessee gets the image and tables as descriptors
-  --lease V           v1 (default for device memory): the halves only, over
-                      CUDA IPC, as above; v2: the rank's whole image as with
-                      --memory host, in one exportable device allocation
-                      (a VMM file descriptor, or a legacy IPC handle where
-                      the driver cannot export one), every region's XXH64
+  --memory KIND       device (default): one exportable GPU allocation (a VMM
+                      file descriptor, or a legacy IPC handle where the
+                      driver cannot export one), every region's XXH64
                       checked on the GPU in place and a seeded sample of
                       >= 1 % of the halves (every layer, width and
                       projection; all with --check all) decoded on the GPU
-                      from the image against the CPU reference
+                      from the image against the CPU reference; host: a
+                      sealed memfd, every region's XXH64 checked, no GPU
+                      needed
+  --lease V           v2 (default): the whole image, as above, each lessee
+                      getting the image and tables as descriptors; v1
+                      (deprecated, removed in the next release; device memory
+                      only): the expert halves only, over CUDA IPC
+                      (client/lease/description.h), checked by copying a
+                      sample back and decoding it again
   --device D          CUDA device (default 0)
-  --check N|all       halves checked on the GPU, spread over the rank (default 64)
-  --hold SOCKET       after the checks pass, keep the buffers and answer each
-                      connection to the Unix socket SOCKET with the lease: the
-                      halves' IPC handle, the pointer table's, and each half's
-                      tag and offset (JSON). A process that keeps its
-                      connection open is a lessee.
-  --release-wait S    on SIGINT/SIGTERM, stop taking lessees and wait up to S
-                      seconds (default 30) for the connected ones to let go
-                      before the memory is released; a second signal releases
-                      at once
+  --check all|N       all: decode every half on the GPU (default: the seeded
+                      sample); with --lease v1, N halves spread over the rank
+                      (default 64)
+  --hold SOCKET       after the checks pass, keep the image and answer each
+                      connection to the Unix socket SOCKET with the lease. A
+                      process that keeps its connection open is a lessee.
+  --release-wait S    on SIGINT/SIGTERM, stop taking lessees, send each the
+                      release line and wait up to S seconds (default 30) for
+                      them to let go before the memory is released; a second
+                      signal releases at once
   --state-dir DIR     report each step (and the bytes done of a long one, every
                       second) in DIR/state.json and hold DIR/holder.lock
                       while running (daemon/stage/stage_state.h): how 'exlr8d
                       serve' follows the holders it starts (POST /v1/stages)
 
-Exit status: 0 when every check passed; 1 on a mismatch; 3 when a half is not
-in the cache (pull first) or no longer matches its checksum; 4 without a CUDA
-device; 6 when device memory runs out; 2 usage; 130 when stopped by SIGINT or
-SIGTERM before it held the rank.
+Exit status: 0 when every check passed; 1 on a GPU decode mismatch (--lease
+v1); 3 when a region is not in the cache (pull first) or no longer matches
+its checksum, or the image in device memory differs from the cache; 4 without
+a CUDA device; 6 when device memory runs out; 2 usage; 130 when stopped by
+SIGINT or SIGTERM before it held the rank.
 )";
 
 std::string Pids(const std::vector<pid_t>& pids) {
@@ -374,19 +377,26 @@ int Run(const std::vector<std::string>& argv) {
   const std::string memory = args.GetOr("memory", "device");
   if (memory != "device" && memory != "host")
     return ReportError(kProg, InvalidArgumentError("--memory: '" + memory + "' is neither device nor host"));
-  const std::string lease = args.GetOr("lease", memory == "host" ? "v2" : "v1");
+  const std::string lease = args.GetOr("lease", "v2");
   if (lease != "v1" && lease != "v2")
     return ReportError(kProg, InvalidArgumentError("--lease: '" + lease + "' is neither v1 nor v2"));
   if (memory == "host" && lease != "v2")
     return ReportError(kProg, InvalidArgumentError("--memory host is leased over protocol v2 only"));
+  if (lease == "v1")
+    std::fprintf(
+        stderr,
+        "%s: warning: --lease v1 is deprecated and goes in the next release: it stages the expert "
+        "halves only; lease v2 (the default) holds the rank's whole image (schema/lease/PROTOCOL.md)\n",
+        kProg);
   const bool device_v2 = memory == "device" && lease == "v2";
   DeviceImageOptions image_options;
   image_options.device = gpu.device;
   if (device_v2 && args.Get("check")) {
     if (args.GetOr("check", "") != "all")
-      return ReportError(kProg,
-                         InvalidArgumentError("--check with --lease v2: 'all' decodes every half; without it "
-                                              "a seeded sample of >= 1 % of the halves is decoded"));
+      return ReportError(
+          kProg, InvalidArgumentError("--check with --lease v2 (the default): 'all' decodes every half; "
+                                      "without it a seeded sample of >= 1 % of the halves is decoded (a "
+                                      "count of halves is the deprecated --lease v1's)"));
     image_options.check_all = true;
   }
   if (memory == "host" && args.Get("check"))
@@ -402,6 +412,12 @@ int Run(const std::vector<std::string>& argv) {
   // Kept blocked at the end: "released" is reported by then, and a signal
   // that comes after must not turn the exit into a death.
   SignalWatcher signals([&stops](int sig) { stops.Add(sig); }, SignalWatcher::AtEnd::kKeepBlocked);
+  // A stop pending when the program starts (a DELETE right after the POST)
+  // is the watcher's to take: wait for it, so that no step begins before
+  // the stop is seen, however late the watcher's thread is scheduled.
+  if (sigset_t pending; ::sigpending(&pending) == 0 &&
+                        (::sigismember(&pending, SIGINT) == 1 || ::sigismember(&pending, SIGTERM) == 1))
+    stops.WaitFor(1, std::chrono::seconds(5));
   // With --state-dir, every step, its progress and the outcome go to
   // DIR/state.json too; the progress of a long step is printed as well.
   std::unique_ptr<StageStateWriter> state;

@@ -31,7 +31,8 @@ std::string ReadPid(int fd) {
 }  // namespace
 
 bool IsLiveStageState(std::string_view state) {
-  return state == "reading" || state == "staging" || state == "holding" || state == "releasing";
+  return state == "reading" || state == "staging" || state == "hashing" || state == "decoding" ||
+         state == "holding" || state == "releasing";
 }
 
 Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::filesystem::path& dir) {

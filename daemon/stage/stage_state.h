@@ -8,15 +8,22 @@
 //                     atomically (rename) at every step
 //
 // The steps: "reading" (the cache, every half's XXH64), "staging" (the GPU
-// upload and its checks), both rewritten about every second with
-// "done_bytes" and "total_bytes" as they go (step_reporter.h), "holding" (the lease answers; rewritten with the
-// lessees' pids whenever one comes or goes), "releasing" (told to stop,
-// waiting for lessees), then "released"; or "failed" with "error"
-// and "exit_status". Told to stop while reading or staging, the holder
-// goes from there to "released" with "stopped_while" (the step) and
-// "exit_status" 130. A state of a living step whose lock nobody holds means
-// the holder died without a word (SIGKILL, a crash): ReadStageState says
-// alive = false, and the reader calls that "died".
+// upload, and with lease v1 its checks), then with lease v2 in device
+// memory "hashing" (every region's XXH64 on the GPU) and "decoding" (the
+// sample decoded in place), each rewritten about every second with
+// "done_bytes" and "total_bytes" as it goes (step_reporter.h); "holding"
+// (the lease answers; rewritten with the lessees' pids whenever one comes
+// or goes), "releasing" (told to stop, waiting for lessees), then
+// "released"; or "failed" with "error" and "exit_status". Host memory goes
+// from "reading" to "holding". What "holding" reports besides "lease" and
+// "lessees": lease v2: "memory" ("device" or "host"), "commit", "bytes"
+// (the image's allocation), "regions" and, in device memory, "device" (the
+// GPU's UUID); lease v1: "commit", "halves", "bytes", "device_bytes",
+// "device" (the GPU's name), "upload_gb_per_s", "checked_halves". Told to
+// stop before it holds, the holder goes from the step under way to
+// "released" with "stopped_while" (the step) and "exit_status" 130. A state of a living step whose lock
+// nobody holds means the holder died without a word (SIGKILL, a crash): ReadStageState says alive = false,
+// and the reader calls that "died".
 //
 // No CUDA here: both sides are tested everywhere.
 #pragma once

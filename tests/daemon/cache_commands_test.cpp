@@ -713,10 +713,13 @@ TEST(SystemdUnitsTest, VerifyUnitForgetsWhatRotted) {
   EXPECT_EQ(*list.Find("filesets")->as_array()[0].Find("bytes_cached")->as_uint64(), s->bytes_planned - half.length);
 }
 
-// The GPU holder's unit, as systemd expands it, with systemd's readiness
-// socket: it reads the rank the pull unit staged, and on a machine with a
-// GPU holds it, says READY=1, leases it, and on SIGTERM waits for its lessee.
-TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
+// The holder's unit, as systemd expands it, with systemd's readiness
+// socket: it reads the rank the pull unit staged and holds it (host memory
+// everywhere, device memory on a machine with a GPU), says READY=1, leases
+// it over protocol v2, and on SIGTERM sends its lessee the release line and
+// waits for it. `memory`: EXLR8_MEMORY in the env file ("": the unit's
+// default, device).
+void RunStageUnit(const std::string& memory) {
   if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
     GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
   const fs::path dir = fs::path(EXLR8_SOURCE_DIR) / "systemd";
@@ -727,11 +730,22 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   ASSERT_EQ(unit.count("ExecStart"), 1u);
   EXPECT_EQ(unit.find("Type")->second, "notify");
   std::map<std::string, std::string> env = UnitEnvironment(unit, "tiny");
+  EXPECT_EQ(env["EXLR8_MEMORY"], "device");
+  EXPECT_EQ(env["EXLR8_LEASE"], "v2");
   ReadEnvFile(dir / "exlr8d-pull.env.example", &env);  // the pull unit's file, shared
   env["EXLR8_REPO"] = "exlr8/test";
   env["EXLR8_RELEASE_WAIT"] = "20";
+  if (!memory.empty()) env["EXLR8_MEMORY"] = memory;
   std::vector<std::string> words = Expand(unit.find("ExecStart")->second, env, "tiny");
   ASSERT_EQ(words[0], "/usr/local/bin/exlr8d-stage");
+  for (const auto& [option, value] :
+       {std::pair<std::string, std::string>{"--memory", memory.empty() ? "device" : memory},
+        {"--lease", "v2"}}) {
+    auto it = std::find(words.begin(), words.end(), option);
+    ASSERT_NE(it, words.end()) << option;
+    ASSERT_NE(it + 1, words.end()) << option;
+    EXPECT_EQ(*(it + 1), value) << option;
+  }
   // This test's places for the socket and the cache.
   const fs::path socket = cache.path() / "lease.sock";
   auto hold = std::find(words.begin(), words.end(), "--hold");
@@ -750,13 +764,16 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   ChildProcess holder("exlr8d-stage", std::vector<std::string>(words.begin() + 1, words.end()));
   ::unsetenv("NOTIFY_SOCKET");
   ::unsetenv("EXLR8_CACHE");
-  if (!holder.ReadUntil("holding")) {
+  if (!holder.ReadUntil("until SIGINT or SIGTERM")) {
     const int status = holder.Signal(SIGTERM);
-    ASSERT_THAT(holder.printed(), HasSubstr("of halves of exlr8/test TP 4 rank 1 in the cache"))
-        << "the unit did not find the pulled rank";
-    ASSERT_EQ(status, 4) << holder.printed();  // no device: the rank was found, the GPU part could not run
-    GTEST_SKIP() << "no CUDA device: the holding part runs on the device machine";
+    // No device: the GPU part could not run (host memory needs none, and
+    // finds the rank the pull unit staged everywhere).
+    ASSERT_NE(memory, "host") << holder.printed();
+    ASSERT_EQ(status, 4) << holder.printed();
+    GTEST_SKIP() << "no CUDA device: the holding part in device memory runs on the device machine";
   }
+  EXPECT_THAT(holder.printed(),
+              HasSubstr("(protocol v2, " + (memory.empty() ? "device" : memory) + " memory)"));
   pollfd p{ready.get(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 10'000), 1) << "no READY=1";
   char msg[64] = {};
@@ -769,13 +786,17 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   EXPECT_EQ(refused.status, 7) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("is held by exlr8d-stage home tp4 rank1"));
   {
-    // A lessee: reads the description and keeps the connection.
+    // A lessee: reads the description (lease v2: a line and descriptors)
+    // and keeps the connection.
     std::string text;
-    const UniqueFd lessee = ConnectAsLessee(socket.string(), &text);
+    int fds = 0;
+    const UniqueFd lessee = ConnectAsLesseeV2(socket.string(), &text, &fds);
     ASSERT_TRUE(lessee.valid()) << socket;
     auto description = ParseJson(text);
     ASSERT_TRUE(description.ok()) << text.substr(0, 200);
+    EXPECT_EQ(*description->Find("version")->as_uint64(), 2u);
     EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);
+    EXPECT_GE(fds, 1);
     holder.Send(SIGTERM);
     EXPECT_TRUE(holder.ReadUntil("lessee(s) to let go")) << holder.printed();
   }  // lets go
@@ -783,6 +804,10 @@ TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) {
   EXPECT_EQ(holder.Signal(SIGTERM), 0);
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
 }
+
+TEST(SystemdUnitsTest, StageUnitHoldsTheRankAndSaysWhenReady) { RunStageUnit(""); }
+
+TEST(SystemdUnitsTest, StageUnitHoldsTheRankInHostMemoryAndSaysWhenReady) { RunStageUnit("host"); }
 
 // The API unit's command line, as systemd expands it, serves the cache the
 // pull unit staged.

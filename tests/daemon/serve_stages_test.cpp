@@ -1,9 +1,11 @@
-// `exlr8d serve` starting, following and releasing GPU holders (POST
+// `exlr8d serve` starting, following and releasing holders (POST
 // /v1/stages): a real server process, real holder processes, restarts and
-// kill -9. Where there is no GPU, the holder that reaches "holding" is the
-// stand-in tests/daemon/fake_stage_holder.sh (it speaks the holder's side
-// of daemon/stage/stage_state.h and nothing else), and the real exlr8d-stage
-// is run up to where it needs the GPU; with a GPU the real one holds.
+// kill -9. The stand-in tests/daemon/fake_stage_holder.sh (it speaks the
+// holder's side of daemon/stage/stage_state.h and nothing else) covers what
+// the server does with any holder; the real exlr8d-stage holds a rank in
+// host memory everywhere, and in device memory where there is a GPU (run up
+// to where it needs the GPU elsewhere).
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -15,12 +17,15 @@
 #include <fstream>
 #include <string>
 
+#include "client/lease/host_lease.h"
 #include "daemon/base/posix.h"
 #include "daemon/cache/process_pin.h"
+#include "daemon/stage/rank_reader.h"
 #include "daemon/stage/stage_state.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/lease_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/rank_test_util.h"
 #include "tests/daemon/serve_test_util.h"
 #include "tests/daemon/shell_util.h"
 
@@ -54,6 +59,21 @@ std::string Text(const JsonValue& stage, const char* key) {
 std::uint64_t Number(const JsonValue& stage, const char* key) {
   const JsonValue* v = stage.is_object() ? stage.Find(key) : nullptr;
   return v != nullptr && v->as_uint64() ? *v->as_uint64() : 0;
+}
+
+// A member of an object, or null.
+JsonValue Member(const JsonValue& object, const char* key) {
+  const JsonValue* v = object.is_object() ? object.Find(key) : nullptr;
+  return v != nullptr ? *v : JsonValue();
+}
+
+// An array of strings as one string, "a b c" ("?" for anything else).
+std::string Words(const JsonValue& array) {
+  std::string out;
+  if (!array.is_array()) return "?";
+  for (const JsonValue& e : array.as_array())
+    out += (out.empty() ? "" : " ") + (e.is_string() ? e.as_string() : "?");
+  return out;
 }
 
 bool Alive(const JsonValue& stage) {
@@ -197,6 +217,154 @@ TEST(ServeStagesTest, StartsFollowsAndReleasesHoldersAcrossRestarts) {
   }
 }
 
+// The memory kind and the lease protocol reach the holder's command line
+// (the fake holder reports the options it was given as "args": memory,
+// lease, device, check, "-" for one not given), come back in the stage's
+// JSON with the defaults filled in, and what each holds is reported in
+// "held" whether it speaks lease v2 (bytes, regions, the GPU's UUID) or v1
+// (bytes only).
+TEST(ServeStagesTest, MemoryAndLeaseReachTheHolderAndComeBack) {
+  TempDir cache;
+  HolderReaper reaper(cache.path());
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()},
+                     (cache.path() / "serve.log").string());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  struct Case {
+    std::string extra;  // request members
+    std::string memory, lease, check, args;
+    bool regions, uuid;
+  };
+  const std::vector<Case> cases = {
+      {"", "device", "v2", "sample", "device v2 0 -", true, true},
+      {R"(,"memory":"host")", "host", "v2", "none", "host v2 - -", true, false},
+      {R"(,"memory":"device","lease":"v1","device":1,"check":"5")", "device", "v1", "5", "device v1 1 5",
+       false, false},
+      {R"(,"lease":"v1","device":2)", "device", "v1", "64", "device v1 2 64", false, false},
+      {R"(,"lease":"v2","device":3,"check":"all")", "device", "v2", "all", "device v2 3 all", true, true},
+      {R"(,"device":4,"check":"sample")", "device", "v2", "sample", "device v2 4 -", true, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.extra);
+    const std::uint64_t id = StartStage(serve, StageBody(2, 1, c.extra));
+    ASSERT_GT(id, 0u);
+    JsonValue s;
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "holding"; }))
+        << Text(s, "state");
+    EXPECT_EQ(Text(s, "memory"), c.memory);
+    EXPECT_EQ(Text(s, "lease_version"), c.lease);
+    EXPECT_EQ(Text(s, "check"), c.check);
+    EXPECT_EQ(Words(Member(Member(s, "holder"), "args")), c.args);
+    if (c.lease == "v1") {
+      EXPECT_THAT(Text(s, "warning"), HasSubstr("lease v1 is deprecated and goes in the next release"));
+    } else {
+      EXPECT_TRUE(Member(s, "warning").is_null());
+    }
+    const JsonValue held = Member(s, "held");
+    ASSERT_TRUE(held.is_object())
+        << Parse(Http(serve.base() + "/v1/stages/" + std::to_string(id))).is_object();
+    EXPECT_EQ(Number(held, "bytes"), 123u);
+    EXPECT_EQ(Member(held, "regions").is_null(), !c.regions);
+    if (c.regions) {
+      EXPECT_EQ(Number(held, "regions"), 7u);
+    }
+    EXPECT_EQ(Text(held, "gpu_uuid"), c.uuid ? "GPU-00000000-1111-2222-3333-444444444444" : "");
+    EXPECT_EQ(Member(held, "gpu_uuid").is_null(), !c.uuid);
+  }
+  // A rank held in host memory is held once; device memory once per GPU.
+  const HttpAnswer twice =
+      Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1, R"(,"memory":"host")"));
+  EXPECT_EQ(twice.status, 409) << twice.body;
+  EXPECT_THAT(twice.body, HasSubstr("stage 2 already holds exlr8/test home TP 2 rank 1 in host memory"));
+  // Once released, "held" is null again.
+  ASSERT_EQ(Http(serve.base() + "/v1/stages/2", "DELETE").status, 202);
+  JsonValue s;
+  ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, 2), "state") == "released"; }))
+      << Text(s, "state");
+  EXPECT_TRUE(Member(s, "held").is_null());
+}
+
+// Bad "memory" and "lease" values, and combinations the holder would
+// refuse, are 400s naming the field; nothing is started.
+TEST(ServeStagesTest, BadMemoryOrLeaseIsRefusedNamingTheField) {
+  TempDir cache;
+  HolderReaper reaper(cache.path());
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  for (const auto& [extra, what] : std::vector<std::pair<std::string, std::string>>{
+           {R"(,"memory":"gpu")", R"(memory must be \"device\")"},
+           {R"(,"memory":"")", "memory must be"},
+           {R"(,"memory":5)", "memory must be a string"},
+           {R"(,"lease":"v3")", R"(lease must be \"v2\")"},
+           {R"(,"lease":"V2")", "lease must be"},
+           {R"(,"lease":2)", "lease must be a string"},
+           {R"(,"lease":null)", "lease must be a string"},
+           {R"(,"memory":"host","lease":"v1")", "lease \\\"v1\\\" holds device memory only"},
+           {R"(,"check":"5")", "check must be \\\"sample\\\""},
+           {R"(,"memory":"host","check":"all")", "check must be \\\"none\\\" for host memory"},
+           {R"(,"lease":"v1","check":"sample")", "check must be \\\"all\\\" or a count of halves"}}) {
+    const HttpAnswer bad = Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1, extra));
+    EXPECT_EQ(bad.status, 400) << extra << " -> " << bad.body;
+    EXPECT_THAT(bad.body, HasSubstr(what)) << extra;
+  }
+  EXPECT_TRUE(Parse(Http(serve.base() + "/v1/stages")).Find("stages")->as_array().empty());
+  EXPECT_FALSE(fs::exists(cache.path() / "exlr8d.stages" / "1"));
+}
+
+// A stage recorded by a server from before "memory" and "lease" (its
+// request.json has neither) was a lease v1 holder in device memory: that
+// is how a later server reports it, with its recorded check.
+TEST(ServeStagesTest, AStageRecordedBeforeMemoryAndLeaseIsAV1DeviceStage) {
+  TempDir cache;
+  const fs::path dir = cache.path() / "exlr8d.stages" / "1";
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "request.json")
+        << R"({"repo":"exlr8/test","revision":"main","manifest":"home","tp":2,)"
+           R"("rank":1,"device":0,"check":"64","release_wait_s":30,"created":1})"
+        << "\n";
+    std::ofstream(dir / "state.json") << R"({"state":"released","pid":1,"updated":2,"leases_served":0})"
+                                      << "\n";
+  }
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const JsonValue s = GetStage(serve, 1);
+  EXPECT_EQ(Text(s, "state"), "released");
+  EXPECT_EQ(Text(s, "memory"), "device");
+  EXPECT_EQ(Text(s, "lease_version"), "v1");
+  EXPECT_EQ(Text(s, "check"), "64");
+  EXPECT_THAT(Text(s, "warning"), HasSubstr("deprecated"));
+  EXPECT_TRUE(Member(s, "held").is_null());
+}
+
+// Lease v2 in device memory reports "hashing" and "decoding" after
+// "staging": a holder that dies in one of those is "died", as in any other
+// step of a living holder, not left in that step for ever.
+TEST(ServeStagesTest, AHolderThatDiesWhileHashingIsToldDied) {
+  for (const char* step : {"hashing", "decoding"}) {
+    SCOPED_TRACE(step);
+    TempDir cache;
+    HolderReaper reaper(cache.path());
+    ::setenv("EXLR8_FAKE_HOLDER_PARK", step, 1);
+    ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--stage-binary", FakeHolder()},
+                       (cache.path() / "serve.log").string());
+    ::unsetenv("EXLR8_FAKE_HOLDER_PARK");
+    ASSERT_GT(serve.port(), 0) << serve.ready_line();
+    const std::uint64_t id = StartStage(serve, StageBody(2, 1));
+    JsonValue s;
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == step; })) << Text(s, "state");
+    EXPECT_TRUE(Alive(s));
+    EXPECT_TRUE(Member(s, "held").is_null());
+    // One living holder of a rank, in any step.
+    EXPECT_EQ(Http(serve.base() + "/v1/stages", "POST", "", StageBody(2, 1)).status, 409);
+    ASSERT_EQ(::kill(static_cast<pid_t>(Number(s, "pid")), SIGKILL), 0);
+    ASSERT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "died"; }, 10))
+        << Text(s, "state");
+    EXPECT_FALSE(Alive(s));
+    EXPECT_THAT(Text(s, "error"), HasSubstr(std::string("gone without releasing, while ") + step));
+    EXPECT_EQ(Number(s, "exit_status"), 137u);
+  }
+}
+
 // The record that keeps ids from being reused (exlr8d.stages/last-id) is
 // written before a holder starts: when it cannot be, the start fails naming
 // it and leaves no stage behind, rather than start one whose id the next
@@ -317,11 +485,94 @@ TEST(ServeStagesTest, FinishedRecordsAreBoundedAndAnEarlyExitIsAFailure) {
   EXPECT_EQ(Http(serve.base() + "/v1/stages/6").status, 404);
 }
 
-// The real holder. A rank never pulled fails while reading (everywhere); a
-// pulled one is held where there is a GPU (pinned meanwhile, leased, and
-// released on DELETE once its lessee lets go), and elsewhere fails saying
-// there is no CUDA device.
-TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
+// The real holder in host memory, which needs no GPU: POST, "holding" with
+// what it holds, a lessee in this process maps the image (OpenHostLease)
+// and finds the cache's bytes there; DELETE sends it the release line
+// (schema/lease/PROTOCOL.md), the holder waits for it to let go, then
+// exits, unpinned.
+TEST(ServeStagesTest, TheRealHolderHoldsARankInHostMemoryUntilDeleted) {
+  if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
+    GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 2, 1)).ok());
+  HolderReaper reaper(cache.path());
+  ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0"}, (cache.path() / "serve.log").string());
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  const std::uint64_t id = StartStage(serve, StageBody(2, 1, R"(,"memory":"host","release_wait_s":20)"));
+  JsonValue s;
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string state = Text(s = GetStage(serve, id), "state");
+    return state != "starting" && state != "reading";
+  })) << Text(s, "state");
+  ASSERT_EQ(Text(s, "state"), "holding") << Text(s, "error");
+  EXPECT_EQ(Text(s, "memory"), "host");
+  EXPECT_EQ(Text(s, "lease_version"), "v2");
+  EXPECT_EQ(Text(s, "check"), "none");
+  const auto holder = static_cast<pid_t>(Number(s, "pid"));
+  ASSERT_GT(holder, 0);
+  const std::string c = " --cache " + Quote(cache.path().string());
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("exlr8d-stage home tp2 rank1 (pid "));
+  {
+    auto lease = OpenHostLease(Text(s, "lease"));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    // What the stage reports is what the lease describes.
+    const JsonValue held = Member(s, "held");
+    EXPECT_EQ(Number(held, "bytes"), lease->allocation_bytes());
+    EXPECT_EQ(Number(held, "regions"), lease->tables().checks.size());
+    EXPECT_TRUE(Member(held, "gpu_uuid").is_null());
+    EXPECT_EQ(lease->description().memory_kind, LeaseMemoryKind::kHost);
+    EXPECT_EQ(lease->description().tp, 2);
+    EXPECT_EQ(lease->description().rank, 1);
+    // Each half's trellis bytes in the image are the cache's (the first
+    // bytes of its half record), read from the cache's files directly.
+    auto rank = ReadRankHalves(TestRankRequest(cache.path(), 2, 1));
+    ASSERT_TRUE(rank.ok()) << rank.status().ToString();
+    ASSERT_FALSE(rank->halves.empty());
+    for (const RankHalf& h : rank->halves) {
+      const ImageTensor* t = lease->tables().FindHalf(h.tag.layer, h.tag.expert, h.tag.proj, h.tag.half);
+      ASSERT_NE(t, nullptr) << h.tag.What();
+      ASSERT_GE(t->length, h.length) << h.tag.What();
+      const std::span<const std::byte> cached = rank->Bytes(h);
+      EXPECT_EQ(std::memcmp(lease->Region(*t).data(), cached.data(), cached.size()), 0) << h.tag.What();
+    }
+    // The lessee is seen; DELETE asks it to let go.
+    auto only_me = [&] {
+      const JsonValue pids = Member(Member(s = GetStage(serve, id), "holder"), "lessees");
+      return pids.is_array() && pids.as_array().size() == 1 &&
+             pids.as_array()[0].as_uint64() == static_cast<std::uint64_t>(::getpid());
+    };
+    EXPECT_TRUE(WaitFor(only_me, 10));
+    EXPECT_EQ(Http(serve.base() + "/v1/stages/" + std::to_string(id), "DELETE").status, 202);
+    auto release = lease->WaitRelease(std::chrono::seconds(20));
+    ASSERT_TRUE(release.ok()) << release.status().ToString();
+    ASSERT_TRUE(release->has_value()) << "no release line within 20 s";
+    EXPECT_FALSE((*release)->holder_gone);
+    EXPECT_EQ((*release)->deadline_s, 20u);
+    // It waits for this lessee.
+    EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "releasing"; }, 10))
+        << Text(s, "state");
+    EXPECT_FALSE(Gone(holder));
+    lease->Close();
+  }
+  EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; }, 30))
+      << Text(s, "state");
+  EXPECT_EQ(Number(Member(s, "holder"), "leases_served"), 1u);
+  // It says "released" a moment before it exits (and lets go of its lock).
+  EXPECT_TRUE(WaitFor([&] { return Gone(holder); }, 10)) << "released, yet running";
+  EXPECT_TRUE(WaitFor([&] { return !Alive(s = GetStage(serve, id)); }, 10));
+  EXPECT_EQ(Text(s, "state"), "released");
+  EXPECT_FALSE(fs::exists(cache.path() / "exlr8d.stages" / std::to_string(id) / "lease.sock"));
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
+}
+
+// The real holder. A rank never pulled fails while reading (everywhere,
+// in host memory; in device memory on a machine without a GPU the missing
+// device is said first); a pulled one is held in device memory where there
+// is a GPU (pinned meanwhile, leased, and released on DELETE once its
+// lessee lets go), and elsewhere fails saying there is no CUDA device.
+// Lease v2 (the default) and v1 (deprecated, still served).
+void StageAPulledRankOnTheGpu(const std::string& lease) {
   if (!fs::exists(std::string(EXLR8_BIN_DIR) + "/exlr8d-stage"))
     GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
   auto sim = StartSim(TinyRelease());
@@ -335,19 +586,22 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
     WaitFor(
         [&] {
           const std::string state = Text(s = GetStage(serve, id), "state");
-          return state != "starting" && state != "reading" && state != "staging";
+          return state != "starting" && state != "reading" && state != "staging" && state != "hashing" &&
+                 state != "decoding";
         },
         120);
     return s;
   };
 
-  const std::uint64_t never = StartStage(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":1})");
+  const std::uint64_t never =
+      StartStage(serve, R"({"repo":"exlr8/other","manifest":"home","tp":2,"rank":1,"memory":"host"})");
   JsonValue s = settled(never);
   EXPECT_EQ(Text(s, "state"), "failed");
   EXPECT_EQ(Number(s, "exit_status"), 3u);
   EXPECT_THAT(Text(s, "error"), HasSubstr("never pulled"));
 
-  const std::uint64_t id = StartStage(serve, StageBody(2, 1, R"(,"release_wait_s":20)"));
+  const std::string lease_member = lease.empty() ? "" : R"(,"lease":")" + lease + "\"";
+  const std::uint64_t id = StartStage(serve, StageBody(2, 1, R"(,"release_wait_s":20)" + lease_member));
   s = settled(id);
   if (Text(s, "state") == "failed") {
     EXPECT_EQ(Number(s, "exit_status"), 4u) << Text(s, "error");
@@ -355,19 +609,36 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
     GTEST_SKIP() << "no CUDA device: the holding part runs on the device machine (" << Text(s, "error") << ")";
   }
   ASSERT_EQ(Text(s, "state"), "holding") << Text(s, "error");
+  const bool v1 = lease == "v1";
+  EXPECT_EQ(Text(s, "lease_version"), v1 ? "v1" : "v2");
+  EXPECT_EQ(Text(s, "memory"), "device");
   EXPECT_GT(Number(*s.Find("holder"), "bytes"), 0u);
+  EXPECT_EQ(Number(Member(s, "held"), "bytes"), Number(*s.Find("holder"), "bytes"));
+  if (v1) {
+    EXPECT_TRUE(Member(Member(s, "held"), "regions").is_null());
+  } else {
+    EXPECT_GT(Number(Member(s, "held"), "regions"), 0u);
+    EXPECT_THAT(Text(Member(s, "held"), "gpu_uuid"), HasSubstr("GPU-"));
+  }
   // Pinned while held.
   const std::string c = " --cache " + Quote(cache.path().string());
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("exlr8d-stage home tp2 rank1 (pid "));
   EXPECT_EQ(Shell(Exlr8d() + " gc --repo exlr8/test" + c).status, 7);
   {
-    // A lessee: reads the description and keeps the connection.
+    // A lessee: reads the description and keeps the connection (v1: the
+    // whole stream; v2: the description's line and its descriptors).
     std::string text;
-    const UniqueFd lessee = ConnectAsLessee(Text(s, "lease"), &text);
+    int fds = 0;
+    const UniqueFd lessee =
+        v1 ? ConnectAsLessee(Text(s, "lease"), &text) : ConnectAsLesseeV2(Text(s, "lease"), &text, &fds);
     ASSERT_TRUE(lessee.valid()) << Text(s, "lease");
     auto description = ParseJson(text);
     ASSERT_TRUE(description.ok()) << text.substr(0, 200);
     EXPECT_EQ(*description->Find("rank")->as_uint64(), 1u);
+    EXPECT_EQ(*description->Find("version")->as_uint64(), v1 ? 1u : 2u);
+    if (!v1) {
+      EXPECT_GE(fds, 1);  // the tables at least
+    }
     // The holder says who holds its lease.
     auto lessees = [&] {
       const JsonValue* holder = s.is_object() ? s.Find("holder") : nullptr;
@@ -387,18 +658,30 @@ TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) {
     EXPECT_EQ(Http(serve.base() + "/v1/stages/" + std::to_string(id), "DELETE").status, 202);
     EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "releasing"; }, 10));
     EXPECT_EQ(lessees(), me);
+    if (!v1) {
+      // The release line follows the description on the connection.
+      std::string line;
+      char ch = 0;
+      while (line.size() < 256 && ::read(lessee.get(), &ch, 1) == 1 && ch != '\n') line += ch;
+      EXPECT_EQ(line, R"({"type":"release","deadline_s":20})");
+    }
   }  // lets go
   EXPECT_TRUE(WaitFor([&] { return Text(s = GetStage(serve, id), "state") == "released"; }, 30)) << Text(s, "state");
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, Not(HasSubstr("exlr8d-stage")));
 }
+
+TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOrSaysWhyNot) { StageAPulledRankOnTheGpu(""); }
+
+TEST(ServeStagesTest, TheRealHolderStagesAPulledRankOverDeprecatedLeaseV1) { StageAPulledRankOnTheGpu("v1"); }
 
 // A stop that comes before the holder holds (a DELETE right after POST, a
 // systemctl stop during a long start) ends the step under way: the holder
 // reads no further, releases what it had (its pin) and says so. The stop
 // is made certain to come first: SIGTERM is pending when the program
 // starts (pending signals and the blocked mask survive execve), so it is
-// there before the first half is read.
-TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
+// there before the first half is read. In host memory and over lease v1,
+// which read before they need a GPU.
+void StopARealHolderBeforeItHolds(const std::vector<std::string>& kind) {
   const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d-stage";
   if (!fs::exists(bin)) GTEST_SKIP() << "exlr8d-stage is built only with the CUDA Toolkit";
   auto sim = StartSim(TinyRelease());
@@ -407,9 +690,22 @@ TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
   const fs::path dir = cache.path() / "stopped";
   fs::create_directories(dir);
   const std::string log = (dir / "log").string();
-  std::vector<std::string> args = {bin, "--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest",
-                                   "home", "--tp", "2", "--rank", "1", "--hold", (dir / "lease.sock").string(),
-                                   "--state-dir", dir.string()};
+  std::vector<std::string> args = {bin,
+                                   "--cache",
+                                   cache.path().string(),
+                                   "--repo",
+                                   "exlr8/test",
+                                   "--manifest",
+                                   "home",
+                                   "--tp",
+                                   "2",
+                                   "--rank",
+                                   "1",
+                                   "--hold",
+                                   (dir / "lease.sock").string(),
+                                   "--state-dir",
+                                   dir.string()};
+  args.insert(args.end(), kind.begin(), kind.end());
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -434,7 +730,8 @@ TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
   ASSERT_TRUE(WIFEXITED(status)) << printed;
   EXPECT_EQ(WEXITSTATUS(status), 130) << printed;
   EXPECT_THAT(printed, HasSubstr("stopped by signal 15 while reading: nothing is held"));
-  EXPECT_THAT(printed, Not(HasSubstr("XXH64 checked")));  // it read no further
+  EXPECT_THAT(printed, Not(HasSubstr("XXH64 checked")));  // it read no further (v1)
+  EXPECT_THAT(printed, Not(HasSubstr("assembled")));      // (host memory)
   auto state = ReadStageState(dir);
   ASSERT_TRUE(state.ok()) << state.status().ToString();
   EXPECT_FALSE(state->alive);
@@ -443,6 +740,14 @@ TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
   EXPECT_EQ(Number(state->record, "exit_status"), 130u);
   EXPECT_TRUE(ListProcessPins(cache.path(), true)->empty());
   EXPECT_FALSE(fs::exists(dir / "lease.sock"));
+}
+
+TEST(ServeStagesTest, TheRealHolderStoppedBeforeItHoldsReleasesAtOnce) {
+  StopARealHolderBeforeItHolds({"--lease", "v1"});
+}
+
+TEST(ServeStagesTest, TheRealHolderInHostMemoryStoppedBeforeItHoldsReleasesAtOnce) {
+  StopARealHolderBeforeItHolds({"--memory", "host"});
 }
 
 }  // namespace

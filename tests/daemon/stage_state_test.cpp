@@ -57,6 +57,15 @@ TEST(StageStateTest, TheHolderWritesAndAReaderSeesItAlive) {
   EXPECT_TRUE(IsLiveStageState("holding"));
 }
 
+// Every step a running holder reports is live (lease v2 in device memory
+// hashes and decodes after staging); the outcomes are not.
+TEST(StageStateTest, EveryStepOfARunningHolderIsLive) {
+  for (const char* step : {"reading", "staging", "hashing", "decoding", "holding", "releasing"})
+    EXPECT_TRUE(IsLiveStageState(step)) << step;
+  for (const char* end : {"released", "failed", "died", "starting", ""})
+    EXPECT_FALSE(IsLiveStageState(end)) << end;
+}
+
 // Readers probe the lock with a shared lock of their own for an instant; a
 // holder starting at that instant must not take it for another holder.
 TEST(StageStateTest, ReadersProbingNeverKeepAHolderFromStarting) {

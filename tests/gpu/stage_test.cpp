@@ -142,7 +142,8 @@ TEST(Lease, MalformedDescriptionsAreRefused) {
   EXPECT_EQ(OpenLease(socket).status().code(), StatusCode::kNotFound);
 }
 
-// `exlr8d-stage --hold`: a separate process that holds the staged rank;
+// `exlr8d-stage --lease v1 --hold` (deprecated; v2 is
+// device_image_test's): a separate process that holds the staged rank;
 // this process, in the serving process's place, opens the lease and finds
 // there exactly the bytes the cache verified, and the pointer table.
 TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
@@ -151,8 +152,9 @@ TEST(GpuStage, ALeaseGivesAnotherProcessTheStagedBytesAndTable) {
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 1)).ok());
   const std::string socket = (cache.path() / "lease.sock").string();
-  ChildProcess holder("exlr8d-stage", {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home",
-                                       "--tp", "4", "--rank", "1", "--hold", socket});
+  ChildProcess holder("exlr8d-stage",
+                      {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home", "--tp",
+                       "4", "--rank", "1", "--lease", "v1", "--hold", socket});
   ASSERT_TRUE(holder.ReadUntil("holding")) << holder.printed();
   {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -210,8 +212,9 @@ TEST(GpuStage, AHolderReleasesAfterItsWaitWhateverItsLessees) {
   TempDir cache;
   ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 2)).ok());
   const std::string socket = (cache.path() / "lease.sock").string();
-  ChildProcess holder("exlr8d-stage", {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home",
-                                       "--tp", "4", "--rank", "2", "--hold", socket, "--release-wait", "1"});
+  ChildProcess holder("exlr8d-stage",
+                      {"--cache", cache.path().string(), "--repo", "exlr8/test", "--manifest", "home", "--tp",
+                       "4", "--rank", "2", "--lease", "v1", "--hold", socket, "--release-wait", "1"});
   ASSERT_TRUE(holder.ReadUntil("holding")) << holder.printed();
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   auto lease = OpenLease(socket);

@@ -151,6 +151,58 @@ TEST(HostStageTest, DeviceLeaseV2StagesOrSaysThereIsNoGpu) {
   }
 }
 
+// Lease v2 is the default for device memory too: a count of halves to
+// check (lease v1's) is refused without --lease v1, and a pulled rank is
+// staged whole (on a GPU) or refused for want of one, never read as halves
+// first. --lease v1 still works, with a warning that it is deprecated.
+TEST(HostStageTest, DeviceMemoryDefaultsToLeaseV2AndV1IsDeprecated) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache, run;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 4, 2)).ok());
+  fs::path err;  // each run's stderr (appended to: one file per run)
+  auto printed = [&] {
+    std::ifstream in(err);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  std::vector<std::string> args = StageArgs(cache.path(), 4, 2);
+  args.resize(args.size() - 2);  // no --memory: device
+  {
+    std::vector<std::string> counted = args;
+    counted.insert(counted.end(), {"--check", "5"});
+    err = run.path() / "counted.err";
+    ChildProcess stage("exlr8d-stage", counted, err.string());
+    EXPECT_EQ(stage.Signal(0), 2) << stage.ReadAll() << printed();
+    EXPECT_NE(printed().find("--check with --lease v2 (the default)"), std::string::npos) << printed();
+  }
+  {
+    err = run.path() / "default.err";
+    ChildProcess stage("exlr8d-stage", args, err.string());
+    const int code = stage.Signal(0);
+    const std::string out = stage.ReadAll();
+    EXPECT_EQ(out.find("of halves of"), std::string::npos) << out;  // lease v1's first line
+    EXPECT_EQ(printed().find("deprecated"), std::string::npos) << printed();
+    if (code == 4) {
+      EXPECT_NE(printed().find("no CUDA device"), std::string::npos) << printed();
+    } else {
+      EXPECT_EQ(code, 0) << out << printed();
+      EXPECT_NE(out.find("bit-exact against the CPU reference"), std::string::npos) << out;
+    }
+  }
+  {
+    std::vector<std::string> v1 = args;
+    v1.insert(v1.end(), {"--lease", "v1", "--check", "5"});
+    err = run.path() / "v1.err";
+    ChildProcess stage("exlr8d-stage", v1, err.string());
+    const int code = stage.Signal(0);
+    const std::string out = stage.ReadAll();
+    EXPECT_NE(printed().find("warning: --lease v1 is deprecated and goes in the next release"),
+              std::string::npos)
+        << printed();
+    EXPECT_TRUE(code == 0 || code == 4) << code << out << printed();  // 4: no GPU here
+    EXPECT_NE(out.find("of halves of exlr8/test TP 4 rank 2"), std::string::npos) << out;
+  }
+}
+
 TEST(HostStageTest, LeaseVersionAndCheckAreValidated) {
   TempDir cache, run;
   const std::string err = (run.path() / "stage.err").string();

@@ -18,7 +18,11 @@
 //   decode  a seeded sample of the half records (or all of them) decoded on
 //           the GPU reading their trellis bytes in place from the image,
 //           compared bit for bit (fp32 and E4M3) with the CPU reference
-//           (format/trellis.h DecodeHalfTiles) of the cache's bytes.
+//           (format/trellis.h DecodeHalfTiles) of the cache's bytes, then
+//           reconstructed on the GPU (spec 9.1-9.3) from the record's slice
+//           and block row and the layer's signs regions, all read in place,
+//           and compared per 128 x 128 block with the CPU's ReconstructHalf
+//           (max|a-b| <= 1e-5 * max|b|): device_image_check.h.
 // The tables go into a sealed memfd (SerializeImageTables).
 //
 // Any mismatch is Corruption naming the region (layer, expert, projection,
@@ -56,7 +60,8 @@ struct DeviceImageProgress {
   std::atomic<int> step{0};
   std::atomic<std::uint64_t> copy_total{0}, copy_done{0};  // bytes
   std::atomic<std::uint64_t> hash_total{0}, hash_done{0};  // check bytes
-  // The sample's trellis bytes (what StepReporter prints is bytes).
+  // The decode step's bytes: the sampled half records' trellis bytes
+  // (what StepReporter prints is bytes).
   std::atomic<std::uint64_t> decode_total{0}, decode_done{0};
 };
 
@@ -76,6 +81,9 @@ struct DeviceImageOptions {
   bool check_all = false;
   double sample_fraction = 0.01;
   std::uint64_t seed = 0x5eed;
+  // CheckDeviceImage only: skip the hash step and run the decode checks
+  // alone (so that a test can show they find a changed byte by themselves).
+  bool skip_hash = false;
   const std::atomic<bool>* cancel = nullptr;  // stops within a chunk / launch
   DeviceImageProgress* progress = nullptr;
   // Called on the calling thread as each step begins (the step's number as
@@ -116,7 +124,8 @@ struct DeviceRankImage {
 // Unavailable without a device; ResourceExhausted when device memory or
 // pinned memory runs out; Corruption for a region whose bytes on the
 // device differ from their digest or a decoded half that differs from the
-// CPU reference (named as above); Cancelled once options.cancel is set.
+// CPU reference (named as above: the tile element or the 128 x 128 block of
+// the weights, with the values); Cancelled once options.cancel is set.
 // request.threads is unused (options.threads counts); request.progress,
 // when set, counts the copy's bytes too; request.before_reading runs after
 // the plan.

@@ -268,12 +268,13 @@ struct ImageHolder {
         image->seconds_staging_setup);
     std::printf(
         "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches (%llu against the cache's "
-        "verified bytes where the release has no digest); %llu of %llu halves decoded on the GPU in place "
-        "(seed %llu), bit-exact against the CPU reference, in %.3f s; plan %.2f s\n",
+        "verified bytes where the release has no digest); %llu of %llu halves decoded and reconstructed on "
+        "the GPU in place (seed %llu): tiles bit-exact, weights within spec 9.3 (max block error %.2g) "
+        "against the CPU reference, in %.3f s; plan %.2f s\n",
         static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(), p.seconds_hash,
         static_cast<unsigned long long>(image->regions_without_release_digest),
         static_cast<unsigned long long>(p.decoded_halves), static_cast<unsigned long long>(p.decoded_of),
-        static_cast<unsigned long long>(p.decoded_seed), p.seconds_decode, p.seconds_read);
+        static_cast<unsigned long long>(p.decoded_seed), p.max_block_error, p.seconds_decode, p.seconds_read);
     std::fflush(stdout);
     if (hold.empty()) {
       std::printf("ok (not held: the image is released now)\n");

@@ -1,0 +1,257 @@
+// The decode step of the device image's in-place check: device_image_check.h.
+//
+// Where the comparison runs: on the GPU. The CPU reference is written
+// straight into pinned buffers (weights as fp32, tiles as E4M3 bytes: 5
+// bytes per weight), uploaded with one DMA per batch, and compared there;
+// only per-block maxima and a mismatch count come back. The other way
+// round (the GPU's tiles and weights copied to the host and compared
+// there) moves as many bytes over the link but adds a pass over both
+// buffers to the host's work, and the host, computing the reference on
+// every core, is what bounds `--check all`.
+#include "daemon/stage/device_image_check.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "daemon/stage/image_common.h"
+#include "daemon/stage/image_reference.h"
+#include "format/trellis.h"
+#include "gpu/cuda_check.h"
+#include "gpu/decode.cuh"
+#include "gpu/device_buffer.h"
+#include "gpu/reconstruct.cuh"
+
+namespace exlr8 {
+
+namespace {
+
+// Weights per batch (decoded, reconstructed and compared together).
+constexpr std::uint64_t kBatchWeights = std::uint64_t{32} << 20;
+
+HalfLayout LayoutOf(const ImageTensor& t) {
+  return t.proj == static_cast<std::uint8_t>(Proj::kDown) ? HalfLayout::kDown : HalfLayout::kGateUp;
+}
+
+std::string Describe(const RankImagePlan& plan, std::uint32_t region) {
+  const ImageTensor& h = plan.layout.tables.tensors[region];
+  return ImageRegionWhat(h) + " at image offset " + std::to_string(h.offset) + " (from " +
+         plan.SourceOf(region, 0) + ")";
+}
+
+// Corruption for a block of half `region` outside spec 9.3's tolerance,
+// with the block's worst element (the GPU's block read back).
+Status BlockMismatch(const RankImagePlan& plan, std::uint32_t region, const float* gpu_half,
+                     const float* cpu_half, std::uint64_t cols, std::uint64_t rb, std::uint64_t cb,
+                     const BlockError& e) {
+  std::vector<float> g(kBlock * kBlock);
+  std::string worst;
+  if (cudaMemcpy2D(g.data(), kBlock * sizeof(float), gpu_half + rb * kBlock * cols + cb * kBlock,
+                   cols * sizeof(float), kBlock * sizeof(float), kBlock,
+                   cudaMemcpyDeviceToHost) == cudaSuccess) {
+    std::uint64_t wr = 0, wc = 0;
+    double wd = -1;
+    for (std::uint64_t r = 0; r < kBlock; ++r)
+      for (std::uint64_t c = 0; c < kBlock; ++c) {
+        const float a = g[r * kBlock + c], b = cpu_half[(rb * kBlock + r) * cols + cb * kBlock + c];
+        double d = std::fabs(static_cast<double>(a) - b);
+        if (std::isnan(d)) d = INFINITY;
+        if (d > wd) {
+          wd = d;
+          wr = rb * kBlock + r;
+          wc = cb * kBlock + c;
+        }
+      }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; worst at weight [%llu, %llu]: GPU %.9g, CPU %.9g",
+                  static_cast<unsigned long long>(wr), static_cast<unsigned long long>(wc),
+                  static_cast<double>(g[(wr - rb * kBlock) * kBlock + (wc - cb * kBlock)]),
+                  static_cast<double>(cpu_half[wr * cols + wc]));
+    worst = buf;
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "block [%llu, %llu] (rows %llu.., columns %llu..): max|GPU-CPU| %.9g > 1e-5 * max|CPU| %.9g",
+                static_cast<unsigned long long>(rb), static_cast<unsigned long long>(cb),
+                static_cast<unsigned long long>(rb * kBlock), static_cast<unsigned long long>(cb * kBlock),
+                static_cast<double>(e.max_diff), static_cast<double>(e.max_ref));
+  return CorruptionError(Describe(plan, region) +
+                         " reconstructs differently on the GPU than the CPU reference (spec 9.3): " + buf +
+                         worst);
+}
+
+}  // namespace
+
+Status CheckHalfSample(const RankImagePlan& plan, const std::byte* base,
+                       const std::vector<std::uint32_t>& sample, const DeviceImageOptions& o,
+                       LeaseProof& proof, CudaStreamView stream) {
+  const ImageTables& t = plan.layout.tables;
+  proof.decoded_halves = 0;
+  proof.tiles_bit_exact = true;
+  proof.max_block_error = 0;
+  if (sample.empty()) return Status::Ok();
+
+  // Batches of one (width, layout, hidden).
+  std::map<std::tuple<int, int, std::uint64_t>, std::vector<std::uint32_t>> groups;
+  for (std::uint32_t i : sample) {
+    const ImageTensor& h = t.tensors[i];
+    groups[{h.k, static_cast<int>(LayoutOf(h)), std::uint64_t{h.shape[2]} * kBlock}].push_back(i);
+  }
+  auto batch_halves = [](std::uint64_t members, std::uint64_t half_elems) {
+    return std::min<std::uint64_t>(members, std::max<std::uint64_t>(1, kBatchWeights / half_elems));
+  };
+  std::uint64_t max_elems = 0, max_halves = 0, max_hidden = 0;
+  for (const auto& [key, members] : groups) {
+    const std::uint64_t half_elems = kBlock * std::get<2>(key);
+    const std::uint64_t n = batch_halves(members.size(), half_elems);
+    max_elems = std::max(max_elems, n * half_elems);
+    max_halves = std::max(max_halves, n);
+    max_hidden = std::max(max_hidden, std::get<2>(key));
+  }
+  EXLR8_ASSIGN_OR_RETURN(DeviceCodebook codebook, DeviceCodebook::Upload(stream));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_f32, DeviceBuffer::Allocate(max_elems * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_e4m3, DeviceBuffer::Allocate(max_elems));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_ref_w, DeviceBuffer::Allocate(max_elems * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_ref_tiles, DeviceBuffer::Allocate(max_elems));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_u, DeviceBuffer::Allocate(max_halves * max_hidden * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_v, DeviceBuffer::Allocate(max_halves * max_hidden * sizeof(float)));
+  const std::uint64_t max_blocks = max_elems / (kBlock * kBlock);
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_errors, DeviceBuffer::Allocate(max_blocks * sizeof(BlockError)));
+  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_compare, DeviceBuffer::Allocate(sizeof(CompareResult)));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_w, PinnedHostBuffer::Allocate(max_elems * sizeof(float)));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_tiles, PinnedHostBuffer::Allocate(max_elems));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_errors,
+                         PinnedHostBuffer::Allocate(max_blocks * sizeof(BlockError)));
+  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_compare, PinnedHostBuffer::Allocate(sizeof(CompareResult)));
+  float* const cpu_w = reinterpret_cast<float*>(h_w.bytes().data());
+  std::uint8_t* const cpu_tiles = reinterpret_cast<std::uint8_t*>(h_tiles.bytes().data());
+  const auto stopped = [&] { return CancelledError("stopped while decoding the sample on the GPU"); };
+
+  for (const auto& [key, members] : groups) {
+    const auto [k, layout_int, hidden] = key;
+    const HalfLayout layout = static_cast<HalfLayout>(layout_int);
+    const bool down = layout == HalfLayout::kDown;
+    const std::uint64_t half_elems = kBlock * hidden;
+    const std::uint64_t rows = down ? kBlock : hidden, cols = down ? hidden : kBlock;
+    const std::uint64_t blocks_per_half = half_elems / (kBlock * kBlock);
+    const std::uint64_t per_batch = batch_halves(members.size(), half_elems);
+    // Where each member's trellis bytes and vectors lie in the image.
+    std::vector<std::uint64_t> offsets(members.size());
+    std::vector<HalfVectorRef> refs(members.size());
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      const ImageTensor& h = t.tensors[members[j]];
+      const ImageTensor* signs = t.FindSigns(h.layer, down);
+      if (signs == nullptr || signs->shape[0] != hidden)
+        return CorruptionError(ImageRegionWhat(h) + ": the image has no " +
+                               (down ? "signs.out" : "signs.in") + " of " + std::to_string(hidden) +
+                               " elements for layer " + std::to_string(h.layer));
+      offsets[j] = h.offset;
+      refs[j].slice = h.offset + h.shape[0];
+      refs[j].block = refs[j].slice + std::uint64_t{h.shape[1]} * DTypeSize(h.dtype);
+      refs[j].signs = signs->offset;
+      refs[j].slice_dtype = static_cast<std::uint8_t>(h.dtype);
+      refs[j].block_dtype = static_cast<std::uint8_t>(h.block_dtype);
+      refs[j].signs_dtype = static_cast<std::uint8_t>(signs->dtype);
+    }
+    EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_offsets, DeviceBuffer::Allocate(offsets.size() * 8));
+    EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_refs, DeviceBuffer::Allocate(refs.size() * sizeof(HalfVectorRef)));
+    EXLR8_RETURN_IF_ERROR(d_offsets.CopyFromHostAsync(std::as_bytes(std::span(offsets)), 0, stream));
+    EXLR8_RETURN_IF_ERROR(d_refs.CopyFromHostAsync(std::as_bytes(std::span(refs)), 0, stream));
+    for (std::uint64_t first = 0; first < members.size(); first += per_batch) {
+      if (ImageBuildCancelled(o.cancel)) return stopped();
+      const std::uint64_t count = std::min<std::uint64_t>(per_batch, members.size() - first);
+      const std::uint64_t elems = count * half_elems;
+      // The GPU decodes (and expands the vectors) while the CPU computes
+      // the reference on every core.
+      const HalfBatch batch{base, d_offsets.data_as<std::uint64_t>(), first, count, k, layout, hidden};
+      const DecodeOutputs out{d_f32.data_as<float>(), d_e4m3.data_as<std::uint8_t>()};
+      EXLR8_RETURN_IF_ERROR(LaunchDecodeHalves(batch, out, codebook, DecodeTableMode::kSharedE4M3, stream));
+      EXLR8_RETURN_IF_ERROR(LaunchExpandHalfVectors(base, d_refs.data_as<HalfVectorRef>() + first, count,
+                                                    layout, hidden, d_u.data_as<float>(),
+                                                    d_v.data_as<float>(), stream));
+      FirstError error;
+      ImageParallelFor(count, o.threads, o.cancel, [&](std::size_t j) {
+        if (error.failed()) return;
+        error.Note(ReferenceHalf(plan, members[first + j], {cpu_tiles + j * half_elems, half_elems},
+                                 {cpu_w + j * half_elems, half_elems}));
+      });
+      if (ImageBuildCancelled(o.cancel)) return stopped();
+      if (error.failed()) return error.status();
+
+      // Tiles, bit for bit, before the reconstruction overwrites them.
+      EXLR8_RETURN_IF_ERROR(d_ref_tiles.CopyFromHostAsync(h_tiles.bytes().first(elems), 0, stream));
+      EXLR8_RETURN_IF_ERROR(LaunchCompareTiles(d_f32.data_as<float>(), d_e4m3.data_as<std::uint8_t>(),
+                                               d_ref_tiles.data_as<std::uint8_t>(), elems,
+                                               d_compare.data_as<CompareResult>(), stream));
+      EXLR8_RETURN_IF_ERROR(d_compare.CopyToHostAsync(0, h_compare.bytes(), stream));
+      EXLR8_RETURN_IF_ERROR(d_ref_w.CopyFromHostAsync(h_w.bytes().first(elems * sizeof(float)), 0, stream));
+      EXLR8_RETURN_IF_ERROR(stream.Synchronize());
+      const CompareResult cmp = *reinterpret_cast<const CompareResult*>(h_compare.bytes().data());
+      if (cmp.mismatches != 0) {
+        proof.tiles_bit_exact = false;
+        const std::uint64_t j = cmp.first / half_elems, i = cmp.first % half_elems;
+        float g = 0;
+        std::uint8_t ge = 0;
+        EXLR8_CUDA_TRY(cudaMemcpy(&g, d_f32.data_as<float>() + cmp.first, 4, cudaMemcpyDeviceToHost));
+        EXLR8_CUDA_TRY(
+            cudaMemcpy(&ge, d_e4m3.data_as<std::uint8_t>() + cmp.first, 1, cudaMemcpyDeviceToHost));
+        const std::uint8_t want = cpu_tiles[cmp.first];
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "tile value [%llu, %llu]: GPU fp32 0x%08x E4M3 0x%02x, CPU fp32 0x%08x E4M3 0x%02x "
+                      "(%llu element(s) of the batch differ)",
+                      static_cast<unsigned long long>(i / cols), static_cast<unsigned long long>(i % cols),
+                      std::bit_cast<std::uint32_t>(g), ge, std::bit_cast<std::uint32_t>(E4M3ToFloat(want)),
+                      want, cmp.mismatches);
+        return CorruptionError(Describe(plan, members[first + j]) +
+                               " decodes differently on the GPU than the CPU reference: " + buf);
+      }
+
+      // Weights, per 128 x 128 block within spec 9.3.
+      ReconstructBatch rb;
+      rb.w = d_f32.data_as<float>();
+      rb.count = count;
+      rb.rows = rows;
+      rb.cols = cols;
+      rb.u = d_u.data_as<float>();
+      rb.u_stride = rows;
+      rb.v = d_v.data_as<float>();
+      rb.v_stride = cols;
+      EXLR8_RETURN_IF_ERROR(LaunchReconstructBlocks(rb, stream));
+      EXLR8_RETURN_IF_ERROR(LaunchBlockErrors(d_f32.data_as<float>(), d_ref_w.data_as<float>(), count, rows,
+                                              cols, d_errors.data_as<BlockError>(), stream));
+      const std::uint64_t nblocks = count * blocks_per_half;
+      EXLR8_RETURN_IF_ERROR(
+          d_errors.CopyToHostAsync(0, h_errors.bytes().first(nblocks * sizeof(BlockError)), stream));
+      EXLR8_RETURN_IF_ERROR(stream.Synchronize());
+      const auto* errors = reinterpret_cast<const BlockError*>(h_errors.bytes().data());
+      for (std::uint64_t b = 0; b < nblocks; ++b) {
+        const BlockError& e = errors[b];
+        const double ratio =
+            e.max_ref > 0 ? e.max_diff / static_cast<double>(e.max_ref) : (e.max_diff > 0 ? INFINITY : 0.0);
+        proof.max_block_error = std::max(proof.max_block_error, ratio);
+        if (!(static_cast<double>(e.max_diff) <= kBlockTolerance * static_cast<double>(e.max_ref))) {
+          const std::uint64_t j = b / blocks_per_half, in = b % blocks_per_half;
+          const std::uint64_t cblocks = cols / kBlock;
+          return BlockMismatch(plan, members[first + j], d_f32.data_as<float>() + j * half_elems,
+                               cpu_w + j * half_elems, cols, in / cblocks, in % cblocks, e);
+        }
+      }
+      proof.decoded_halves += count;
+      if (o.progress != nullptr) {
+        std::uint64_t bytes = 0;
+        for (std::uint64_t j = 0; j < count; ++j) bytes += t.tensors[members[first + j]].shape[0];
+        o.progress->decode_done.fetch_add(bytes, std::memory_order_relaxed);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace exlr8

@@ -1,0 +1,67 @@
+// Internal to device_image.cpp: the decode step of the device image's
+// in-place check (device_image.h), on the GPU against the CPU reference of
+// image_reference.h.
+//
+//   halves  each sampled half record's trellis tiles decoded in place
+//           (gpu/decode.cuh) and compared bit for bit (fp32 and E4M3); then
+//           reconstructed in place (gpu/reconstruct.cuh: u and v from the
+//           record's slice and block row and the layer's signs regions, in
+//           their stored dtypes) and compared per 128 x 128 block with spec
+//           9.3's max|a-b| <= 1e-5 * max|b|.
+//
+// Any difference is Corruption naming the region (layer, expert,
+// projection, half), the element or block and the values. The proof's
+// decode fields are filled as the check goes (decoded_halves counts the
+// halves compared, max_block_error the largest max|a-b| / max|b| seen).
+//
+// Threads: blocks; uses options.threads host threads for the CPU reference
+// and `stream` (of the current device, options.device) for the GPU.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "client/lease/description_v2.h"
+#include "daemon/stage/device_image.h"
+#include "daemon/stage/rank_image_plan.h"
+#include "format/status.h"
+#include "gpu/stream.h"
+
+namespace exlr8 {
+
+// The first error of several threads.
+class FirstError {
+ public:
+  void Note(Status s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = std::move(s);
+    failed_.store(true);
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  Status status_;
+  std::atomic<bool> failed_{false};
+};
+
+// Spec 9.3's tolerance: per 128 x 128 block, max|a-b| <= kBlockTolerance * max|b|.
+inline constexpr double kBlockTolerance = 1e-5;
+
+// Checks the half records `sample` (tensor indices, ImageDecodeSample's)
+// of the image at `base` as above; adds each half's trellis bytes to
+// o.progress->decode_done as it is done. Sets proof.decoded_halves,
+// tiles_bit_exact and max_block_error (decoded_of and the seed are the
+// caller's). Cancelled once o.cancel is set.
+Status CheckHalfSample(const RankImagePlan& plan, const std::byte* base,
+                       const std::vector<std::uint32_t>& sample, const DeviceImageOptions& o,
+                       LeaseProof& proof, CudaStreamView stream);
+
+}  // namespace exlr8

@@ -266,13 +266,17 @@ Status Validate(const RankImagePlan& plan, const std::byte* base, std::uint64_t 
   proof.decoded_of = of;
   proof.decoded_seed = o.seed;
   proof.every_layer_width_projection = true;
+  EXLR8_ASSIGN_OR_RETURN(const std::vector<ImageDenseMatrix> dense, ImageDenseMatrices(t));
+  const std::vector<std::size_t> dense_sample = ImageDenseSample(dense, o.check_all, o.seed);
   if (o.progress != nullptr) {
     std::uint64_t total = 0;
     for (std::uint32_t i : sample) total += t.tensors[i].shape[0];
+    for (std::size_t i : dense_sample) total += DenseMatrixBytes(t, dense[i]);
     o.progress->decode_total.store(total);
     o.progress->decode_done.store(0);
   }
   EXLR8_RETURN_IF_ERROR(CheckHalfSample(plan, base, sample, o, proof, stream.view()));
+  EXLR8_RETURN_IF_ERROR(CheckDenseSample(plan, base, dense, dense_sample, o, proof, stream.view()));
   proof.seconds_decode = Since(t0);
   return Status::Ok();
 }
@@ -348,7 +352,9 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
       dense_digest[i] = xxh.Digest();
     });
   });
-  Status valid = Validate(img.plan, base, size, o, img.proof);
+  DeviceImageOptions checks = o;
+  checks.skip_hash = false;  // the stage always hashes
+  Status valid = Validate(img.plan, base, size, checks, img.proof);
   dense_thread.join();
   EXLR8_RETURN_IF_ERROR(valid);
   if (ImageBuildCancelled(o.cancel))

@@ -22,7 +22,11 @@
 //           reconstructed on the GPU (spec 9.1-9.3) from the record's slice
 //           and block row and the layer's signs regions, all read in place,
 //           and compared per 128 x 128 block with the CPU's ReconstructHalf
-//           (max|a-b| <= 1e-5 * max|b|): device_image_check.h.
+//           (max|a-b| <= 1e-5 * max|b|); and dense matrices (one of each
+//           format present, seeded, or all of them) decoded on the GPU from
+//           their data regions in place and compared with DecodeDenseMatrix
+//           of the cache's files (bit for bit; TRELLIS per block as above):
+//           device_image_check.h.
 // The tables go into a sealed memfd (SerializeImageTables).
 //
 // Any mismatch is Corruption naming the region (layer, expert, projection,
@@ -60,8 +64,9 @@ struct DeviceImageProgress {
   std::atomic<int> step{0};
   std::atomic<std::uint64_t> copy_total{0}, copy_done{0};  // bytes
   std::atomic<std::uint64_t> hash_total{0}, hash_done{0};  // check bytes
-  // The decode step's bytes: the sampled half records' trellis bytes
-  // (what StepReporter prints is bytes).
+  // The decode step's bytes: the sampled half records' trellis bytes and
+  // the sampled dense matrices' data bytes (what StepReporter prints is
+  // bytes), counted as each half batch or matrix has been compared.
   std::atomic<std::uint64_t> decode_total{0}, decode_done{0};
 };
 
@@ -75,9 +80,11 @@ struct DeviceImageOptions {
   // Force the legacy IPC allocation even where VMM export works (tests,
   // drivers whose VMM export misbehaves).
   bool force_ipc = false;
-  // Halves decoded: a seeded sample of at least sample_fraction of the
-  // half records (and at least one of every (layer, width, projection)
-  // present), or every one with check_all.
+  // Halves decoded and reconstructed: a seeded sample of at least
+  // sample_fraction of the half records (and at least one of every (layer,
+  // width, projection) present), or every one with check_all. Dense
+  // matrices decoded: one of each format present (chosen with `seed`), or
+  // every one with check_all.
   bool check_all = false;
   double sample_fraction = 0.01;
   std::uint64_t seed = 0x5eed;

@@ -8,6 +8,11 @@
 //           record's slice and block row and the layer's signs regions, in
 //           their stored dtypes) and compared per 128 x 128 block with spec
 //           9.3's max|a-b| <= 1e-5 * max|b|.
+//   dense   each sampled dense matrix decoded on the GPU from its data
+//           regions in place (gpu/dense_decode.cuh; TRELLIS through the
+//           trellis decode and the reconstruction) and compared with
+//           DecodeDenseMatrix of the cache's file: bit for bit, TRELLIS per
+//           128 x 128 block within spec 9.3.
 //
 // Any difference is Corruption naming the region (layer, expert,
 // projection, half), the element or block and the values. The proof's
@@ -25,6 +30,7 @@
 
 #include "client/lease/description_v2.h"
 #include "daemon/stage/device_image.h"
+#include "daemon/stage/image_reference.h"
 #include "daemon/stage/rank_image_plan.h"
 #include "format/status.h"
 #include "gpu/stream.h"
@@ -63,5 +69,18 @@ inline constexpr double kBlockTolerance = 1e-5;
 Status CheckHalfSample(const RankImagePlan& plan, const std::byte* base,
                        const std::vector<std::uint32_t>& sample, const DeviceImageOptions& o,
                        LeaseProof& proof, CudaStreamView stream);
+
+// Checks the dense matrices `sample` (indices into `matrices`,
+// ImageDenseSample's) as above; adds each matrix's data bytes to
+// o.progress->decode_done as it is done. Sets proof.dense_decoded_tensors
+// (matrices compared) and dense_decoded_mismatches, and raises
+// max_block_error with TRELLIS blocks. Cancelled once o.cancel is set.
+Status CheckDenseSample(const RankImagePlan& plan, const std::byte* base,
+                        const std::vector<ImageDenseMatrix>& matrices, const std::vector<std::size_t>& sample,
+                        const DeviceImageOptions& o, LeaseProof& proof, CudaStreamView stream);
+
+// The data bytes of a dense matrix (its regions' lengths): its share of the
+// decode step's progress.
+std::uint64_t DenseMatrixBytes(const ImageTables& t, const ImageDenseMatrix& m);
 
 }  // namespace exlr8

@@ -72,8 +72,12 @@ when this process does).
                       the driver cannot export one), every region's XXH64
                       checked on the GPU in place and a seeded sample of
                       >= 1 % of the halves (every layer, width and
-                      projection; all with --check all) decoded on the GPU
-                      from the image against the CPU reference
+                      projection; all with --check all) decoded and
+                      reconstructed on the GPU from the image in place
+                      against the CPU reference (tiles bit for bit, weights
+                      per spec 9.3), and one dense matrix of each format
+                      (all with --check all) decoded on the GPU in place
+                      against the CPU decoders
   --device D          CUDA device (default 0)
   --check N|all       halves checked on the GPU, spread over the rank (default 64)
   --hold SOCKET       after the checks pass, keep the buffers and answer each
@@ -270,11 +274,13 @@ struct ImageHolder {
         "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches (%llu against the cache's "
         "verified bytes where the release has no digest); %llu of %llu halves decoded and reconstructed on "
         "the GPU in place (seed %llu): tiles bit-exact, weights within spec 9.3 (max block error %.2g) "
-        "against the CPU reference, in %.3f s; plan %.2f s\n",
+        "against the CPU reference; %llu dense matrices decoded on the GPU in place and equal to the CPU "
+        "decoders'; in %.3f s; plan %.2f s\n",
         static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(), p.seconds_hash,
         static_cast<unsigned long long>(image->regions_without_release_digest),
         static_cast<unsigned long long>(p.decoded_halves), static_cast<unsigned long long>(p.decoded_of),
-        static_cast<unsigned long long>(p.decoded_seed), p.max_block_error, p.seconds_decode, p.seconds_read);
+        static_cast<unsigned long long>(p.decoded_seed), p.max_block_error,
+        static_cast<unsigned long long>(p.dense_decoded_tensors), p.seconds_decode, p.seconds_read);
     std::fflush(stdout);
     if (hold.empty()) {
       std::printf("ok (not held: the image is released now)\n");

@@ -24,6 +24,7 @@
 #include "client/lease/image_layout.h"
 #include "client/lease/lease_v2_framing.h"
 #include "daemon/stage/host_image.h"
+#include "daemon/stage/image_reference.h"
 #include "gpu/device.h"
 #include "gpu/ipc.h"
 #include "gpu/vmm.h"
@@ -127,7 +128,17 @@ void StageAndCompare(const fs::path& cache, int tp, int rank, bool force_ipc, bo
   // Reconstruction on the GPU within spec 9.3 of the CPU reference.
   EXPECT_LE(dev->proof.max_block_error, 1e-5);
   EXPECT_GE(dev->proof.max_block_error, 0.0);
-  std::printf("  max block error %.3g\n", dev->proof.max_block_error);
+  // Dense matrices decoded on the GPU: one of each format present (the
+  // fixture has all seven), or all of them.
+  auto dense = ImageDenseMatrices(t);
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  std::set<DenseFormat> formats;
+  for (const ImageDenseMatrix& m : *dense) formats.insert(m.format);
+  EXPECT_EQ(formats.size(), 7u);
+  EXPECT_EQ(dev->proof.dense_decoded_tensors, check_all ? dense->size() : formats.size());
+  EXPECT_EQ(dev->proof.dense_decoded_mismatches, 0u);
+  std::printf("  max block error %.3g, %llu dense matrices decoded\n", dev->proof.max_block_error,
+              static_cast<unsigned long long>(dev->proof.dense_decoded_tensors));
   EXPECT_EQ(progress.step.load(), 4);
   EXPECT_EQ(progress.copy_done.load(), progress.copy_total.load());
   EXPECT_EQ(progress.hash_done.load(), progress.hash_total.load());
@@ -318,6 +329,46 @@ TEST(DeviceImage, TheReconstructionCheckFindsAChangedVectorByItself) {
     ASSERT_EQ(cudaMemcpy(sign, &was, 1, cudaMemcpyHostToDevice), cudaSuccess);
     EXPECT_TRUE(CheckDeviceImage(*img, decode_only).ok());
   }
+}
+
+// A byte changed in a dense matrix's data on the device after the stage:
+// the dense check alone (no hash step) finds it, bit for bit for the exact
+// formats and per block for TRELLIS, and names the matrix.
+TEST(DeviceImage, TheDenseCheckFindsAChangedByteByItself) {
+  SKIP_WITHOUT_GPU();
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 3, 0)).ok());
+  auto img = StageDeviceRankImage(TestRankRequest(cache.path(), 3, 0), {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  DeviceImageOptions decode_only;
+  decode_only.skip_hash = true;
+  decode_only.check_all = true;
+  ASSERT_TRUE(CheckDeviceImage(*img, decode_only).ok());
+  EXPECT_GT(img->proof.dense_decoded_tensors, 0u);
+  const ImageTables& t = img->plan.layout.tables;
+  auto dense = ImageDenseMatrices(t);
+  ASSERT_TRUE(dense.ok()) << dense.status().ToString();
+  std::set<DenseFormat> done;
+  for (const ImageDenseMatrix& m : *dense) {
+    if (!done.insert(m.format).second) continue;
+    SCOPED_TRACE(m.name + " " + std::string(DenseFormatName(m.format)));
+    // A byte in the middle of the matrix's first data tensor.
+    const ImageTensor& data = t.tensors[m.first];
+    std::byte* p = const_cast<std::byte*>(img->data()) + data.offset + data.length / 2;
+    std::byte was{};
+    ASSERT_EQ(cudaMemcpy(&was, p, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+    const std::byte flipped = was ^ std::byte{0x21};
+    ASSERT_EQ(cudaMemcpy(p, &flipped, 1, cudaMemcpyHostToDevice), cudaSuccess);
+    const Status s = CheckDeviceImage(*img, decode_only);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("dense matrix '" + m.name + "'"));
+    EXPECT_THAT(s.message(), HasSubstr("decodes differently on the GPU"));
+    EXPECT_THAT(s.message(), HasSubstr(m.format == DenseFormat::kTrellis ? "block [" : "weight ["));
+    ASSERT_EQ(cudaMemcpy(p, &was, 1, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_TRUE(CheckDeviceImage(*img, decode_only).ok());
+  }
+  EXPECT_EQ(done.size(), 7u);
 }
 
 TEST(DeviceImage, AStopAskedForEndsTheStage) {

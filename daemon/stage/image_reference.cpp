@@ -1,6 +1,7 @@
 #include "daemon/stage/image_reference.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -47,6 +48,18 @@ std::vector<std::string_view> DenseSuffixes(DenseFormat f) {
 }
 
 }  // namespace
+
+// Its fields moved, no rounding: a tenth of FloatToE4M3's cost, which was a
+// quarter of the half reference's.
+std::uint8_t ExactE4M3Byte(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint8_t>((x >> 24) & 0x80);
+  const std::uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax >= 0x3C800000u)  // normal: 2^(e-7) (1 + m/8), fp32 exponent e + 120
+    return static_cast<std::uint8_t>(sign | (((ax >> 23) - 120) << 3) | ((ax >> 20) & 7));
+  return static_cast<std::uint8_t>(sign |
+                                   static_cast<std::uint8_t>(std::bit_cast<float>(ax) * 512.0f));  // m * 2^-9
+}
 
 void ReadImageSourceBytes(const RankImagePlan& plan, std::uint32_t region, std::uint64_t offset,
                           std::span<std::byte> out) {
@@ -114,7 +127,7 @@ Status ReferenceHalf(const RankImagePlan& plan, std::uint32_t region, std::span<
   std::vector<std::byte> trellis(trellis_bytes);
   ReadImageSourceBytes(plan, region, 0, trellis);
   EXLR8_RETURN_IF_ERROR(DecodeHalfTiles(trellis, h.k, layout, hidden, weights));
-  for (std::size_t i = 0; i < weights.size(); ++i) tiles[i] = FloatToE4M3(weights[i]);
+  for (std::size_t i = 0; i < weights.size(); ++i) tiles[i] = ExactE4M3Byte(weights[i]);
 
   // spec 9.2: the slice is the intermediate side, signs x block row the hidden side.
   std::vector<float> slice_f(kBlock), block_f(block), signs_f(hidden), hidden_f(hidden);

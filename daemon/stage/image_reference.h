@@ -24,6 +24,10 @@ namespace exlr8 {
 void ReadImageSourceBytes(const RankImagePlan& plan, std::uint32_t region, std::uint64_t offset,
                           std::span<std::byte> out);
 
+// The E4M3 byte of `f`. REQUIRES: f is an exact E4M3 value (not NaN), as
+// every decoded tile value is (spec 7.5); FloatToE4M3 rounds any float.
+std::uint8_t ExactE4M3Byte(float f);
+
 // The half records decoded, as tensor indices in ascending order: all of
 // them with `all`, else a sample seeded by `seed`: one record chosen at
 // random from each (layer, width, projection) present, then random ones

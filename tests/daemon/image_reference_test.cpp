@@ -37,6 +37,15 @@ std::vector<std::byte> ReadRelease(const std::string& path) {
   return b;
 }
 
+TEST(ExactE4M3Byte, IsTheByteOfEveryE4M3Value) {
+  for (unsigned b = 0; b < 256; ++b) {
+    if (IsE4M3NaN(static_cast<std::uint8_t>(b))) continue;
+    EXPECT_EQ(ExactE4M3Byte(E4M3ToFloat(static_cast<std::uint8_t>(b))), b) << "byte " << b;
+    EXPECT_EQ(ExactE4M3Byte(E4M3ToFloat(static_cast<std::uint8_t>(b))),
+              FloatToE4M3(E4M3ToFloat(static_cast<std::uint8_t>(b))));
+  }
+}
+
 class ImageReferenceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

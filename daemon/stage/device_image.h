@@ -73,7 +73,8 @@ struct DeviceImageProgress {
 struct DeviceImageOptions {
   int device = 0;  // an ordinal of this process
   // Copy threads, each with its own stream and `staging_buffers` pinned
-  // buffers of `staging_bytes` (0: ImageThreadCount's default, at most 16).
+  // buffers of `staging_bytes` (0: ImageThreadCount's default, at most 16);
+  // the decode step's CPU reference uses as many (0: every core).
   int threads = 0;
   std::size_t staging_bytes = std::size_t{32} << 20;
   int staging_buffers = 2;

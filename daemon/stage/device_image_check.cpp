@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "daemon/stage/image_common.h"
@@ -38,6 +39,12 @@ namespace {
 // Weights per batch (decoded, reconstructed and compared together); two
 // batches are in flight.
 constexpr std::uint64_t kBatchWeights = std::uint64_t{64} << 20;
+
+// Threads for the CPU reference: options.threads, or every core (it is
+// what bounds --check all; ImageThreadCount's default stops at 16).
+int ReferenceThreads(const DeviceImageOptions& o) {
+  return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 HalfLayout LayoutOf(const ImageTensor& t) {
   return t.proj == static_cast<std::uint8_t>(Proj::kDown) ? HalfLayout::kDown : HalfLayout::kGateUp;
@@ -287,7 +294,7 @@ Status CheckHalfSample(const RankImagePlan& plan, const std::byte* base,
       float* const cpu_w = reinterpret_cast<float*>(slot.w.bytes().data());
       std::uint8_t* const cpu_tiles = reinterpret_cast<std::uint8_t*>(slot.tiles.bytes().data());
       FirstError error;
-      ImageParallelFor(b.count, o.threads, o.cancel, [&](std::size_t j) {
+      ImageParallelFor(b.count, ReferenceThreads(o), o.cancel, [&](std::size_t j) {
         if (error.failed()) return;
         error.Note(ReferenceHalf(plan, members[b.first + j], {cpu_tiles + j * half_elems, half_elems},
                                  {cpu_w + j * half_elems, half_elems}));
@@ -412,7 +419,7 @@ Status CheckDenseSample(const RankImagePlan& plan, const std::byte* base,
     }
     std::vector<Result<std::vector<float>>> refs(end - first,
                                                  Result<std::vector<float>>(std::vector<float>{}));
-    ImageParallelFor(end - first, o.threads, o.cancel,
+    ImageParallelFor(end - first, ReferenceThreads(o), o.cancel,
                      [&](std::size_t j) { refs[j] = ReferenceDense(plan, matrices[sample[first + j]]); });
     if (ImageBuildCancelled(o.cancel)) return stopped();
     for (std::size_t j = 0; j < end - first; ++j) {

@@ -1,8 +1,11 @@
 // A rank's whole image staged from a real cache (pulled from the hub
 // simulator) into GPU memory and validated there: the device bytes equal
-// the host image's (BuildHostRankImage), a byte changed on the device is
-// found and named by the in-place check, a stop ends the stage, and the
-// legacy IPC allocation works as well as the VMM one.
+// the host image's (BuildHostRankImage), the proof shows the sample
+// reconstructed within spec 9.3 and dense matrices of every format decoded,
+// a byte changed on the device is found and named by the in-place check
+// (by the hash, and by the reconstruction or dense check alone), a stop
+// ends the stage, and the legacy IPC allocation works as well as the VMM
+// one.
 #include "daemon/stage/device_image.h"
 
 #include <cuda_runtime.h>

@@ -1,6 +1,7 @@
 // Internal to device_image.cpp: the decode step of the device image's
 // in-place check (device_image.h), on the GPU against the CPU reference of
-// image_reference.h.
+// image_reference.h (halves: device_image_check.cpp; dense matrices:
+// device_image_dense.cpp).
 //
 //   halves  each sampled half record's trellis tiles decoded in place
 //           (gpu/decode.cuh) and compared bit for bit (fp32 and E4M3); then
@@ -23,9 +24,11 @@
 // and `stream` (of the current device, options.device) for the GPU.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "client/lease/description_v2.h"
@@ -58,6 +61,12 @@ class FirstError {
   std::atomic<bool> failed_{false};
 };
 
+// Threads for the decode step's CPU reference: options.threads, or every
+// core (it bounds --check all; ImageThreadCount's default stops at 16).
+inline int DecodeReferenceThreads(const DeviceImageOptions& o) {
+  return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // Spec 9.3's tolerance: per 128 x 128 block, max|a-b| <= kBlockTolerance * max|b|.
 inline constexpr double kBlockTolerance = 1e-5;
 
@@ -71,7 +80,7 @@ Status CheckHalfSample(const RankImagePlan& plan, const std::byte* base,
                        LeaseProof& proof, CudaStreamView stream);
 
 // Checks the dense matrices `sample` (indices into `matrices`,
-// ImageDenseSample's) as above; adds each matrix's data bytes to
+// ImageDenseSample's) as above (device_image_dense.cpp); adds each matrix's data bytes to
 // o.progress->decode_done as it is done. Sets proof.dense_decoded_tensors
 // (matrices compared) and dense_decoded_mismatches, and raises
 // max_block_error with TRELLIS blocks. Cancelled once o.cancel is set.

@@ -5,18 +5,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <random>
-#include <set>
 #include <span>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -24,9 +17,7 @@
 #include "daemon/stage/image_common.h"
 #include "daemon/stage/image_reference.h"
 #include "format/checksum.h"
-#include "format/trellis.h"
 #include "gpu/cuda_check.h"
-#include "gpu/decode.cuh"
 #include "gpu/event.h"
 #include "gpu/ipc.h"
 #include "gpu/region_hash.h"

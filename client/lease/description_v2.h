@@ -115,13 +115,19 @@ struct LeaseMismatch {
 };
 
 // What the holder checked on the memory the lessee maps (issue 26 item 3).
+// What the holder checked in place before it leased the image
+// (docs/design/RANK_IMAGE.md, "The proof of contents").
 struct LeaseProof {
   std::string commit;  // the release commit checked: equal to the description's
   std::uint64_t hashed_regions = 0, hashed_bytes = 0, hashed_mismatches = 0;
   std::uint64_t decoded_halves = 0, decoded_of = 0, decoded_seed = 0;
   bool every_layer_width_projection = false;
   bool tiles_bit_exact = false;
+  // The largest max|a-b| / max|b| over the 128 x 128 blocks reconstructed
+  // on the GPU (decoded halves, dense TRELLIS matrices) against the CPU
+  // reference; spec 9.3 allows 1e-5. 0 when nothing was reconstructed.
   double max_block_error = 0;
+  // Dense matrices decoded on the GPU and compared with the CPU decoders.
   std::uint64_t dense_decoded_tensors = 0, dense_decoded_mismatches = 0;
   double seconds_read = 0, seconds_upload = 0, seconds_hash = 0, seconds_decode = 0;
   std::optional<LeaseMismatch> mismatch;

@@ -1,32 +1,23 @@
 // StageDeviceRankImage and CheckDeviceImage (device_image.h): the staging
-// copy, the in-place hash and the sample decode. Slightly over ~500 lines;
-// the decode sample is the piece to move out when it grows the
-// reconstruction check (spec 9.3).
+// copy and the in-place hash; the decode step is device_image_check.cpp.
 #include "daemon/stage/device_image.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <random>
-#include <set>
 #include <span>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "daemon/stage/device_image_check.h"
 #include "daemon/stage/image_common.h"
+#include "daemon/stage/image_reference.h"
 #include "format/checksum.h"
-#include "format/trellis.h"
 #include "gpu/cuda_check.h"
-#include "gpu/decode.cuh"
 #include "gpu/event.h"
 #include "gpu/ipc.h"
 #include "gpu/region_hash.h"
@@ -46,52 +37,10 @@ double Since(SteadyClock::time_point t) {
 // progress and a stop are seen between launches.
 constexpr std::size_t kHashLaunchChecks = std::size_t{1} << 16;
 constexpr std::uint64_t kHashLaunchBytes = std::uint64_t{4} << 30;
-// Decode outputs per launch (fp32 + E4M3 elements).
-constexpr std::uint64_t kDecodeBatchWeights = std::uint64_t{32} << 20;
 
 void SetStep(const DeviceImageOptions& o, int step) {
   if (o.progress != nullptr) o.progress->step.store(step, std::memory_order_relaxed);
   if (o.on_step) o.on_step(step);
-}
-
-// The first error of several threads.
-class FirstError {
- public:
-  void Note(Status s) {
-    if (s.ok()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (status_.ok()) status_ = std::move(s);
-    failed_.store(true);
-  }
-  bool failed() const { return failed_.load(std::memory_order_relaxed); }
-  Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return status_;
-  }
-
- private:
-  std::mutex mu_;
-  Status status_;
-  std::atomic<bool> failed_{false};
-};
-
-// Bytes [offset, offset + out.size()) of region `region` as the cache
-// holds them (the plan's pieces).
-void ReadSourceBytes(const RankImagePlan& plan, std::uint32_t region, std::uint64_t offset,
-                     std::span<std::byte> out) {
-  std::uint64_t at = 0;  // region offset of the current piece
-  std::size_t done = 0;
-  for (const ImageSourcePiece& piece : plan.sources[region].pieces) {
-    if (done == out.size()) break;
-    const std::uint64_t want = offset + done;
-    if (want < at + piece.length) {
-      const std::uint64_t in = want - at;
-      const std::uint64_t n = std::min<std::uint64_t>(piece.length - in, out.size() - done);
-      std::memcpy(out.data() + done, plan.maps[piece.map]->bytes().data() + piece.offset + in, n);
-      done += n;
-    }
-    at += piece.length;
-  }
 }
 
 std::string Hex8(std::uint8_t b) {
@@ -124,7 +73,7 @@ Status CheckMismatch(const RankImagePlan& plan, const std::byte* base, std::size
     // A segment lies inside one region (the tables' rule): that region's.
     const std::uint32_t in = RegionAt(t, s.offset);
     const ImageTensor& holder = t.tensors[in];
-    ReadSourceBytes(plan, in, s.offset - holder.offset, cache);
+    ReadImageSourceBytes(plan, in, s.offset - holder.offset, cache);
     for (std::uint64_t i = 0; i < s.length; ++i) {
       if (device[i] == cache[i]) continue;
       const std::uint64_t at = s.offset + i;
@@ -289,150 +238,36 @@ Status HashImage(const RankImagePlan& plan, const std::byte* base, std::uint64_t
   return Status::Ok();
 }
 
-HalfLayout LayoutOf(const ImageTensor& t) {
-  return t.proj == static_cast<std::uint8_t>(Proj::kDown) ? HalfLayout::kDown : HalfLayout::kGateUp;
-}
-
-// The half records decoded: all, or the seeded sample (one of each (layer,
-// width, projection), then random ones up to the fraction), sorted.
-std::vector<std::uint32_t> DecodeSample(const ImageTables& t, const DeviceImageOptions& o,
-                                        std::uint64_t* of) {
-  std::vector<std::uint32_t> halves;
-  for (std::uint32_t i = 0; i < t.tensors.size(); ++i)
-    if (t.tensors[i].kind == ImageRegionKind::kHalfRecord) halves.push_back(i);
-  *of = halves.size();
-  if (o.check_all || halves.empty()) return halves;
-  std::mt19937_64 rng(o.seed);
-  std::map<std::tuple<int, int, int>, std::vector<std::uint32_t>> groups;
-  for (std::uint32_t i : halves) {
-    const ImageTensor& h = t.tensors[i];
-    groups[{h.layer, h.k, h.proj}].push_back(i);
-  }
-  std::set<std::uint32_t> chosen;
-  for (auto& [key, members] : groups) chosen.insert(members[rng() % members.size()]);
-  const std::size_t want = static_cast<std::size_t>(
-      std::ceil(std::clamp(o.sample_fraction, 0.0, 1.0) * static_cast<double>(halves.size())));
-  std::shuffle(halves.begin(), halves.end(), rng);
-  for (std::size_t i = 0; chosen.size() < want && i < halves.size(); ++i) chosen.insert(halves[i]);
-  return {chosen.begin(), chosen.end()};
-}
-
-// The sample decoded on the GPU from the image in place and compared with
-// the CPU reference of the cache's bytes.
-Status DecodeImage(const RankImagePlan& plan, const std::byte* base, const DeviceImageOptions& o,
-                   LeaseProof& proof, CudaStreamView stream) {
-  const ImageTables& t = plan.layout.tables;
-  std::uint64_t of = 0;
-  const std::vector<std::uint32_t> sample = DecodeSample(t, o, &of);
-  proof.decoded_of = of;
-  proof.decoded_seed = o.seed;
-  proof.decoded_halves = 0;
-  proof.every_layer_width_projection = true;
-  proof.tiles_bit_exact = true;
-  if (o.progress != nullptr) {
-    std::uint64_t trellis_bytes = 0;
-    for (std::uint32_t i : sample) trellis_bytes += t.tensors[i].shape[0];
-    o.progress->decode_total.store(trellis_bytes);
-    o.progress->decode_done.store(0);
-  }
-  if (sample.empty()) return Status::Ok();
-
-  // Batches of one (width, layout, length).
-  std::map<std::tuple<int, int, std::uint64_t>, std::vector<std::uint32_t>> groups;
-  for (std::uint32_t i : sample) {
-    const ImageTensor& h = t.tensors[i];
-    const std::uint64_t hidden = h.shape[0] / (16 * static_cast<std::uint64_t>(h.k));
-    groups[{h.k, static_cast<int>(LayoutOf(h)), hidden}].push_back(i);
-  }
-  EXLR8_ASSIGN_OR_RETURN(DeviceCodebook codebook, DeviceCodebook::Upload(stream));
-  // Output buffers for the largest batch of any group, allocated once.
-  auto batch_halves = [](std::uint64_t members, std::uint64_t half_elems) {
-    return std::min<std::uint64_t>(members, std::max<std::uint64_t>(1, kDecodeBatchWeights / half_elems));
-  };
-  std::uint64_t max_elems = 0;
-  for (const auto& [key, members] : groups) {
-    const std::uint64_t half_elems = kBlock * std::get<2>(key);
-    max_elems = std::max(max_elems, batch_halves(members.size(), half_elems) * half_elems);
-  }
-  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_f32, DeviceBuffer::Allocate(max_elems * sizeof(float)));
-  EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_e4m3, DeviceBuffer::Allocate(max_elems));
-  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_f32, PinnedHostBuffer::Allocate(max_elems * sizeof(float)));
-  EXLR8_ASSIGN_OR_RETURN(PinnedHostBuffer h_e4m3, PinnedHostBuffer::Allocate(max_elems));
-  for (const auto& [key, members] : groups) {
-    const auto [k, layout_int, hidden] = key;
-    const HalfLayout layout = static_cast<HalfLayout>(layout_int);
-    const std::uint64_t half_elems = kBlock * hidden;
-    const std::uint64_t per_batch = batch_halves(members.size(), half_elems);
-    std::vector<std::uint64_t> offsets(members.size());
-    for (std::size_t j = 0; j < members.size(); ++j) offsets[j] = t.tensors[members[j]].offset;
-    EXLR8_ASSIGN_OR_RETURN(DeviceBuffer d_offsets, DeviceBuffer::Allocate(offsets.size() * 8));
-    EXLR8_RETURN_IF_ERROR(d_offsets.CopyFromHostAsync(
-        {reinterpret_cast<const std::byte*>(offsets.data()), offsets.size() * 8}, 0, stream));
-    for (std::uint64_t first = 0; first < members.size(); first += per_batch) {
-      if (ImageBuildCancelled(o.cancel))
-        return CancelledError("stopped while decoding the sample on the GPU");
-      const std::uint64_t count = std::min<std::uint64_t>(per_batch, members.size() - first);
-      EXLR8_RETURN_IF_ERROR(d_f32.MemsetAsync(0xFF, stream));
-      EXLR8_RETURN_IF_ERROR(d_e4m3.MemsetAsync(0xFF, stream));
-      const HalfBatch batch{base, d_offsets.data_as<std::uint64_t>(), first, count, k, layout, hidden};
-      const DecodeOutputs out{d_f32.data_as<float>(), d_e4m3.data_as<std::uint8_t>()};
-      EXLR8_RETURN_IF_ERROR(LaunchDecodeHalves(batch, out, codebook, DecodeTableMode::kSharedE4M3, stream));
-      EXLR8_RETURN_IF_ERROR(d_f32.CopyToHostAsync(0, h_f32.bytes().first(count * half_elems * 4), stream));
-      EXLR8_RETURN_IF_ERROR(d_e4m3.CopyToHostAsync(0, h_e4m3.bytes().first(count * half_elems), stream));
-      EXLR8_RETURN_IF_ERROR(stream.Synchronize());
-
-      FirstError error;
-      ImageParallelFor(count, o.threads, o.cancel, [&](std::size_t j) {
-        if (error.failed()) return;
-        const ImageTensor& h = t.tensors[members[first + j]];
-        std::vector<std::byte> trellis(h.shape[0]);
-        ReadSourceBytes(plan, members[first + j], 0, trellis);
-        std::vector<float> cpu(half_elems);
-        if (Status s = DecodeHalfTiles(trellis, k, layout, hidden, cpu); !s.ok())
-          return error.Note(std::move(s));
-        const float* g = reinterpret_cast<const float*>(h_f32.bytes().data()) + j * half_elems;
-        const std::uint8_t* ge =
-            reinterpret_cast<const std::uint8_t*>(h_e4m3.bytes().data()) + j * half_elems;
-        for (std::uint64_t i = 0; i < half_elems; ++i) {
-          const std::uint32_t gb = std::bit_cast<std::uint32_t>(g[i]),
-                              cb = std::bit_cast<std::uint32_t>(cpu[i]);
-          const std::uint8_t want = FloatToE4M3(cpu[i]);
-          if (gb == cb && ge[i] == want) continue;
-          char buf[160];
-          std::snprintf(buf, sizeof buf,
-                        "element %llu: GPU fp32 0x%08x E4M3 0x%02x, CPU fp32 0x%08x E4M3 0x%02x",
-                        static_cast<unsigned long long>(i), gb, ge[i], cb, want);
-          return error.Note(
-              CorruptionError(ImageRegionWhat(h) + " at image offset " + std::to_string(h.offset) +
-                              " (from " + plan.SourceOf(members[first + j], 0) +
-                              ") decodes differently on the GPU than the CPU reference: " + buf));
-        }
-        if (o.progress != nullptr) o.progress->decode_done.fetch_add(h.shape[0], std::memory_order_relaxed);
-      });
-      if (ImageBuildCancelled(o.cancel))
-        return CancelledError("stopped while decoding the sample on the GPU");
-      if (error.failed()) {
-        proof.tiles_bit_exact = false;
-        return error.status();
-      }
-      proof.decoded_halves += count;
-    }
-  }
-  return Status::Ok();
-}
-
 Status Validate(const RankImagePlan& plan, const std::byte* base, std::uint64_t bytes,
                 const DeviceImageOptions& o, LeaseProof& proof) {
   CudaSetDeviceGuard guard;
   EXLR8_RETURN_IF_ERROR(guard.Set(o.device));
   EXLR8_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  SetStep(o, 2);
-  auto t0 = SteadyClock::now();
-  EXLR8_RETURN_IF_ERROR(HashImage(plan, base, bytes, o, proof, stream.view()));
-  proof.seconds_hash = Since(t0);
+  if (!o.skip_hash) {
+    SetStep(o, 2);
+    const auto t0 = SteadyClock::now();
+    EXLR8_RETURN_IF_ERROR(HashImage(plan, base, bytes, o, proof, stream.view()));
+    proof.seconds_hash = Since(t0);
+  }
   SetStep(o, 3);
-  t0 = SteadyClock::now();
-  EXLR8_RETURN_IF_ERROR(DecodeImage(plan, base, o, proof, stream.view()));
+  const auto t0 = SteadyClock::now();
+  const ImageTables& t = plan.layout.tables;
+  std::uint64_t of = 0;
+  const std::vector<std::uint32_t> sample = ImageDecodeSample(t, o.check_all, o.sample_fraction, o.seed, &of);
+  proof.decoded_of = of;
+  proof.decoded_seed = o.seed;
+  proof.every_layer_width_projection = true;
+  EXLR8_ASSIGN_OR_RETURN(const std::vector<ImageDenseMatrix> dense, ImageDenseMatrices(t));
+  const std::vector<std::size_t> dense_sample = ImageDenseSample(dense, o.check_all, o.seed);
+  if (o.progress != nullptr) {
+    std::uint64_t total = 0;
+    for (std::uint32_t i : sample) total += t.tensors[i].shape[0];
+    for (std::size_t i : dense_sample) total += DenseMatrixBytes(t, dense[i]);
+    o.progress->decode_total.store(total);
+    o.progress->decode_done.store(0);
+  }
+  EXLR8_RETURN_IF_ERROR(CheckHalfSample(plan, base, sample, o, proof, stream.view()));
+  EXLR8_RETURN_IF_ERROR(CheckDenseSample(plan, base, dense, dense_sample, o, proof, stream.view()));
   proof.seconds_decode = Since(t0);
   return Status::Ok();
 }
@@ -508,7 +343,9 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
       dense_digest[i] = xxh.Digest();
     });
   });
-  Status valid = Validate(img.plan, base, size, o, img.proof);
+  DeviceImageOptions checks = o;
+  checks.skip_hash = false;  // the stage always hashes
+  Status valid = Validate(img.plan, base, size, checks, img.proof);
   dense_thread.join();
   EXLR8_RETURN_IF_ERROR(valid);
   if (ImageBuildCancelled(o.cancel))

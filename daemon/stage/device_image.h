@@ -18,7 +18,15 @@
 //   decode  a seeded sample of the half records (or all of them) decoded on
 //           the GPU reading their trellis bytes in place from the image,
 //           compared bit for bit (fp32 and E4M3) with the CPU reference
-//           (format/trellis.h DecodeHalfTiles) of the cache's bytes.
+//           (format/trellis.h DecodeHalfTiles) of the cache's bytes, then
+//           reconstructed on the GPU (spec 9.1-9.3) from the record's slice
+//           and block row and the layer's signs regions, all read in place,
+//           and compared per 128 x 128 block with the CPU's ReconstructHalf
+//           (max|a-b| <= 1e-5 * max|b|); and dense matrices (one of each
+//           format present, seeded, or all of them) decoded on the GPU from
+//           their data regions in place and compared with DecodeDenseMatrix
+//           of the cache's files (bit for bit; TRELLIS per block as above):
+//           device_image_check.h.
 // The tables go into a sealed memfd (SerializeImageTables).
 //
 // Any mismatch is Corruption naming the region (layer, expert, projection,
@@ -56,26 +64,34 @@ struct DeviceImageProgress {
   std::atomic<int> step{0};
   std::atomic<std::uint64_t> copy_total{0}, copy_done{0};  // bytes
   std::atomic<std::uint64_t> hash_total{0}, hash_done{0};  // check bytes
-  // The sample's trellis bytes (what StepReporter prints is bytes).
+  // The decode step's bytes: the sampled half records' trellis bytes and
+  // the sampled dense matrices' data bytes (what StepReporter prints is
+  // bytes), counted as each half batch or matrix has been compared.
   std::atomic<std::uint64_t> decode_total{0}, decode_done{0};
 };
 
 struct DeviceImageOptions {
   int device = 0;  // an ordinal of this process
   // Copy threads, each with its own stream and `staging_buffers` pinned
-  // buffers of `staging_bytes` (0: ImageThreadCount's default, at most 16).
+  // buffers of `staging_bytes` (0: ImageThreadCount's default, at most 16);
+  // the decode step's CPU reference uses as many (0: every core).
   int threads = 0;
   std::size_t staging_bytes = std::size_t{32} << 20;
   int staging_buffers = 2;
   // Force the legacy IPC allocation even where VMM export works (tests,
   // drivers whose VMM export misbehaves).
   bool force_ipc = false;
-  // Halves decoded: a seeded sample of at least sample_fraction of the
-  // half records (and at least one of every (layer, width, projection)
-  // present), or every one with check_all.
+  // Halves decoded and reconstructed: a seeded sample of at least
+  // sample_fraction of the half records (and at least one of every (layer,
+  // width, projection) present), or every one with check_all. Dense
+  // matrices decoded: one of each format present (chosen with `seed`), or
+  // every one with check_all.
   bool check_all = false;
   double sample_fraction = 0.01;
   std::uint64_t seed = 0x5eed;
+  // CheckDeviceImage only: skip the hash step and run the decode checks
+  // alone (so that a test can show they find a changed byte by themselves).
+  bool skip_hash = false;
   const std::atomic<bool>* cancel = nullptr;  // stops within a chunk / launch
   DeviceImageProgress* progress = nullptr;
   // Called on the calling thread as each step begins (the step's number as
@@ -116,7 +132,8 @@ struct DeviceRankImage {
 // Unavailable without a device; ResourceExhausted when device memory or
 // pinned memory runs out; Corruption for a region whose bytes on the
 // device differ from their digest or a decoded half that differs from the
-// CPU reference (named as above); Cancelled once options.cancel is set.
+// CPU reference (named as above: the tile element or the 128 x 128 block of
+// the weights, with the values); Cancelled once options.cancel is set.
 // request.threads is unused (options.threads counts); request.progress,
 // when set, counts the copy's bytes too; request.before_reading runs after
 // the plan.

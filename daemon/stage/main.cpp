@@ -66,10 +66,13 @@ goes when this process does).
                       driver cannot export one), every region's XXH64
                       checked on the GPU in place and a seeded sample of
                       >= 1 % of the halves (every layer, width and
-                      projection; all with --check all) decoded on the GPU
-                      from the image against the CPU reference; host: a
-                      sealed memfd, every region's XXH64 checked, no GPU
-                      needed
+                      projection; all with --check all) decoded and
+                      reconstructed on the GPU from the image in place
+                      against the CPU reference (tiles bit for bit, weights
+                      per spec 9.3), and one dense matrix of each format
+                      (all with --check all) decoded on the GPU in place
+                      against the CPU decoders; host: a sealed memfd, every
+                      region's XXH64 checked, no GPU needed
   --lease V           v2 (default): the whole image, as above, each lessee
                       getting the image and tables as descriptors; v1
                       (deprecated, removed in the next release; device memory
@@ -271,12 +274,15 @@ struct ImageHolder {
         image->seconds_staging_setup);
     std::printf(
         "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches (%llu against the cache's "
-        "verified bytes where the release has no digest); %llu of %llu halves decoded on the GPU in place "
-        "(seed %llu), bit-exact against the CPU reference, in %.3f s; plan %.2f s\n",
+        "verified bytes where the release has no digest); %llu of %llu halves decoded and reconstructed on "
+        "the GPU in place (seed %llu): tiles bit-exact, weights within spec 9.3 (max block error %.2g) "
+        "against the CPU reference; %llu dense matrices decoded on the GPU in place and equal to the CPU "
+        "decoders'; in %.3f s; plan %.2f s\n",
         static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(), p.seconds_hash,
         static_cast<unsigned long long>(image->regions_without_release_digest),
         static_cast<unsigned long long>(p.decoded_halves), static_cast<unsigned long long>(p.decoded_of),
-        static_cast<unsigned long long>(p.decoded_seed), p.seconds_decode, p.seconds_read);
+        static_cast<unsigned long long>(p.decoded_seed), p.max_block_error,
+        static_cast<unsigned long long>(p.dense_decoded_tensors), p.seconds_decode, p.seconds_read);
     std::fflush(stdout);
     if (hold.empty()) {
       std::printf("ok (not held: the image is released now)\n");

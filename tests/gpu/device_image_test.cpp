@@ -175,9 +175,19 @@ void StageAndCompare(const fs::path& cache, int tp, int rank, bool force_ipc, bo
 
 TEST(DeviceImage, WithoutDeviceSaysUnavailable) {
   if (HaveGpu()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
+  auto sim = StartSim(TinyRelease());
   TempDir cache;
+  ASSERT_TRUE(Pull(cache.path(), Options(*sim, "home", 1, 0)).ok());
   auto img = StageDeviceRankImage(TestRankRequest(cache.path(), 1, 0), {});
   EXPECT_EQ(img.status().code(), StatusCode::kUnavailable) << img.status().ToString();
+}
+
+// The cache's answer comes first: a rank never pulled is NotFound (exit 3,
+// "pull it first") on any machine, not Unavailable for want of a GPU.
+TEST(DeviceImage, ARankNeverPulledIsNotFoundWithOrWithoutAGpu) {
+  TempDir cache;
+  auto img = StageDeviceRankImage(TestRankRequest(cache.path(), 1, 0), {});
+  EXPECT_EQ(img.status().code(), StatusCode::kNotFound) << img.status().ToString();
 }
 
 TEST(DeviceImage, HoldsTheHostImagesBytesAtEveryTpDegree) {

@@ -146,7 +146,8 @@ TEST(HostStageTest, DeviceLeaseV2StagesOrSaysThereIsNoGpu) {
     EXPECT_NE(text.find("no CUDA device"), std::string::npos) << text;
   } else {
     EXPECT_EQ(code, 0) << out << text;
-    EXPECT_NE(out.find("bit-exact against the CPU reference"), std::string::npos) << out;
+    EXPECT_NE(out.find("tiles bit-exact, weights within spec 9.3"), std::string::npos) << out;
+    EXPECT_NE(out.find("dense matrices decoded on the GPU in place"), std::string::npos) << out;
     EXPECT_NE(out.find("ok (not held"), std::string::npos) << out;
   }
 }
@@ -185,7 +186,8 @@ TEST(HostStageTest, DeviceMemoryDefaultsToLeaseV2AndV1IsDeprecated) {
       EXPECT_NE(printed().find("no CUDA device"), std::string::npos) << printed();
     } else {
       EXPECT_EQ(code, 0) << out << printed();
-      EXPECT_NE(out.find("bit-exact against the CPU reference"), std::string::npos) << out;
+      EXPECT_NE(out.find("tiles bit-exact, weights within spec 9.3"), std::string::npos) << out;
+      EXPECT_NE(out.find("dense matrices decoded on the GPU in place"), std::string::npos) << out;
     }
   }
   {

@@ -9,7 +9,9 @@
 #   2. The package extracted into a scratch root (with the host's own units
 #      beside it, for the targets they name): `systemd-analyze verify
 #      --root` passes on every unit without a word of warning, and fails
-#      once /usr/bin/exlr8d is taken out of the root (so it does look there).
+#      once /usr/bin/exlr8d is taken out of the root (so it does look there);
+#      `systemd-sysusers --root` makes the user exlr8d there from the
+#      package's sysusers file.
 #   3. `cmake --install --prefix P`: the units' commands are P/bin/..., and
 #      each installed unit is the in-tree one with only that path changed.
 # usage: package_test.sh BUILD SOURCE WORK
@@ -123,6 +125,21 @@ else
   grep -q '/usr/bin/exlr8d' "$work/verify.log" || { cat "$work/verify.log" >&2; fail "verify failed for another reason"; }
   mv "$work/exlr8d.aside" "$root/usr/bin/exlr8d"
   echo "package_test: systemd-analyze verify --root: $units"
+fi
+
+# The sysusers file, applied twice to the extracted root's own /etc (as
+# postinst does on every configure): one user exlr8d, home the cache.
+if command -v systemd-sysusers >/dev/null 2>&1; then
+  root="$work/root"
+  [ -d "$root/usr" ] || dpkg-deb -x "$deb" "$root"
+  mkdir -p "$root/etc"
+  for i in 1 2; do
+    systemd-sysusers --root="$root" "$root$sysusers_arg" >"$work/sysusers.log" 2>&1 ||
+      { cat "$work/sysusers.log" >&2; fail "systemd-sysusers --root (run $i)"; }
+  done
+  [ "$(grep -c '^exlr8d:x:[0-9]*:[0-9]*:[^:]*:/var/cache/exlr8:' "$root/etc/passwd")" = 1 ] ||
+    fail "systemd-sysusers made no single user exlr8d with home /var/cache/exlr8: $(cat "$root/etc/passwd")"
+  grep -q '^exlr8d:' "$root/etc/group" || fail "systemd-sysusers made no group exlr8d"
 fi
 
 # ---- 3. cmake --install into a prefix ----

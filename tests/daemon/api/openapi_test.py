@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """schema/openapi.json against a real `exlr8d serve` (run by ctest as openapi_test).
 
-usage: openapi_test.py EXLR8D SCHEMA
+usage: openapi_test.py EXLR8D SCHEMA HUBSIM FIXTURE
 
-Starts `exlr8d serve` on a scratch cache (Unix socket and a loopback port,
-a hub endpoint nothing answers on, /bin/false as its exlr8d-stage) and checks:
+Starts the hub simulator (HUBSIM) serving FIXTURE as exlr8/tiny, and
+`exlr8d serve` on a scratch cache (Unix socket and a loopback port, the
+simulator as its hub, /bin/false as its exlr8d-stage), and checks:
   - the document is OpenAPI 3.1, every $ref resolves, every operation has
     responses, and GET /v1/openapi.json serves exactly this file (over TCP
     without a token, as GET /v1/health);
@@ -16,7 +17,11 @@ a hub endpoint nothing answers on, /bin/false as its exlr8d-stage) and checks:
     other method gets 405 whose Allow lists exactly the documented methods
     (and HEAD with GET);
   - real answers of every operation, errors included (400, 401, 404, 405,
-    409, 415, 202 with Location), each validated against the document.
+    409, 415, 202 with Location), each validated against the document:
+    jobs that fail (a dead endpoint, a repo never pulled) and cancelled
+    ones, then a real pull of the fixture's rank and what it fills in (the
+    fileset, the rank, the pull, a verify job's report, an evict job refused
+    by the pin, a stage).
 Python's standard library only (no jsonschema: a small validator below
 covers the keywords the document uses, and fails on any other).
 """
@@ -30,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 METHODS = ["GET", "POST", "DELETE", "PUT", "PATCH"]
 FAILURES = []
@@ -142,11 +148,32 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self.unix_path)
 
 
+class HubSim:
+    def __init__(self, binary, fixture, work):
+        port_file = os.path.join(work, "hubsim.port")
+        self.proc = subprocess.Popen([binary, "--repo", "exlr8/tiny=" + fixture, "--port-file", port_file],
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "hubsim.log"), "w"))
+        deadline = time.monotonic() + 20
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("exlr8-hubsim did not start (see %s/hubsim.log)" % work)
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.hub = re.search(r"hub=(\S+)", f.read()).group(1)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 class Server:
-    def __init__(self, exlr8d, work):
+    def __init__(self, exlr8d, work, hub):
         self.cache = os.path.join(work, "cache")
         self.socket = os.path.join(work, "s.sock")
-        # A hub endpoint nothing answers on: jobs queue and fail, no traffic leaves.
+        # A hub endpoint nothing answers on, for jobs that must fail.
         dead = socket.socket()
         dead.bind(("127.0.0.1", 0))
         self.dead_endpoint = "http://127.0.0.1:%d" % dead.getsockname()[1]
@@ -156,7 +183,7 @@ class Server:
             env.pop(name, None)
         self.proc = subprocess.Popen(
             [exlr8d, "serve", "--cache", self.cache, "--socket", self.socket, "--listen", "127.0.0.1:0",
-             "--endpoint", self.dead_endpoint, "--stage-binary", "/bin/false"],
+             "--endpoint", hub, "--stage-binary", "/bin/false"],
             stdout=subprocess.PIPE, stderr=open(os.path.join(work, "serve.log"), "w"), text=True, env=env)
         line = self.proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
@@ -263,7 +290,7 @@ def resolve_response(doc, node):
 
 
 def main():
-    exlr8d, schema_path = sys.argv[1], sys.argv[2]
+    exlr8d, schema_path, hubsim_binary, fixture = sys.argv[1:5]
     with open(schema_path, "rb") as f:
         schema_bytes = f.read()
     doc = json.loads(schema_bytes)
@@ -282,13 +309,19 @@ def main():
                 fail(f"{method.upper()} {template}: no operationId")
 
     work = tempfile.mkdtemp(prefix="exlr8-openapi-")
-    server = Server(exlr8d, work)
+    hubsim = HubSim(hubsim_binary, fixture, work)
+    server = None
     try:
+        server = Server(exlr8d, work, hubsim.hub)
         run(doc, schema_bytes, server)
     finally:
-        server.stop()
+        if server:
+            server.stop()
+        hubsim.stop()
         if not FAILURES:
             shutil.rmtree(work, ignore_errors=True)
+        else:
+            print("openapi_test: the server's log and cache are in " + work, file=sys.stderr)
     # Every documented operation was answered at least once.
     for template, item in doc["paths"].items():
         for method in item:
@@ -346,14 +379,17 @@ def run(doc, schema_bytes, s):
     call("GET", "/v1/ranks?repo=a%2Fb&manifest=home&tp=4")  # 400: no rank
     call("GET", "/v1/ranks?repo=a%2Fb&manifest=home&tp=4&rank=1&colour=red")  # 400: unknown
     call("GET", "/v1/jobs?state=sleeping")  # 400
-    call("POST", "/v1/pulls", {"repo": "exlr8/tiny", "manifest": "home", "tp": 4, "rank": 9})  # 400
-    call("POST", "/v1/pulls", {"repo": "exlr8/tiny", "manifest": "home", "tp": 4, "rank": 1, "colour": 1})  # 400
+    call("POST", "/v1/pulls", {"repo": "exlr8/none", "manifest": "home", "tp": 4, "rank": 9})  # 400
+    call("POST", "/v1/pulls", {"repo": "exlr8/none", "manifest": "home", "tp": 4, "rank": 1, "colour": 1})  # 400
     call("POST", "/v1/pulls", "not json")  # 400
     call("POST", "/v1/pulls", "{}", what="text/plain over TCP", tcp=True, content_type="text/plain")  # 415
     call("GET", "/v1/jobs", what="no token", tcp=True, token=False)  # 401
     call("POST", "/v1/evict", {"repo": "a/b"}, what="no token", tcp=True, token=False)  # 401
-    status, headers, body = call("POST", "/v1/pulls", {"repo": "exlr8/tiny", "manifest": "home", "tp": 4,
-                                                      "rank": 1, "pin": "t", "make_room": True})
+    # Jobs of a repo the hub does not have, through an endpoint nothing
+    # answers on: they fail, or are cancelled.
+    status, headers, body = call("POST", "/v1/pulls", {"repo": "exlr8/none", "manifest": "home", "tp": 4,
+                                                      "rank": 1, "pin": "t", "make_room": True,
+                                                      "endpoint": s.dead_endpoint})
     if status != 202:
         fail(f"POST /v1/pulls: {status}")
     else:
@@ -366,7 +402,7 @@ def run(doc, schema_bytes, s):
         call("DELETE", f"/v1/jobs/{job}")  # 202
         call("DELETE", f"/v1/jobs/{job}", what="again")  # 202 or 409 once cancelled
     for path in ("/v1/verify", "/v1/evict"):
-        status, _, _ = call("POST", path, {"repo": "exlr8/tiny", "revision": "main"})
+        status, _, _ = call("POST", path, {"repo": "exlr8/none", "revision": "main"})
         if status != 202:
             fail(f"POST {path}: {status}")
         call("POST", path, {"revision": "main"})  # 400: no repo
@@ -392,6 +428,62 @@ def run(doc, schema_bytes, s):
     call("GET", "/metrics")
     call("GET", "/metrics", tcp=True)
     call("HEAD", "/v1/filesets")
+    real_pull(call)
+
+
+def wait_for_job(call, job, what):
+    """Polls GET /v1/jobs/{job} (each answer checked) until it is finished."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status, _, body = call("GET", f"/v1/jobs/{job}", what=what)
+        if status != 200 or body is None:
+            return None
+        if body["job"]["state"] in ("done", "failed", "cancelled"):
+            return body["job"]
+        time.sleep(0.1)
+    fail(f"{what}: job {job} not finished after 90 s")
+    return None
+
+
+def real_pull(call):
+    """A pull of the fixture's rank from the simulator, and what it fills in."""
+    tiny = {"repo": "exlr8/tiny", "manifest": "home", "tp": 4, "rank": 1}
+    status, _, body = call("POST", "/v1/pulls", dict(tiny, pin="openapi"))
+    if status != 202:
+        return fail(f"POST /v1/pulls of exlr8/tiny: {status}")
+    job = wait_for_job(call, body["job"]["id"], "the real pull")
+    if job is None or job["state"] != "done":
+        return fail(f"the pull of exlr8/tiny did not finish: {job}")
+    status, _, body = call("GET", "/v1/filesets")
+    if status != 200 or not body or [f["repo"] for f in body["filesets"]] != ["exlr8/tiny"]:
+        fail(f"GET /v1/filesets after the pull: {status} {body}")
+    status, _, body = call("GET", "/v1/ranks?repo=exlr8/tiny&manifest=home&tp=4&rank=1")
+    if status != 200 or not body or body["rank"]["complete"] is not True:
+        fail(f"GET /v1/ranks after the pull: {status} {body}")
+    call("GET", "/v1/ranks?repo=exlr8/tiny&manifest=elsewhere&tp=4&rank=1")  # 404
+    call("GET", "/v1/pulls")
+    status, _, body = call("GET", f"/v1/pulls/{job['pull']}")
+    if status != 200:
+        fail(f"GET /v1/pulls/{job['pull']}: {status}")
+    status, _, _ = call("DELETE", f"/v1/pulls/{job['pull']}")  # 409: finished
+    if status != 409:
+        fail(f"DELETE /v1/pulls/{job['pull']} of a finished pull: {status}, not 409")
+    status, _, body = call("POST", "/v1/verify", {"repo": "exlr8/tiny"})
+    if status == 202:
+        verify = wait_for_job(call, body["job"]["id"], "the verify job")
+        if verify is None or verify["state"] != "done" or not isinstance(verify.get("result"), dict):
+            fail(f"the verify job: {verify}")
+    status, _, body = call("POST", "/v1/evict", {"repo": "exlr8/tiny"})
+    if status == 202:
+        evict = wait_for_job(call, body["job"]["id"], "the evict job")
+        if evict is None or evict["state"] != "failed":  # pinned by "openapi"
+            fail(f"the evict job of a pinned fileset: {evict}")
+    call("GET", "/v1/jobs")
+    status, _, body = call("POST", "/v1/stages", dict(tiny, device=0))
+    if status == 202:
+        call("GET", f"/v1/stages/{body['stage']['id']}")
+    call("GET", "/v1/stages")
+    call("GET", "/metrics")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,18 @@ find_program(EXLR8_DPKG_SHLIBDEPS dpkg-shlibdeps)
 if(EXLR8_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
   set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+  # exlr8d-stage needs the CUDA runtime (libcudart.so.N), which NVIDIA's
+  # installers put outside dpkg's knowledge: dpkg-shlibdeps must find it
+  # (then it adds no Depends for it: a GPU node has its own CUDA install).
+  if(EXLR8_HAVE_CUDA)
+    get_filename_component(_exlr8_cuda_root "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+    get_filename_component(_exlr8_cuda_root "${_exlr8_cuda_root}" DIRECTORY)
+    foreach(_dir lib64 lib targets/${CMAKE_SYSTEM_PROCESSOR}-linux/lib)
+      if(IS_DIRECTORY "${_exlr8_cuda_root}/${_dir}")
+        list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${_exlr8_cuda_root}/${_dir}")
+      endif()
+    endforeach()
+  endif()
 else()
   message(STATUS "exlr8d: no dpkg-shlibdeps; the Debian package's Depends is not computed")
 endif()

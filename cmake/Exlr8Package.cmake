@@ -58,7 +58,10 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 set(CPACK_PACKAGE_DESCRIPTION
     "exlr8d pulls EXLR8 model filesets into a verified node cache, serves a local REST API over it and stages ranks into GPU memory for serving processes; libexlr8client is the library those processes link.")
-set(CPACK_PACKAGE_CONTACT "exlr8d maintainers <exlr8d@localhost>")
+# dpkg wants a Maintainer: whoever builds the package for a site names itself.
+set(EXLR8_PACKAGE_MAINTAINER "exlr8d maintainers <exlr8d@localhost>" CACHE STRING
+    "The Debian package's Maintainer field")
+set(CPACK_PACKAGE_CONTACT "${EXLR8_PACKAGE_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_COMPONENTS_ALL commands client units)
 set(CPACK_STRIP_FILES ON)
@@ -68,7 +71,6 @@ endif()
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # exlr8d_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
-set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/exlr8/exlr8d")
 # Depends from the ELF files' needs (dpkg-shlibdeps), and a shlibs file for
 # libexlr8client.so.0.
 find_program(EXLR8_DPKG_SHLIBDEPS dpkg-shlibdeps)

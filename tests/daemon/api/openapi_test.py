@@ -411,8 +411,8 @@ def run(doc, schema_bytes, s):
     call("GET", "/v1/pulls/1")
     call("DELETE", "/v1/pulls/1")
     call("GET", "/v1/pulls/x")  # 404: not an id
-    stage_req = {"repo": "exlr8/tiny", "manifest": "home", "tp": 4, "rank": 1, "check": "all",
-                 "release_wait_s": 1}
+    stage_req = {"repo": "exlr8/tiny", "manifest": "home", "tp": 4, "rank": 1, "memory": "device", "lease": "v2",
+                 "check": "all", "release_wait_s": 1}
     status, headers, body = call("POST", "/v1/stages", stage_req)
     if status != 202:
         fail(f"POST /v1/stages: {status}")
@@ -479,7 +479,7 @@ def real_pull(call):
         if evict is None or evict["state"] != "failed":  # pinned by "openapi"
             fail(f"the evict job of a pinned fileset: {evict}")
     call("GET", "/v1/jobs")
-    status, _, body = call("POST", "/v1/stages", dict(tiny, device=0))
+    status, _, body = call("POST", "/v1/stages", dict(tiny, memory="host"))
     if status == 202:
         call("GET", f"/v1/stages/{body['stage']['id']}")
     call("GET", "/v1/stages")

@@ -36,11 +36,12 @@ constexpr const char* kUsage = R"(usage: exlr8d serve [--cache DIR] [--socket PA
                     [--api-token-file FILE] [--allow-host NAME]...] [--max-jobs N]
                     [--stage-binary PATH] [pull options]
 
-Serves the local REST API (JSON): what the cache holds and what is being pulled
-(GET /v1/health, /v1/filesets, /v1/pulls, /v1/pulls/{id}; GET /metrics for
-Prometheus), and runs pulls asked of it (POST /v1/pulls queues a job; GET
-/v1/jobs, /v1/jobs/{id}; DELETE /v1/jobs/{id} cancels; POST /v1/verify queues a
-scrub, POST /v1/evict an eviction). Jobs run with the engine of 'exlr8d
+Serves the local REST API (JSON; GET /v1/openapi.json describes every route):
+what the cache holds and what is being pulled (GET /v1/health, /v1/filesets,
+/v1/pulls, /v1/pulls/{id}; GET /metrics for Prometheus), and runs pulls asked
+of it (POST /v1/pulls queues a job; GET /v1/jobs, /v1/jobs/{id}; DELETE
+/v1/jobs/{id} cancels; POST /v1/verify queues a scrub, POST /v1/evict an
+eviction). Jobs run with the engine of 'exlr8d
 pull', several at once, but those of one repo one after another in the order
 asked. They are kept in DIR/exlr8d.jobs.db, so a job interrupted by a stop or
 a crash resumes at the next start. The server takes the cache's lock only
@@ -61,9 +62,10 @@ outlives a restart of this server, which finds it again in DIR/exlr8d.stages/.
   --no-socket         no Unix socket (then --listen is required)
   --listen ADDR:PORT  also serve HTTP on a loopback address, e.g. 127.0.0.1:8478
                       (port 0: any free one); never beyond this machine. Every
-                      request there but GET /v1/health needs the header
-                      'Authorization: Bearer TOKEN'; a request from a web page
-                      (Origin, Host) is refused, and a body must be JSON
+                      request there but GET /v1/health and /v1/openapi.json
+                      needs the header 'Authorization: Bearer TOKEN'; a request
+                      from a web page (Origin, Host) is refused, and a body
+                      must be JSON
   --api-token-file FILE  the TOKEN of --listen: a file of mode 0600 (or 0400),
                       owned by this user or root. Default: DIR/exlr8d.api-token,
                       created with a random token at the first start
@@ -184,7 +186,8 @@ int RunServeCommand(const std::vector<std::string>& argv) {
   for (const std::string& host : o.allowed_hosts)
     if (host.empty() || host.find_first_of(":/[] ") != std::string::npos)
       return ReportError(kProg, InvalidArgumentError("--allow-host: '" + host + "' is not a host name"));
-  o.open_paths = {"/v1/health"};  // liveness: it tells nothing of the cache's contents
+  // Liveness and the API's description: they tell nothing of the cache's contents.
+  o.open_paths = {"/v1/health", "/v1/openapi.json"};
   RaiseDescriptorLimit();
   JobRunnerOptions jobs;
   jobs.cache_dir = cache_dir;

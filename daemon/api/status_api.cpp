@@ -9,6 +9,7 @@
 #include "daemon/api/query_string.h"
 #include "daemon/cache/cache.h"
 #include "format/json_writer.h"
+#include "openapi_json.h"  // generated from schema/openapi.json
 
 namespace exlr8 {
 
@@ -55,12 +56,12 @@ Result<RankQuery> ParseRankQuery(std::string_view target) {
 ApiResponse StatusApi::Handle(const ApiRequest& req) const {
   const std::string_view path = PathOf(req.target);
   const bool is_pulls = path == "/v1/pulls" || path.rfind("/v1/pulls/", 0) == 0;
-  if (path != "/v1/health" && path != "/v1/filesets" && path != "/v1/ranks" && !is_pulls)
-    return ErrorResponse(NotFoundError("no route " + EscapeForMessage(path) +
-                                       "; routes: /v1/health, /v1/filesets, /v1/ranks, /v1/pulls, /v1/pulls/{id}, "
-                                       "/v1/verify, /v1/evict, /v1/jobs, /v1/jobs/{id}, /v1/stages, "
-                                       "/v1/stages/{id}, /metrics"));
+  if (path != "/v1/health" && path != "/v1/openapi.json" && path != "/v1/filesets" && path != "/v1/ranks" &&
+      !is_pulls)
+    return ErrorResponse(
+        NotFoundError("no route " + EscapeForMessage(path) + "; routes: " + std::string(kApiRoutes)));
   if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD");
+  if (path == "/v1/openapi.json") return Json(std::string(kOpenApiJson));
   if (path == "/v1/health") {
     JsonWriter w;
     w.BeginObject().Field("status", "ok").Field("cache", cache_dir_.string()).Field("version", version_).EndObject();

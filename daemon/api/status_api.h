@@ -5,6 +5,8 @@
 // changes them.
 //
 //   GET /v1/health       {"status":"ok","cache":DIR,"version":V}
+//   GET /v1/openapi.json schema/openapi.json, the description of every
+//                        route (embedded at build time)
 //   GET /v1/filesets     CacheReportJson: filesets, bytes cached, pins,
 //                        each one's latest pull
 //   GET /v1/pulls        {"pulls":[...]} newest first (at most 100)
@@ -14,7 +16,8 @@
 //                        is all verified in the cache (cached_rank.h)
 //   GET /metrics         Prometheus text: AppendCacheMetrics and the jobs'
 //                        (jobs_api.h)
-// Other methods on these routes: 405. Starting and cancelling pulls
+// Other methods on these routes: 405. Any other path: 404 whose message
+// lists every route (kApiRoutes), as schema/openapi.json's paths do. Starting and cancelling pulls
 // (POST /v1/pulls, DELETE /v1/pulls/{id}, /v1/jobs) is daemon/serve/
 // jobs_api.h, which hands every other request to this one.
 //
@@ -25,11 +28,19 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "daemon/api/api_server.h"
 #include "daemon/api/prometheus_text.h"
 
 namespace exlr8 {
+
+// Every path the server routes, comma-separated, in the order of
+// schema/openapi.json's paths (tests/daemon/api/openapi_test.py compares
+// the two).
+inline constexpr std::string_view kApiRoutes =
+    "/v1/health, /v1/openapi.json, /v1/filesets, /v1/ranks, /v1/pulls, /v1/pulls/{id}, /v1/verify, "
+    "/v1/evict, /v1/jobs, /v1/jobs/{id}, /v1/stages, /v1/stages/{id}, /metrics";
 
 class StatusApi {
  public:

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 import imagewriter
 
@@ -13,13 +14,16 @@ F_ADD_SEALS = 1033
 SEAL_ALL = 0x1 | 0x2 | 0x4 | 0x8  # SEAL, SHRINK, GROW, WRITE
 
 
-def memfd(data: bytes, size: int = None, seal: bool = True, name: str = "exlr8-test") -> int:
-    """A sealed memfd holding ``data`` (``size`` bytes, sparse past ``data``)."""
+def memfd(data: bytes, size: int = None, seal: bool = True, name: str = "exlr8-test", more=()) -> int:
+    """A sealed memfd holding ``data`` (``size`` bytes, sparse past ``data``)
+    and each (offset, bytes) of ``more``."""
     import fcntl
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, len(data) if size is None else size)
     if data:
         os.pwrite(fd, data, 0)
+    for at, chunk in more:
+        os.pwrite(fd, chunk, at)
     if seal:
         fcntl.fcntl(fd, F_ADD_SEALS, SEAL_ALL)
     return fd
@@ -52,8 +56,7 @@ class Served:
         self.builder = b
         self.tables = b.tables()
         if sparse:
-            self.image_fd = memfd(b.header(), b.allocation)
-            os.pwrite(self.image_fd, b.offset_table(), b.sections[3][0]) if b.sections[3][1] else None
+            self.image_fd = memfd(b.header(), b.allocation, more=[(b.sections[3][0], b.offset_table())])
         else:
             self.image = b.image(fill)
             self.image_fd = memfd(self.image)
@@ -106,6 +109,7 @@ class FakeHolder:
         try:
             if self.split_fds:  # descriptors on a later byte: refused by the lessee
                 c.sendall(self.line[:1])
+                time.sleep(0.3)  # the lessee reads the first byte alone
                 socket.send_fds(c, [self.line[1:2]], self.fds)
                 c.sendall(self.line[2:])
             elif self.fds:

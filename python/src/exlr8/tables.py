@@ -67,9 +67,6 @@ _TENSOR = struct.Struct("<3Q2H8B7I")
 _CHECK = struct.Struct("<QII8Q")
 # Bytes 30-63 of each tensor entry (kind .. inp).
 _CLASS_BYTES = re.compile(b".{30}(.{34})", re.S)
-# A check entry's first segment (offset, length) and what must be zero.
-_CHECK_KEY = re.compile(b".{16}(.{16}).{48}", re.S)
-_TENSOR_KEY = re.compile(b"(.{16}).{48}", re.S)
 
 assert _TENSOR.size == TENSOR_ENTRY_BYTES and _CHECK.size == CHECK_ENTRY_BYTES
 
@@ -264,6 +261,9 @@ class Tables:
         self.layers = self.experts = self.halves_per_proj = 0
         self._tb = b""
         self._offs: List[int] = []
+        self._order: List[int] = []  # tensor indexes by offset, their starts and ends
+        self._starts: List[int] = []
+        self._ends: List[int] = []
         self._pos: Optional[dict] = None
         self._names = {}
         self._by_name = {}
@@ -454,10 +454,12 @@ def _check_entry(i: int, e: tuple, b: int, t: Tables, alloc: int, pool: bytes, p
     return nul + 1
 
 
-def parse_tables(data, allocation_bytes: int) -> Tables:
+def parse_tables(data, allocation_bytes: int, reference: bool = False) -> Tables:
     """Parses a tables file (bytes, or a buffer such as an mmap) for an
     image of ``allocation_bytes`` (``ParseImageTables``). The buffer is
-    read during the call only. Raises TablesError."""
+    read during the call only. Raises TablesError. ``reference``: check
+    every entry field by field (the slow path the fast one falls back
+    to, to name an error), for tests."""
     mv = memoryview(data).cast("B")
     size = len(mv)
     if size < TABLES_HEADER_BYTES:
@@ -525,10 +527,13 @@ def parse_tables(data, allocation_bytes: int) -> Tables:
     cb = bytes(mv[checks_at:strings_at])
     ctx = _Ctx(t, tb, cb, pool, table, tensors_at, checks_at, offsets_at, strings)
     try:
-        ok = _fast_tensors(ctx) and _fast_checks(ctx)
+        ok = not reference and _fast_tensors(ctx) and _fast_checks(ctx)
     except TablesError:
         ok = False
-    if not ok:
+    if reference:
+        _slow_tensors(ctx)
+        _slow_checks(ctx)
+    elif not ok:
         # The slow path names the first rule broken, in the C++ reader's order.
         _slow_tensors(ctx)
         _slow_checks(ctx)
@@ -539,6 +544,7 @@ def parse_tables(data, allocation_bytes: int) -> Tables:
     t._by_name = ctx.by_name
     t._signs = ctx.signs
     t._offs = ctx.offs
+    t._order, t._starts, t._ends = ctx.order, ctx.starts, ctx.ends
     t.offset_table = table
     t._checks_raw = cb
     t._n_checks = n_checks
@@ -625,7 +631,7 @@ def _fast_tensors(c: _Ctx) -> bool:
         return False
     if n > 1 and not all(map(operator.le, ends[:-1], so[1:])):
         return False
-    c.starts, c.ends = so, ends
+    c.order, c.starts, c.ends = order, so, ends
     return True
 
 
@@ -657,10 +663,12 @@ def _fast_checks(c: _Ctx) -> bool:
     m = len(cb) // CHECK_ENTRY_BYTES
     if m == 0:
         return True
-    regions = set(_TENSOR_KEY.findall(c.tb))
-    whole = map(regions.__contains__, _CHECK_KEY.findall(cb))
+    # A region as one int, length << 64 | offset; a first segment the same way.
+    rep, shl, or_ = itertools.repeat, operator.lshift, operator.or_
+    regions = set(map(or_, map(shl, c.lens, rep(64)), c.offs))
     u = memoryview(cb).cast("I")
     q = memoryview(cb).cast("Q")
+    whole = map(regions.__contains__, map(or_, map(shl, q[3::10].tolist(), rep(64)), q[2::10].tolist()))
     counts = u[2::20].tolist()
     tails = [counts, u[3::20].tolist()] + [q[w::10].tolist() for w in range(4, 10)]
     if counts.count(1) == m and not any(map(any, tails[1:])):
@@ -764,20 +772,24 @@ def check_agreement(h: ImageHeader, t: Tables) -> None:
                   f"{t.layers}x{t.experts}x{t.halves_per_proj}")
     if h.offset_table[1] != len(t.offset_table) * 8:
         raise err(f"offset table {h.offset_table[1]} vs {len(t.offset_table) * 8} bytes")
+    # Fast: regions sorted by offset; those starting in each section are
+    # of its kinds and end inside it, and every region is in one.
+    starts, ends, order, kinds = t._starts, t._ends, t._order, t._tb[30::64]
+    placed = 0
+    ok = True
+    for (so, sb), allowed in ((h.halves, b"\x01"), (h.vectors, b"\x02\x03"), (h.dense, b"\x04\x05")):
+        lo, hi = bisect.bisect_left(starts, so), bisect.bisect_left(starts, so + sb)
+        if hi > lo:
+            ks = bytes(map(kinds.__getitem__, order[lo:hi]))
+            if ends[hi - 1] > so + sb or sum(map(ks.count, allowed)) != hi - lo:
+                ok = False
+        placed += hi - lo
+    if ok and placed == len(starts):
+        return
     sections = {1: h.halves, 2: h.vectors, 3: h.vectors, 4: h.dense, 5: h.dense}
-    tb = t._tb
-    kinds = tb[30::64]
-    for kind in set(kinds):
-        so, sb = sections[kind]
-        idx = [i for i, k in enumerate(kinds) if k == kind]
-        offs = [t._offs[i] for i in idx]
-        ends = [t._offs[i] + _TENSOR.unpack_from(tb, i * 64)[1] for i in idx] if len(idx) < 5000 else None
-        if ends is None:
-            lens = memoryview(tb).cast("Q")[1::8].tolist()
-            ends = [t._offs[i] + lens[i] for i in idx]
-        if min(offs) >= so and max(ends) <= so + sb:
-            continue
-        for i, o, e in zip(idx, offs, ends):
-            if o < so or e > so + sb:
-                raise err(f"tensors[{i}] ({t.tensors[i].what()}, {o} + {e - o}) lies outside its section "
-                          f"[{so}, {so + sb})")
+    for i, t_i in enumerate(t.tensors):
+        so, sb = sections[{"half": 1, "signs.in": 2, "signs.out": 3, "dense": 4, "plain": 5}[t_i.kind]]
+        if t_i.offset < so or t_i.offset + t_i.length > so + sb:
+            raise err(f"tensors[{i}] ({t_i.what()}, {t_i.offset} + {t_i.length}) lies outside its section "
+                      f"[{so}, {so + sb})")
+    raise err("a region lies outside its section")  # unreachable: the loop names it

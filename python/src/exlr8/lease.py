@@ -533,6 +533,17 @@ class Lease:
         t = self._resolve(t)
         return self._live_host()[t.offset:t.offset + t.length]
 
+    def read(self, t: Union[TensorInfo, str], offset: int = 0, length: Optional[int] = None) -> bytes:
+        """A copy of the region's bytes [offset, offset + length) in host
+        memory, whatever the memory kind (device: cuMemcpyDtoH)."""
+        t = self._resolve(t)
+        length = t.length - offset if length is None else length
+        if offset < 0 or length < 0 or offset + length > t.length:
+            raise ValueError(f"[{offset}, +{length}) is not inside {t.what()} of {t.length} bytes")
+        if self.description.memory_kind == "device":
+            return self._live_device().copy_to_host(t.offset + offset, length)
+        return bytes(self._live_host()[t.offset + offset:t.offset + offset + length])
+
     def image_buffer(self) -> memoryview:
         """Host memory: the whole image, read-only."""
         return self._live_host()[:]

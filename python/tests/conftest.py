@@ -73,7 +73,10 @@ class Process:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
+        if self.proc.stdout.closed:
+            return rc
         rest = self.proc.stdout.read()
+        self.proc.stdout.close()
         if rest:
             self.out += rest
         self.log.write_bytes(self.out)

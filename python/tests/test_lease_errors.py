@@ -223,11 +223,13 @@ def test_release_line_holder_gone_and_bad_lines(served, holders):
 
 
 def test_close_before_the_holder_counts_the_lessee_gone(served, holders):
+    def mapped_now():
+        with open("/proc/self/maps") as f:
+            return f.read().count("memfd:exlr8-test")
     maps_at_eof = []
-    h = holders(served.line(), [served.image_fd, served.tables_fd],
-                on_eof=lambda: maps_at_eof.append(open("/proc/self/maps").read().count("memfd:exlr8-test")))
+    h = holders(served.line(), [served.image_fd, served.tables_fd], on_eof=lambda: maps_at_eof.append(mapped_now()))
     lease = exlr8.Lease(h.path)
-    mapped = open("/proc/self/maps").read().count("memfd:exlr8-test")
+    mapped = mapped_now()
     assert mapped >= 1
     lease.close()
     assert h.eof.wait(5)

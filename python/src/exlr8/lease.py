@@ -390,8 +390,10 @@ class Lease:
         base = memoryview(m)[d.image.header_offset:d.image.header_offset + d.image.bytes]
         self._state["base"] = base
         im = d.image
-        self.header: ImageHeader = check_image(d, self.tables, base[:_t.IMAGE_HEADER_BYTES],
-                                               base[im.offset_table:im.offset_table + im.offset_table_bytes], self.path)
+        # Copies: no view of the mapping may outlive a refusal (close() could not unmap).
+        self.header: ImageHeader = check_image(d, self.tables, bytes(base[:_t.IMAGE_HEADER_BYTES]),
+                                               bytes(base[im.offset_table:im.offset_table + im.offset_table_bytes]),
+                                               self.path)
 
     def _open_device(self, fd: Optional[int]) -> None:
         from . import _cuda

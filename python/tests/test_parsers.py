@@ -268,3 +268,54 @@ def test_glm_scale_lease_opens_within_a_second(glm, tmp_path):
         assert min(spent) <= 1.0, f"opening a GLM-scale lease took {min(spent):.2f} s of CPU"
     finally:
         served.close()
+
+
+def _outcome(blob, alloc, reference):
+    try:
+        t = T.parse_tables(blob, alloc, reference=reference)
+        return ("ok", [x.what() for x in t.tensors], t.checks, list(t.offset_table))
+    except exlr8.TablesError as e:
+        return ("error", str(e), e.table, e.entry, e.field, e.byte)
+
+
+def test_mutated_tables_are_refused_cleanly_and_both_paths_agree(good):
+    """Random byte changes (a seeded fuzz): the parser raises TablesError or
+    accepts, never anything else, and the fast path's verdict is the
+    field-by-field path's, message included."""
+    import random
+    b, blob, _ = good
+    rng = random.Random(20261203)
+    n = len(b.entries)
+    accepted = refused = 0
+    for _ in range(4000):
+        m = bytearray(blob)
+        for _ in range(rng.choice((1, 1, 2, 4))):
+            at = rng.choice((rng.randrange(len(m)), 128 + rng.randrange(64 * n)))
+            m[at] = rng.choice((0, 1, 0xFF, rng.randrange(256), m[at] ^ (1 << rng.randrange(8))))
+        fast = _outcome(bytes(m), b.allocation, False)
+        assert fast == _outcome(bytes(m), b.allocation, True)
+        accepted += fast[0] == "ok"
+        refused += fast[0] == "error"
+    assert accepted and refused > 3000
+
+
+def test_mutated_descriptions_are_refused_cleanly(good):
+    import random
+    _, _, d = good
+    text = line(d)
+    rng = random.Random(7)
+    for _ in range(1500):
+        m = bytearray(text)
+        for _ in range(rng.choice((1, 2, 3))):
+            at = rng.randrange(len(m))
+            op = rng.randrange(3)
+            if op == 0:
+                m[at] = rng.choice(b'0123456789-.e"{}[],:tfn \\x')
+            elif op == 1:
+                del m[at]
+            else:
+                m.insert(at, rng.randrange(256))
+        try:
+            parse_description(bytes(m))
+        except exlr8.DescriptionError:
+            pass

@@ -56,7 +56,12 @@ class CUmemAccessDesc(ctypes.Structure):
 
 
 class CUipcMemHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+    @classmethod
+    def from_hex(cls, hex_digits: str) -> "CUipcMemHandle":
+        """The 64 bytes of an "ipc:<128 hex>" handle (c_char fields would stop at a NUL)."""
+        return cls.from_buffer_copy(bytes.fromhex(hex_digits))
 
 
 _lock = threading.Lock()
@@ -273,8 +278,7 @@ class DeviceImage:
 
     def _open_ipc(self, handle: str, nbytes: int, what: str) -> None:
         drv = self.drv
-        h = CUipcMemHandle()
-        h.reserved = bytes.fromhex(handle[4:])
+        h = CUipcMemHandle.from_hex(handle[4:])
         ptr = CUdeviceptr()
         drv.check(drv.need("cuIpcOpenMemHandle")(ctypes.byref(ptr), h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
                   "cuIpcOpenMemHandle", what)

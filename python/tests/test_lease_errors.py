@@ -256,3 +256,36 @@ def test_device_memory_without_a_gpu_is_unavailable_or_not_found(served, holders
     with pytest.raises((exlr8.LeaseUnavailableError, exlr8.LeaseNotFoundError), match="GPU|CUDA|libcuda"):
         exlr8.Lease(h.path)
     assert open_fds() == before
+
+
+def test_a_bad_check_entry_is_refused_when_read_or_at_opening_if_asked(served, holders):
+    b = served.builder
+    checks_at = 128 + 64 * len(b.entries)
+    bad = bytearray(served.tables)
+    seg_len = int.from_bytes(bad[checks_at + 80 * 4 + 24:checks_at + 80 * 4 + 32], "little")
+    bad[checks_at + 80 * 4 + 24:checks_at + 80 * 4 + 32] = (seg_len + 1).to_bytes(8, "little")
+    fd = fakeholder.memfd(bytes(bad))
+    h = holders(served.line(), [served.image_fd, fd])
+    with exlr8.Lease(h.path) as lease:  # the opening does not read the check entries
+        assert lease.half(0, 1, "gate", 0) is not None
+        with pytest.raises(exlr8.TablesError) as e:
+            lease.checks
+        assert (e.value.table, e.value.entry, e.value.field) == ("checks", 4, "segment 0")
+    h2 = holders(served.line(), [served.image_fd, fd])
+    with pytest.raises(exlr8.TablesError, match=r"checks\[4\] 'segment 0'"):
+        exlr8.Lease(h2.path, verify_checks=True)
+    os.close(fd)
+
+
+def test_bad_tables_are_a_tables_error_from_the_opening(served, holders):
+    before = open_fds()
+    bad = bytearray(served.tables)
+    bad[128 + 64 * 3 + 30] = 9  # tensors[3] 'kind'
+    fd = fakeholder.memfd(bytes(bad))
+    h = holders(served.line(), [served.image_fd, fd])
+    with pytest.raises(exlr8.TablesError) as e:
+        exlr8.Lease(h.path)
+    assert (e.value.table, e.value.entry, e.value.field, e.value.byte) == ("tensors", 3, "kind", 128 + 64 * 3 + 30)
+    assert e.value.__context__ is None or not isinstance(e.value.__context__, BufferError)
+    os.close(fd)
+    assert open_fds() == before

@@ -272,6 +272,7 @@ class Tables:
         self._checks_raw = b""
         self._n_checks = 0
         self._checks: Optional[List[Check]] = None
+        self._pending_checks = None  # the parse's context while the check entries wait to be checked
         self.tensors: Sequence[TensorInfo] = ()
 
     def _info(self, i: int) -> TensorInfo:
@@ -319,7 +320,11 @@ class Tables:
 
     @property
     def checks(self) -> List[Check]:
-        """The check entries (decoded on first access; validated by parse_tables)."""
+        """The check entries, checked (unless parse_tables did) and decoded
+        on first access; TablesError for a bad one."""
+        if self._pending_checks is not None:
+            _verify_checks(self._pending_checks)
+            self._pending_checks = None
         if self._checks is None:
             out = []
             for (digest, count, _r, *segs) in _CHECK.iter_unpack(self._checks_raw):
@@ -454,13 +459,22 @@ def _check_entry(i: int, e: tuple, b: int, t: Tables, alloc: int, pool: bytes, p
     return nul + 1
 
 
-def parse_tables(data, allocation_bytes: int, reference: bool = False) -> Tables:
+def parse_tables(data, allocation_bytes: int, reference: bool = False, verify_checks: bool = True) -> Tables:
     """Parses a tables file (bytes, or a buffer such as an mmap) for an
     image of ``allocation_bytes`` (``ParseImageTables``). The buffer is
-    read during the call only. Raises TablesError. ``reference``: check
-    every entry field by field (the slow path the fast one falls back
-    to, to name an error), for tests."""
-    mv = memoryview(data).cast("B")
+    read during the call only. Raises TablesError. ``verify_checks``
+    False: the check entries (80 bytes each; their count and place are
+    checked here) are checked entry by entry when Tables.checks is first
+    read, which raises the same TablesError then: nothing but a lessee
+    that verifies the image reads them, and at GLM-5.3 scale they are
+    a third of the parse. ``reference``: check every entry field by
+    field (the slow path the fast one falls back to, to name an error),
+    for tests."""
+    if type(data) is not bytes:
+        # A copy: no view of the caller's buffer (an mmap) may outlive this
+        # call in a traceback, or the caller could not close it.
+        data = bytes(memoryview(data).cast("B"))
+    mv = memoryview(data)
     size = len(mv)
     if size < TABLES_HEADER_BYTES:
         raise TablesError(f"image tables: {size} bytes, shorter than the {TABLES_HEADER_BYTES}-byte header",
@@ -527,18 +541,20 @@ def parse_tables(data, allocation_bytes: int, reference: bool = False) -> Tables
     cb = bytes(mv[checks_at:strings_at])
     ctx = _Ctx(t, tb, cb, pool, table, tensors_at, checks_at, offsets_at, strings)
     try:
-        ok = not reference and _fast_tensors(ctx) and _fast_checks(ctx)
+        ok = not reference and _fast_tensors(ctx)
     except TablesError:
         ok = False
-    if reference:
-        _slow_tensors(ctx)
-        _slow_checks(ctx)
-    elif not ok:
+    if not ok:
         # The slow path names the first rule broken, in the C++ reader's order.
         _slow_tensors(ctx)
-        _slow_checks(ctx)
-        raise TablesError("image tables: refused by the fast checks but not by the slow ones (a bug in "
-                          "exlr8.tables)", "tensors", None, "", None)
+        if not reference:
+            raise TablesError("image tables: refused by the fast checks but not by the slow ones (a bug in "
+                              "exlr8.tables)", "tensors", None, "", None)
+    ctx.reference = reference
+    if verify_checks:
+        _verify_checks(ctx)
+    else:
+        t._pending_checks = ctx
     t._tb = tb
     t._names = ctx.names
     t._by_name = ctx.by_name
@@ -600,20 +616,25 @@ def _fast_tensors(c: _Ctx) -> bool:
         hoffs = get(offs)
         if list(map(want.__getitem__, classes)) != list(get(lens)):
             return False
-        hv = memoryview(tb).cast("H")
-        layer_c = get(hv[12::32].tolist())
-        expert_c = get(hv[13::32].tolist())
-        proj_c = get(tb[28::64])
-        half_c = get(tb[29::64])
-        if max(layer_c) >= t.layers or max(proj_c) >= 3 or max(half_c) >= t.halves_per_proj:
-            return False
+        # Identity: (layer, expert) as one u32 (bytes 24-27), (proj, half) as
+        # one u16 (28-29); each distinct value checked once and turned into
+        # its share of the offset-table index.
+        le_c = get(memoryview(tb).cast("I")[6::16].tolist())
+        ph_c = get(memoryview(tb).cast("H")[14::32].tolist())
         E, E1, H = t.experts, t.experts + 1, t.halves_per_proj
-        routed = set(expert_c)
-        routed.discard(SHARED_EXPERT)
-        if routed and max(routed) >= E:
-            return False
-        js = [((l * E1 + (E if x == SHARED_EXPERT else x)) * 3 + p) * H + h
-              for l, x, p, h in zip(layer_c, expert_c, proj_c, half_c)]
+        le_base = {}
+        for v in set(le_c):
+            layer, expert = v & 0xFFFF, v >> 16
+            if layer >= t.layers or (expert >= E and expert != SHARED_EXPERT):
+                return False
+            le_base[v] = (layer * E1 + (E if expert == SHARED_EXPERT else expert)) * 3 * H
+        ph_off = {}
+        for v in set(ph_c):
+            proj, half = v & 0xFF, v >> 8
+            if proj >= 3 or half >= H:
+                return False
+            ph_off[v] = proj * H + half
+        js = list(map(operator.add, map(le_base.__getitem__, le_c), map(ph_off.__getitem__, ph_c)))
         if len(set(js)) != nh:
             return False
         expected = array.array("Q", [ABSENT]) * len(c.table)
@@ -653,6 +674,14 @@ def _other_entry(c: _Ctx, i: int, e: tuple, pool_next: int) -> int:
         c.by_name[name] = i
         c.names[i] = name
     return pool_next
+
+
+def _verify_checks(c: _Ctx) -> None:
+    """Every check entry (the first bad one raises, as the C++ reader's)."""
+    if c.reference:
+        _slow_checks(c)
+    else:
+        _fast_checks(c)
 
 
 def _fast_checks(c: _Ctx) -> bool:

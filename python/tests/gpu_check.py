@@ -160,7 +160,8 @@ def check_lease(sock, expect_ordinal, wait_release, host_ok=False):
     check(cai["version"] == 3 and cai["data"][1] is True and cai["data"][0] == lease.device_pointer
           + (halves[0] if halves else lease.tensors[0]).offset, f"__cuda_array_interface__ {cai}")
     ot = lease.offset_table_cuda_array().__cuda_array_interface__
-    check(ot["shape"] == (im.offset_table_bytes // 8,) and ot["typestr"] == "<u8", "the pointer table as a device array")
+    check(ot["shape"] == (im.offset_table_bytes // 8,) and ot["typestr"] == "<u8",
+          "the pointer table as a device array")
     try:
         import torch
     except ImportError:

@@ -289,3 +289,43 @@ def test_bad_tables_are_a_tables_error_from_the_opening(served, holders):
     assert e.value.__context__ is None or not isinstance(e.value.__context__, BufferError)
     os.close(fd)
     assert open_fds() == before
+
+
+def test_pin_registers_read_only_and_unregisters_before_unmapping(served, holders, monkeypatch):
+    """pin=True through torch's cudart (a stand-in here: no torch, no GPU)."""
+    import sys
+    import types
+
+    def mapped_now():
+        with open("/proc/self/maps") as f:
+            return f.read().count("memfd:exlr8-test")
+    log = []
+
+    class CudaRt:
+        def __init__(self, result=0):
+            self.result = result
+
+        def cudaHostRegister(self, ptr, size, flags):
+            log.append(("register", ptr, size, flags, mapped_now()))
+            return self.result
+
+        def cudaHostUnregister(self, ptr):
+            log.append(("unregister", ptr, mapped_now()))
+            return 0
+    rt = CudaRt()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(cudart=lambda: rt)))
+    h = holders(served.line(), [served.image_fd, served.tables_fd], on_eof=lambda: log.append(("eof", mapped_now())))
+    with exlr8.Lease(h.path, pin=True) as lease:
+        addr = exlr8.lease._buffer_address(lease.image_buffer())
+    assert h.eof.wait(5)
+    assert [e[0] for e in log] == ["register", "unregister", "eof"]
+    (_, ptr, size, flags, mapped), (_, ptr2, mapped2), (_, mapped3) = log
+    assert (ptr, size, flags) == (addr, served.builder.allocation, 0x1 | 0x8)  # portable, read-only
+    assert ptr2 == ptr and mapped2 == mapped and mapped3 == mapped - 1  # unregistered, unmapped, then closed
+    # A refused registration fails the opening and lets go.
+    log.clear()
+    rt.result = 712
+    h2 = holders(served.line(), [served.image_fd, served.tables_fd], on_eof=lambda: log.append(("eof", 0)))
+    with pytest.raises(exlr8.LeaseError, match="cudaHostRegister .* failed \\(error 712\\)"):
+        exlr8.Lease(h2.path, pin=True)
+    assert h2.eof.wait(5) and [e[0] for e in log] == ["register", "eof"]

@@ -37,7 +37,6 @@ import os
 import select
 import socket
 import stat
-import struct
 import sys
 import threading
 import time
@@ -367,13 +366,13 @@ class Lease:
                 self._open_host(fd_of[d.image.allocation])
             else:
                 self._open_device(fd_of.get(d.image.allocation))
+            if pin:
+                self._pin()
         except BaseException:
             _close_fds(fds)
             self.close()
             raise
         _close_fds(fds)  # the mapping or the import holds the memory
-        if pin:
-            self._pin()
         self._watcher = None
         if on_release is not None:
             self._start_watcher(on_release)

@@ -66,6 +66,7 @@ def test_lookups_find_every_half_and_name_and_nothing_else(start_holder):
         assert lease.half(0, 0, "nope", 0) is None
         assert lease.half(0, 0, "gate", im.halves) is None
         named = [t for t in lease.tensors if t.name is not None]
+        assert lease.names() == [t.name for t in named]
         assert named and all(lease.tensor(t.name) is t for t in named)
         assert lease.tensor("no such tensor") is None
         signs = [t for t in lease.tensors if t.kind.startswith("signs")]

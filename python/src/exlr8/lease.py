@@ -487,7 +487,12 @@ class Lease:
         return self.tables.half(layer, expert, proj, half)
 
     def signs(self, layer: int, out: bool = False) -> Optional[TensorInfo]:
+        """A layer's signs.in (out False) or signs.out, or None."""
         return self.tables.signs(layer, out)
+
+    def names(self) -> List[str]:
+        """The dense and plain tensors' names, in table order."""
+        return self.tables.names()
 
     @property
     def offset_table(self) -> array.array:

@@ -2,7 +2,7 @@
 """Checks exlr8.Lease on a device-memory lease, on a GPU machine, with
 nothing but python3 and the NVIDIA driver (no torch, no pip):
 
-    python3 python/tests/gpu_check.py SOCKET [--expect-ordinal N] [--release-from-holder]
+    python3 python/tests/gpu_check.py SOCKET [--expect-ordinal N] [--stop-holder PID]
 
 SOCKET: the lease socket of a holder started with
     exlr8d-stage --memory device --lease v2 --hold SOCKET ...
@@ -113,7 +113,7 @@ def image_bytes(lease, off, n):
     return bytes(lease.image_buffer()[off:off + n])
 
 
-def check_lease(sock, expect_ordinal, wait_release, host_ok=False):
+def check_lease(sock, expect_ordinal, stop_holder, host_ok=False):
     t0 = time.monotonic()
     lease = exlr8.Lease(sock)
     check(lease.memory_kind == "device" or host_ok, f"opened {lease} in {time.monotonic() - t0:.2f} s")
@@ -151,10 +151,13 @@ def check_lease(sock, expect_ordinal, wait_release, host_ok=False):
     im = d.image
     table = image_bytes(lease, im.offset_table, im.offset_table_bytes)
     check(table == lease.offset_table.tobytes(), "the pointer table in the image equals the tables'")
-    if lease.memory_kind == "host":
-        lease.close()
-        check(lease.closed, "closed")
-        return
+    if lease.memory_kind == "device":
+        check_device_arrays(lease, d, halves, named)
+    release_and_close(lease, lease.description, stop_holder)
+
+
+def check_device_arrays(lease, d, halves, named):
+    im = d.image
     a = lease.cuda_array(halves[0] if halves else lease.tensors[0])
     cai = a.__cuda_array_interface__
     check(cai["version"] == 3 and cai["data"][1] is True and cai["data"][0] == lease.device_pointer
@@ -168,6 +171,7 @@ def check_lease(sock, expect_ordinal, wait_release, host_ok=False):
         torch = None
         print("     (no torch: lease.torch() not checked)")
     if torch is not None:
+        x = None
         for t in (halves[:3] + named[:3]):
             x = lease.torch(t)
             same = bytes(x.contiguous().view(torch.uint8).cpu().numpy().tobytes()) == lease.read(t)
@@ -176,10 +180,16 @@ def check_lease(sock, expect_ordinal, wait_release, host_ok=False):
         check(tab.cpu().numpy().tobytes() == lease.offset_table.tobytes(), "offset_table_torch()")
         del x, tab
         torch.cuda.synchronize()
-    if wait_release:
-        print("     waiting for the holder's release line: stop the holder now (SIGTERM)", flush=True)
-        r = lease.wait_release(600)
-        check(r is not None and not r.holder_gone, f"release line: {r}")
+
+
+def release_and_close(lease, d, stop_holder):
+    if stop_holder:
+        import signal
+        check(lease.poll_release() is None, "no release line before the holder is told to stop")
+        os.kill(stop_holder, signal.SIGTERM)
+        r = lease.wait_release(60)
+        check(r is not None and not r.holder_gone and r.deadline_s == d.release_deadline_s,
+              f"the release line after SIGTERM to {stop_holder}: {r}")
     lease.close()
     lease.close()
     check(lease.closed and lease._state["device"] is None, "closed (import released, then the socket)")
@@ -213,12 +223,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("socket")
     ap.add_argument("--expect-ordinal", type=int)
-    ap.add_argument("--release-from-holder", action="store_true",
-                    help="wait for the holder's release line before letting go")
+    ap.add_argument("--stop-holder", type=int, metavar="PID",
+                    help="after the checks, SIGTERM the holder and wait for its release line before letting go")
     ap.add_argument("--host-ok", action="store_true", help=argparse.SUPPRESS)  # a dry run on a host lease
     args = ap.parse_args()
     if args.host_ok:
-        check_lease(args.socket, None, False, host_ok=True)
+        check_lease(args.socket, None, args.stop_holder, host_ok=True)
         return 0 if not failures else 1
     try:
         devs = _cuda.devices()
@@ -230,7 +240,7 @@ def main():
         return 77
     for o, u, b in devs:
         print(f"     device {o}: {u} ({b})")
-    check_lease(args.socket, args.expect_ordinal, args.release_from_holder)
+    check_lease(args.socket, args.expect_ordinal, args.stop_holder)
     check_failed_import()
     print("PASSED" if not failures else f"FAILED: {len(failures)} check(s)")
     return 0 if not failures else 1

@@ -128,3 +128,25 @@ def test_an_image_that_disagrees_releases_the_import(drv, served, holder):
         exlr8.Lease(h.path)
     assert not drv.reserved and not drv.imports and not drv.mapped
     os.close(fd)
+
+
+def test_gpu_check_passes_on_the_fake_driver(drv, holder, monkeypatch, capsys):
+    """gpu_check.py's device checks, run here before they run on a GPU."""
+    import gpu_check
+    xxhash = pytest.importorskip("xxhash")
+    b = small_builder()
+    for i, e in enumerate(b.entries):  # real digests, so that the script's checks can pass
+        e["xxh"] = xxhash.xxh64_intdigest(fill(i, e["length"]))
+    b.checks = [(xxhash.xxh64_intdigest(fill(ti, n)), [(ti, 0, n)]) for _, [(ti, _, n)] in b.checks]
+    served = fakeholder.Served(b, fill)
+    try:
+        monkeypatch.setattr(gpu_check, "failures", [])
+        h = holder(device_line(served), [served.image_fd, served.tables_fd])
+        gpu_check.check_lease(h.path, 1, None)
+        gpu_check.check_failed_import()
+        out = capsys.readouterr().out
+        assert gpu_check.failures == [], out
+        assert "ok   __cuda_array_interface__" in out and "ok   a bogus IPC handle" in out
+        assert not drv.mapped and not drv.imports
+    finally:
+        served.close()

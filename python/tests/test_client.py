@@ -74,3 +74,28 @@ def test_an_unreachable_server_is_status_0(tmp_path):
     with pytest.raises(exlr8.ApiError) as e:
         exlr8.Client(str(tmp_path / "none.sock")).health()
     assert e.value.status == 0 and "cannot reach" in e.value.message
+
+
+def test_stage_routes(serve):
+    """POST /v1/stages starts a GPU holder: here, without a GPU, it fails, and
+    the client follows it to that state and forgets it."""
+    c = exlr8.Client(serve["socket"])
+    c.wait_job(c.submit_pull("exlr8/test", "home", 4, 2)["id"], timeout=120)
+    try:
+        s = c.start_stage("exlr8/test", "home", 4, 2, release_wait_s=5)
+    except exlr8.ApiError as e:  # serve has no exlr8d-stage beside it
+        assert e.status == 501, e
+        pytest.skip(str(e))
+    assert s["id"] >= 1 and s["state"] in ("starting", "reading", "staging", "holding", "failed", "died")
+    s = c.wait_stage(s["id"], timeout=120)
+    assert [x["id"] for x in c.stages()] == [s["id"]]
+    if s["state"] == "holding":  # a machine with a GPU: the lease is there
+        assert s["lease"]
+        assert c.release_stage(s["id"])["stage"]["id"] == s["id"]
+        s = c.wait_stage(s["id"], states=("released", "failed", "died"), timeout=120)
+    else:
+        assert s["state"] in ("failed", "died") and s["error"], s
+    assert c.release_stage(s["id"]).get("forgotten") is True
+    with pytest.raises(exlr8.ApiError) as e:
+        c.stage(s["id"])
+    assert e.value.status == 404

@@ -207,18 +207,22 @@ class Client:
         return self._one(self.request("GET", f"/v1/stages/{int(stage_id)}"), "stage")
 
     def start_stage(self, repo: str, manifest: str, tp: int, rank: int, revision: Optional[str] = None,
-                    device: Optional[int] = None, check: Optional[str] = None,
-                    release_wait_s: Optional[int] = None) -> Dict[str, Any]:
-        """Starts a GPU holder (POST /v1/stages); the stage."""
+                    memory: Optional[str] = None, lease: Optional[str] = None, device: Optional[int] = None,
+                    check: Optional[str] = None, release_wait_s: Optional[int] = None) -> Dict[str, Any]:
+        """Starts a holder (POST /v1/stages); the stage. ``memory``: "device"
+        (the server's default) or "host"; ``lease``: "v2" or "v1"; None
+        leaves a field to the server."""
         body: Dict[str, Any] = {"repo": repo, "manifest": manifest, "tp": tp, "rank": rank}
-        for k, v in (("revision", revision), ("device", device), ("check", check),
-                     ("release_wait_s", release_wait_s)):
+        for k, v in (("revision", revision), ("memory", memory), ("lease", lease), ("device", device),
+                     ("check", check), ("release_wait_s", release_wait_s)):
             if v is not None:
                 body[k] = v
         return self._one(self.request("POST", "/v1/stages", body), "stage")
 
     def release_stage(self, stage_id: int) -> Dict[str, Any]:
-        """DELETE /v1/stages/{id}: a live holder is told to release; a finished record is forgotten."""
+        """DELETE /v1/stages/{id}: a live holder is told to release; a
+        finished record is forgotten. The answer: {"stage": ..., and
+        "forgotten": true for the latter}."""
         return self.request("DELETE", f"/v1/stages/{int(stage_id)}")
 
     def wait_stage(self, stage_id: int, states=("holding", "released", "failed", "died"),

@@ -49,4 +49,5 @@ cp -r "$here/python/." "$src/"
 "$venv/bin/python" -c 'import exlr8, sys; assert "numpy" not in sys.modules and "torch" not in sys.modules'
 
 cd "$src"  # the tests import the installed package, not python/src
-EXLR8_BIN_DIR=$build/bin EXLR8_FIXTURE=$fixture "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+EXLR8_BIN_DIR=$build/bin EXLR8_FIXTURE=$fixture EXLR8_SOURCE_DIR=$here \
+  "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests

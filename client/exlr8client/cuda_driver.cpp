@@ -89,8 +89,8 @@ std::string ErrorText(const Driver& drv, CUresult r) {
     switch (r) {
       case kErrorStubLibrary:
         return out + " (CUDA_ERROR_STUB_LIBRARY: a stub, not the real CUDA driver)";
-      case kErrorInsufficientDriver:
-        return out + " (CUDA_ERROR_INSUFFICIENT_DRIVER)";
+      case kErrorCallRequiresNewerDriver:
+        return out + " (CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)";
       case kErrorNoDevice:
         return out + " (CUDA_ERROR_NO_DEVICE)";
       case kErrorSystemDriverMismatch:
@@ -113,7 +113,7 @@ Status CallStatus(const Driver& drv, CUresult r, const std::string& what, Status
     case kErrorNotInitialized:
     case kErrorDeinitialized:
     case kErrorStubLibrary:
-    case kErrorInsufficientDriver:
+    case kErrorCallRequiresNewerDriver:
     case kErrorSystemDriverMismatch:
       return UnavailableError(std::move(m));
     case kErrorOutOfMemory:

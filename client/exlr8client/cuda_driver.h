@@ -38,17 +38,17 @@ struct CUmemAccessDesc {
   int flags;  // CUmemAccess_flags
 };
 
-inline constexpr CUresult kSuccess = 0;                      // CUDA_SUCCESS
-inline constexpr CUresult kErrorInvalidValue = 1;            // CUDA_ERROR_INVALID_VALUE
-inline constexpr CUresult kErrorOutOfMemory = 2;             // CUDA_ERROR_OUT_OF_MEMORY
-inline constexpr CUresult kErrorNotInitialized = 3;          // CUDA_ERROR_NOT_INITIALIZED
-inline constexpr CUresult kErrorDeinitialized = 4;           // CUDA_ERROR_DEINITIALIZED
-inline constexpr CUresult kErrorStubLibrary = 34;            // CUDA_ERROR_STUB_LIBRARY
-inline constexpr CUresult kErrorInsufficientDriver = 35;     // CUDA_ERROR_INSUFFICIENT_DRIVER
-inline constexpr CUresult kErrorNoDevice = 100;              // CUDA_ERROR_NO_DEVICE
-inline constexpr CUresult kErrorInvalidHandle = 400;         // CUDA_ERROR_INVALID_HANDLE
-inline constexpr CUresult kErrorNotSupported = 801;          // CUDA_ERROR_NOT_SUPPORTED
-inline constexpr CUresult kErrorSystemDriverMismatch = 803;  // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+inline constexpr CUresult kSuccess = 0;                        // CUDA_SUCCESS
+inline constexpr CUresult kErrorInvalidValue = 1;              // CUDA_ERROR_INVALID_VALUE
+inline constexpr CUresult kErrorOutOfMemory = 2;               // CUDA_ERROR_OUT_OF_MEMORY
+inline constexpr CUresult kErrorNotInitialized = 3;            // CUDA_ERROR_NOT_INITIALIZED
+inline constexpr CUresult kErrorDeinitialized = 4;             // CUDA_ERROR_DEINITIALIZED
+inline constexpr CUresult kErrorStubLibrary = 34;              // CUDA_ERROR_STUB_LIBRARY
+inline constexpr CUresult kErrorCallRequiresNewerDriver = 36;  // CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER
+inline constexpr CUresult kErrorNoDevice = 100;                // CUDA_ERROR_NO_DEVICE
+inline constexpr CUresult kErrorInvalidHandle = 400;           // CUDA_ERROR_INVALID_HANDLE
+inline constexpr CUresult kErrorNotSupported = 801;            // CUDA_ERROR_NOT_SUPPORTED
+inline constexpr CUresult kErrorSystemDriverMismatch = 803;    // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
 
 inline constexpr int kMemHandleTypePosixFileDescriptor = 1;  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 inline constexpr int kMemLocationTypeDevice = 1;             // CU_MEM_LOCATION_TYPE_DEVICE
@@ -105,7 +105,7 @@ std::string ErrorText(const Driver& drv, CUresult r);
 
 // The Status of a failed call `what` (OK for kSuccess): Unavailable for
 // the driver's not-ready answers (no device, not initialized, stub library,
-// insufficient driver), ResourceExhausted for out of memory, `bad_input`
+// a driver too old for the call), ResourceExhausted for out of memory, `bad_input`
 // for invalid value / handle (the holder's data is the likely cause),
 // Unimplemented for not supported, Internal otherwise. The message is
 // "<what> failed: <ErrorText>".

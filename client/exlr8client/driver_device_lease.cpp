@@ -255,13 +255,15 @@ Result<DriverDeviceLease> OpenDriverDeviceLease(ReceivedLeaseV2 received, const 
                                      "cuIpcOpenMemHandle")
                               .WithContext(import));
     lease.ipc_ = true;
-    // A legacy handle carries no size; the driver knows the allocation's.
+    // A legacy handle carries no size; the driver knows the allocation's:
+    // at least `bytes` must follow the pointer it gave.
     CUdeviceptr range_base = 0;
     std::size_t range_bytes = 0;
     if (drv.MemGetAddressRange(&range_base, &range_bytes, lease.ptr_) == kSuccess &&
-        (range_base != lease.ptr_ || range_bytes < alloc.bytes))
-      return InvalidArgumentError(import + ": the IPC allocation has " + std::to_string(range_bytes) +
-                                  " bytes from its start, fewer than the description's");
+        (lease.ptr_ < range_base || range_base + range_bytes - lease.ptr_ < alloc.bytes))
+      return InvalidArgumentError(import + ": the IPC allocation has " +
+                                  std::to_string(range_base + range_bytes - lease.ptr_) +
+                                  " bytes from the mapped pointer, fewer than the description's");
   }
 
   // The header and the offset table, copied back once and checked.

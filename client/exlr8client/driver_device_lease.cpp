@@ -1,5 +1,6 @@
 #include "client/exlr8client/driver_device_lease.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -222,7 +223,12 @@ Result<DriverDeviceLease> OpenDriverDeviceLease(ReceivedLeaseV2 received, const 
                    "cuMemImportFromShareableHandle")
             .WithContext(import));
     lease.imported_ = true;
-    EXLR8_RETURN_IF_ERROR(CallStatus(drv, drv.MemAddressReserve(&lease.ptr_, alloc.bytes, 0, 0, 0),
+    // The range aligned to the allocation's granularity (cuMemMap's rule):
+    // the exporter's size is a multiple of it, a power of two, so the
+    // size's lowest set bit is at least it (up to 1 GiB, far above any GPU's).
+    const std::uint64_t alignment =
+        std::min<std::uint64_t>(alloc.bytes & (~alloc.bytes + 1), std::uint64_t{1} << 30);
+    EXLR8_RETURN_IF_ERROR(CallStatus(drv, drv.MemAddressReserve(&lease.ptr_, alloc.bytes, alignment, 0, 0),
                                      "cuMemAddressReserve", StatusCode::kInternal)
                               .WithContext(import));
     lease.reserved_ = true;

@@ -15,7 +15,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "client/exlr8client/driver_device_lease.h"
 #include "client/lease/description_v2.h"
 #include "client/lease/host_lease.h"
 #include "client/lease/image_layout.h"
@@ -25,11 +27,13 @@
 #define XXH_INLINE_ALL  // the hash compiled in: the library needs no libxxhash
 #include <xxhash.h>
 
-// What the lease owns. Only the host kind opens in this version; a device
-// lease is refused before anything is mapped.
+// What the lease owns: a host lease (mapped) or a device lease (imported
+// through the CUDA driver loaded at run time), whichever the holder has.
 struct exlr8_lease {
   std::string socket_path;
-  exlr8::HostLease host;
+  bool device_kind = false;
+  exlr8::HostLease host;                   // the host kind
+  exlr8::cudrv::DriverDeviceLease device;  // the device kind
   bool open = false;
   std::string description_json;
   std::string proof_json;
@@ -127,7 +131,29 @@ void CopyOut(const T& full, T* out) {
   out->struct_size = size;
 }
 
-const exlr8::ImageTables& Tables(const exlr8_lease* lease) { return lease->host.tables(); }
+// The open lease's parts, whichever its kind.
+const exlr8::ImageTables& Tables(const exlr8_lease* lease) {
+  return lease->device_kind ? lease->device.tables() : lease->host.tables();
+}
+const exlr8::LeaseDescriptionV2& Description(const exlr8_lease* lease) {
+  return lease->device_kind ? lease->device.description() : lease->host.description();
+}
+// The image's allocation and first byte: host or device addresses.
+std::uintptr_t AllocationAddress(const exlr8_lease* lease) {
+  return lease->device_kind ? static_cast<std::uintptr_t>(lease->device.allocation())
+                            : reinterpret_cast<std::uintptr_t>(lease->host.allocation());
+}
+std::uintptr_t ImageAddress(const exlr8_lease* lease) {
+  return lease->device_kind ? static_cast<std::uintptr_t>(lease->device.base())
+                            : reinterpret_cast<std::uintptr_t>(lease->host.base());
+}
+const void* ImagePointer(const exlr8_lease* lease, std::uint64_t offset) {
+  return reinterpret_cast<const void*>(ImageAddress(lease) + offset);
+}
+void CloseLease(exlr8_lease* lease) {
+  lease->host.Close();    // unmaps, then closes the connection
+  lease->device.Close();  // unmaps and releases, closes the connection, releases the context
+}
 
 exlr8_status Found(const exlr8_lease* lease, const exlr8::ImageTensor* t, std::uint64_t* index,
                    const std::string& what) {
@@ -293,13 +319,18 @@ exlr8_status exlr8_lease_open(const char* socket_path, const exlr8_open_options*
                   from + "the holder's image is in " + exlr8_memory_kind_name(kind) +
                       " memory, the caller asked for " + exlr8_memory_kind_name(o.memory_kind) + " memory");
     if (device) {
-      std::string gpu;
-      if (d.device) gpu = " of " + d.device->uuid + " (PCI bus " + d.device->pci_bus_id + ")";
-      return Fail(EXLR8_UNAVAILABLE,
-                  from + "the image is in device memory" + gpu +
-                      ": not yet: device leases need libexlr8client's CUDA part (the runtime loaded at run "
-                      "time), which this version does not have; stage with --memory host, or link "
-                      "exlr8d::lease_open (OpenDeviceLease) in the meantime");
+      exlr8::Result<exlr8::cudrv::DriverDeviceLease> dev =
+          exlr8::cudrv::OpenDriverDeviceLease(std::move(*received), path);
+      if (!dev.ok()) return Fail(dev.status());
+      auto lease = std::make_unique<exlr8_lease>();
+      lease->socket_path = path.string();
+      lease->device_kind = true;
+      lease->device = std::move(*dev);
+      lease->open = true;
+      lease->description_json = exlr8::WriteLeaseDescriptionV2(lease->device.description());
+      lease->proof_json = exlr8::WriteLeaseProof(lease->device.description().proof);
+      *out = lease.release();
+      return EXLR8_OK;
     }
     exlr8::Result<exlr8::HostLease> host = exlr8::OpenHostLease(std::move(*received), path);
     if (!host.ok()) return Fail(host.status());
@@ -320,7 +351,7 @@ exlr8_status exlr8_lease_close(exlr8_lease* lease) {
     if (!lease->open)
       return Fail(EXLR8_FAILED_PRECONDITION,
                   "exlr8_lease_close: the lease from " + lease->socket_path + " is already closed");
-    lease->host.Close();  // unmaps, then closes the connection
+    CloseLease(lease);
     lease->open = false;
     return EXLR8_OK;
   });
@@ -328,7 +359,7 @@ exlr8_status exlr8_lease_close(exlr8_lease* lease) {
 
 void exlr8_lease_free(exlr8_lease* lease) {
   if (lease == nullptr) return;
-  lease->host.Close();
+  CloseLease(lease);
   delete lease;
 }
 
@@ -340,7 +371,7 @@ exlr8_status exlr8_lease_get_info(const exlr8_lease* lease, exlr8_lease_info* in
     if (exlr8_status s = CheckStructSize(info, sizeof(exlr8_lease_info), "exlr8_lease_get_info");
         s != EXLR8_OK)
       return s;
-    const exlr8::LeaseDescriptionV2& d = lease->host.description();
+    const exlr8::LeaseDescriptionV2& d = Description(lease);
     exlr8_lease_info v{};
     v.socket_path = lease->socket_path.c_str();
     v.repo = d.repo.c_str();
@@ -353,7 +384,7 @@ exlr8_status exlr8_lease_get_info(const exlr8_lease* lease, exlr8_lease_info* in
     v.gpu_uuid = d.device ? d.device->uuid.c_str() : "";
     v.gpu_pci_bus_id = d.device ? d.device->pci_bus_id.c_str() : "";
     v.gpu_ordinal_in_holder = d.device ? d.device->ordinal_in_holder : -1;
-    v.cuda_device = -1;
+    v.cuda_device = lease->device_kind ? lease->device.device() : -1;
     v.allocation_count = static_cast<std::uint32_t>(d.allocations.size());
     for (std::size_t i = 0; i < d.allocations.size() && i < EXLR8_MAX_ALLOCATIONS; ++i)
       v.allocation_bytes[i] = d.allocations[i].bytes;
@@ -369,8 +400,8 @@ exlr8_status exlr8_lease_get_info(const exlr8_lease* lease, exlr8_lease_info* in
     v.check_count = d.tables.checks;
     v.tables_bytes = d.tables.bytes;
     v.release_deadline_s = d.release_deadline_s;
-    v.allocation = lease->host.allocation();
-    v.image = lease->host.base();
+    v.allocation = reinterpret_cast<const void*>(AllocationAddress(lease));
+    v.image = ImagePointer(lease, 0);
     CopyOut(v, info);
     return EXLR8_OK;
   });
@@ -389,7 +420,7 @@ exlr8_status exlr8_lease_proof(const exlr8_lease* lease, exlr8_proof* proof) {
     if (exlr8_status s = Usable(lease, "exlr8_lease_proof"); s != EXLR8_OK) return s;
     if (exlr8_status s = CheckStructSize(proof, sizeof(exlr8_proof), "exlr8_lease_proof"); s != EXLR8_OK)
       return s;
-    const exlr8::LeaseProof& p = lease->host.proof();
+    const exlr8::LeaseProof& p = Description(lease).proof;
     exlr8_proof v{};
     v.commit = p.commit.c_str();
     v.hashed_regions = p.hashed_regions;
@@ -461,7 +492,7 @@ exlr8_status exlr8_lease_tensor(const exlr8_lease* lease, uint64_t index, exlr8_
     v.offset = t.offset;
     v.length = t.length;
     v.xxh64 = t.xxh64;
-    v.data = lease->host.base() + t.offset;
+    v.data = ImagePointer(lease, t.offset);
     CopyOut(v, tensor);
     return EXLR8_OK;
   });
@@ -512,17 +543,17 @@ exlr8_status exlr8_lease_find_signs(const exlr8_lease* lease, uint32_t layer, in
 exlr8_status exlr8_lease_offset_table(const exlr8_lease* lease, const uint64_t** host_table,
                                       const void** image_table, uint64_t* entries) {
   if (exlr8_status s = Usable(lease, "exlr8_lease_offset_table"); s != EXLR8_OK) return s;
-  if (host_table != nullptr) *host_table = lease->host.offset_table().data();
-  if (image_table != nullptr)
-    *image_table = lease->host.base() + lease->host.description().image.offset_table;
-  if (entries != nullptr) *entries = lease->host.offset_table().size();
+  const std::vector<std::uint64_t>& table = Tables(lease).offset_table;
+  if (host_table != nullptr) *host_table = table.data();
+  if (image_table != nullptr) *image_table = ImagePointer(lease, Description(lease).image.offset_table);
+  if (entries != nullptr) *entries = table.size();
   return EXLR8_OK;
 }
 
 exlr8_status exlr8_lease_release_fd(const exlr8_lease* lease, int* fd) {
   if (exlr8_status s = Usable(lease, "exlr8_lease_release_fd"); s != EXLR8_OK) return s;
   if (fd == nullptr) return Fail(EXLR8_INVALID_ARGUMENT, "exlr8_lease_release_fd: fd is NULL");
-  *fd = lease->host.release_fd();
+  *fd = lease->device_kind ? lease->device.release_fd() : lease->host.release_fd();
   return EXLR8_OK;
 }
 
@@ -532,12 +563,35 @@ exlr8_status exlr8_lease_poll_release(exlr8_lease* lease, uint32_t timeout_ms, i
     if (exlr8_status s = Usable(lease, "exlr8_lease_poll_release"); s != EXLR8_OK) return s;
     if (released == nullptr)
       return Fail(EXLR8_INVALID_ARGUMENT, "exlr8_lease_poll_release: released is NULL");
-    auto r = timeout_ms == 0 ? lease->host.PollRelease()
-                             : lease->host.WaitRelease(std::chrono::milliseconds(timeout_ms));
+    const std::chrono::milliseconds timeout(timeout_ms);
+    auto r = lease->device_kind
+                 ? (timeout_ms == 0 ? lease->device.PollRelease() : lease->device.WaitRelease(timeout))
+                 : (timeout_ms == 0 ? lease->host.PollRelease() : lease->host.WaitRelease(timeout));
     if (!r.ok()) return Fail(r.status());
     *released = r->has_value() ? 1 : 0;
     if (deadline_s != nullptr) *deadline_s = r->has_value() ? (*r)->deadline_s : 0;
     if (holder_gone != nullptr) *holder_gone = r->has_value() && (*r)->holder_gone ? 1 : 0;
+    return EXLR8_OK;
+  });
+}
+
+exlr8_status exlr8_lease_read(const exlr8_lease* lease, uint64_t offset, void* dst, size_t size) {
+  return Guard("exlr8_lease_read", [&]() -> exlr8_status {
+    if (exlr8_status s = Usable(lease, "exlr8_lease_read"); s != EXLR8_OK) return s;
+    if (dst == nullptr && size != 0) return Fail(EXLR8_INVALID_ARGUMENT, "exlr8_lease_read: dst is NULL");
+    const std::uint64_t image_bytes = Description(lease).image.bytes;
+    if (offset > image_bytes || size > image_bytes - offset)
+      return Fail(EXLR8_INVALID_ARGUMENT, "exlr8_lease_read: bytes [" + std::to_string(offset) + ", " +
+                                              std::to_string(offset) + " + " + std::to_string(size) +
+                                              ") are not inside the image of " + std::to_string(image_bytes) +
+                                              " bytes");
+    if (size == 0) return EXLR8_OK;
+    if (!lease->device_kind) {
+      std::memcpy(dst, lease->host.base() + offset, size);
+      return EXLR8_OK;
+    }
+    if (exlr8::Status s = lease->device.Read(offset, dst, size); !s.ok())
+      return Fail(s.WithContext("exlr8_lease_read: lease from " + lease->socket_path));
     return EXLR8_OK;
   });
 }

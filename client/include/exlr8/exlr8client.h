@@ -87,7 +87,7 @@ typedef enum exlr8_status {
   EXLR8_CORRUPTION = 3,          /* the holder sent something the protocol refuses */
   EXLR8_IO_ERROR = 4,            /* the OS failed (connect, mmap, ...) */
   EXLR8_RESOURCE_EXHAUSTED = 5,  /* out of memory (host or device) */
-  EXLR8_UNAVAILABLE = 6,         /* the holder is stopping or full; no GPU; no CUDA runtime */
+  EXLR8_UNAVAILABLE = 6,         /* the holder is stopping or full; no GPU; no CUDA driver */
   EXLR8_PERMISSION_DENIED = 7,   /* the socket may not be used by this user */
   EXLR8_FAILED_PRECONDITION = 8, /* a v1 holder; another memory kind than asked; a closed lease */
   EXLR8_CANCELLED = 9,
@@ -199,17 +199,37 @@ EXLR8_API void exlr8_open_options_init(exlr8_open_options* options);
  *   EXLR8_PERMISSION_DENIED    the socket may not be used
  *   EXLR8_IO_ERROR             another socket or mapping error
  *   EXLR8_UNAVAILABLE          the holder closed without a description (stopping,
- *                              full) or sent none in time; device memory on a
- *                              machine without a CUDA runtime or device, or (this
- *                              version) device memory at all
+ *                              full) or sent none in time; device memory where the
+ *                              CUDA driver cannot be loaded ("the CUDA driver
+ *                              (libcuda.so.1) could not be loaded: <dlerror>"), where
+ *                              cuInit fails, or where this process sees no GPU
+ *   EXLR8_NOT_FOUND            (device memory) no GPU this process sees has the
+ *                              description's UUID (the message names the UUID, the
+ *                              PCI bus id and the GPUs visible: CUDA_VISIBLE_DEVICES)
  *   EXLR8_FAILED_PRECONDITION  a v1 holder; a memory kind other than options asked
  *   EXLR8_CORRUPTION           what the holder sent breaks the protocol
+ *   EXLR8_INVALID_ARGUMENT, EXLR8_INTERNAL, EXLR8_RESOURCE_EXHAUSTED
+ *                              (device memory) the driver refused the import
+ *                              ("import allocation 0 (N bytes, handle fd) ...")
+ *
+ * Device memory. The library links no CUDA library: it loads the CUDA
+ * driver (libcuda.so.1) with dlopen at the first device open, finds the
+ * holder's GPU by its UUID among the GPUs this process sees (whatever
+ * CUDA_VISIBLE_DEVICES says; exlr8_lease_info.cuda_device is its ordinal
+ * here, for cudaSetDevice), retains its primary context (the one the CUDA
+ * runtime uses, so the caller's runtime calls and kernels see the mapping)
+ * and maps the image there: a VMM allocation read only (a kernel that
+ * writes it faults), a legacy IPC allocation ("ipc:" handle) as the driver
+ * maps it. Pointers the lease hands out are then device pointers
+ * (CUdeviceptr values) valid in that context.
  */
 EXLR8_API exlr8_status exlr8_lease_open(const char* socket_path, const exlr8_open_options* options,
                                         exlr8_lease** out);
 
 /* Lets go of the lease in the order PROTOCOL.md requires: unmaps the image
- * (device kind: releases the import), then closes the connection, so the
+ * (device kind: waits for the context's work, unmaps, releases the import
+ * or closes the IPC mapping; the primary context is released after the
+ * connection), then closes the connection, so the
  * holder counts this process gone only once nothing here maps its memory.
  * The caller must have finished its own use of the image (device kind:
  * synchronized its work on it). The handle stays valid (for
@@ -361,6 +381,16 @@ EXLR8_API exlr8_status exlr8_lease_poll_release(exlr8_lease* lease, uint32_t tim
                                                 uint32_t* deadline_s, int* holder_gone);
 
 /* ---- helpers ------------------------------------------------------------ */
+
+/* Copies `size` bytes of the image, from `offset` (bytes from the image's
+ * first byte), to host memory at `dst`: a memcpy for the host kind;
+ * cuMemcpyDtoH in the GPU's primary context for the device kind
+ * (synchronous: it returns once the bytes are in `dst`). For checks and
+ * small reads (a region to hash against exlr8_tensor.xxh64, a header); a
+ * serving process reads the image with its own kernels. Errors:
+ * EXLR8_INVALID_ARGUMENT when [offset, offset + size) is not inside the
+ * image or `dst` is NULL; the driver's failure (EXLR8_INTERNAL, ...). */
+EXLR8_API exlr8_status exlr8_lease_read(const exlr8_lease* lease, uint64_t offset, void* dst, size_t size);
 
 /* XXH64 (seed 0) of `size` bytes of host memory at `data` (a lessee that
  * checks a host image's regions against exlr8_tensor.xxh64). */

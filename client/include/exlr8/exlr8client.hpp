@@ -178,6 +178,12 @@ class Lease {
     return t;
   }
 
+  // exlr8_lease_read: `size` bytes of the image from `offset` into host
+  // memory (device kind: copied from the GPU). Throws Error.
+  void Read(std::uint64_t offset, void* dst, std::size_t size) const {
+    Check(exlr8_lease_read(handle_, offset, dst, size));
+  }
+
   int release_fd() const {
     int fd = -1;
     Check(exlr8_lease_release_fd(handle_, &fd));

@@ -6,9 +6,12 @@
 // bytes equal an image this process builds from the same cache; the C API
 // from C (c_api_check.c, linked with the library alone) runs against the
 // same holder; error paths; a device description refused with a clear
-// Unavailable; the holder's release reaching the lessee.
+// Unavailable where the CUDA driver cannot be loaded or has no GPU (the
+// device kind itself: tests/gpu/exlr8client_device_test.cpp); the holder's
+// release reaching the lessee.
 #include "exlr8/exlr8client.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -120,6 +123,9 @@ TEST_F(HeldRankTest, EveryTensorEqualsTheCacheAndEachLookupFindsIt) {
     EXPECT_EQ(std::memcmp(t.data, bytes.data() + t.offset, t.length), 0) << i;
     EXPECT_EQ(Xxh64::Hash({static_cast<const std::byte*>(t.data), t.length}), t.xxh64) << i;
     EXPECT_EQ(exlr8_xxh64(t.data, t.length), t.xxh64) << i;
+    std::vector<std::byte> read(t.length);
+    lease.Read(t.offset, read.data(), read.size());
+    EXPECT_EQ(std::memcmp(read.data(), t.data, t.length), 0) << i;
     const ImageTensor& mine = own->layout.tables.tensors[i];
     EXPECT_EQ(t.offset, mine.offset);
     EXPECT_EQ(t.xxh64, mine.xxh64);
@@ -232,30 +238,124 @@ TEST_F(HeldRankTest, ErrorPathsNameWhatFailed) {
       << exlr8_last_error_message();
 }
 
-TEST(Exlr8ClientTest, ADeviceLeaseIsUnavailableNamingItsGpu) {
-  const testing::V2Image im = testing::MakeV2Image(11);
-  testing::V2Fds fds(im);
-  LeaseDescriptionV2 d = im.description;
-  d.memory_kind = LeaseMemoryKind::kDevice;
-  d.device = LeaseGpu{"GPU-5a1b2c3d-0000-1111-2222-333344445555", "0000:4E:00.0", 0};
+// A holder of a device description: the synthetic image's memfd stands in
+// for the GPU allocation (each lessee here is refused before it imports).
+constexpr const char* kFakeUuid = "GPU-5a1b2c3d-0000-1111-2222-333344445555";
+constexpr const char* kFakeBus = "0000:4E:00.0";
+struct FakeDeviceHolder {
+  FakeDeviceHolder() : im(testing::MakeV2Image(11)), fds(im) {
+    LeaseDescriptionV2 d = im.description;
+    d.memory_kind = LeaseMemoryKind::kDevice;
+    d.device = LeaseGpu{kFakeUuid, kFakeBus, 0};
+    path = run.path() / "device.sock";
+    auto started = LeaseServer::StartV2(path, WriteLeaseDescriptionV2(d), {{fds.image, fds.tables}});
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (started.ok()) server = std::move(*started);
+  }
+  testing::V2Image im;
+  testing::V2Fds fds;
   TempDir run;
-  const fs::path path = run.path() / "device.sock";
-  auto server = LeaseServer::StartV2(path, WriteLeaseDescriptionV2(d), {{fds.image, fds.tables}});
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  fs::path path;
+  std::unique_ptr<LeaseServer> server;
+};
+
+// Sets EXLR8CLIENT_CUDA_DRIVER for the scope (the library reads it at each
+// load attempt until one succeeds; a failed one is not kept).
+class DriverOverride {
+ public:
+  explicit DriverOverride(const char* value) { ::setenv("EXLR8CLIENT_CUDA_DRIVER", value, 1); }
+  ~DriverOverride() { ::unsetenv("EXLR8CLIENT_CUDA_DRIVER"); }
+};
+
+// The open's status and message, the handle checked NULL on failure.
+std::pair<exlr8_status, std::string> OpenStatus(const fs::path& path) {
   exlr8_lease* lease = nullptr;
-  ASSERT_EQ(exlr8_lease_open(path.c_str(), nullptr, &lease), EXLR8_UNAVAILABLE);
-  const std::string message = exlr8_last_error_message();
-  EXPECT_NE(message.find("GPU-5a1b2c3d-0000-1111-2222-333344445555"), std::string::npos) << message;
-  EXPECT_NE(message.find("0000:4E:00.0"), std::string::npos) << message;
-  EXPECT_NE(message.find("device leases need"), std::string::npos) << message;
-  EXPECT_EQ(lease, nullptr);
+  const exlr8_status s = exlr8_lease_open(path.c_str(), nullptr, &lease);
+  std::string message = s == EXLR8_OK ? "" : exlr8_last_error_message();
+  if (s != EXLR8_OK) {
+    EXPECT_EQ(lease, nullptr);
+  }
+  exlr8_lease_free(lease);
+  return {s, message};
+}
+
+TEST(Exlr8ClientTest, WithoutTheCudaDriverADeviceLeaseIsUnavailableNamingItsGpu) {
+  FakeDeviceHolder holder;
+  ASSERT_NE(holder.server, nullptr);
+  {
+    DriverOverride none("/nonexistent/libcuda.so.1");
+    const auto [status, message] = OpenStatus(holder.path);
+    EXPECT_EQ(status, EXLR8_UNAVAILABLE) << message;
+    EXPECT_NE(message.find(std::string("lease from ") + holder.path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find(kFakeUuid), std::string::npos) << message;
+    EXPECT_NE(message.find(kFakeBus), std::string::npos) << message;
+    EXPECT_NE(message.find("the CUDA driver (/nonexistent/libcuda.so.1, from EXLR8CLIENT_CUDA_DRIVER) could "
+                           "not be loaded: /nonexistent/libcuda.so.1: cannot open shared object file"),
+              std::string::npos)
+        << message;
+  }
+  {
+    // A library that is not the driver: named with the first entry point missing.
+    DriverOverride libm("libm.so.6");
+    const auto [status, message] = OpenStatus(holder.path);
+    EXPECT_EQ(status, EXLR8_UNAVAILABLE) << message;
+    EXPECT_NE(message.find("the CUDA driver (libm.so.6, from EXLR8CLIENT_CUDA_DRIVER) has no entry point "
+                           "cuGetErrorName"),
+              std::string::npos)
+        << message;
+  }
+  // The default name, where this machine has no driver (a build machine).
+  if (void* real = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); real != nullptr) {
+    ::dlclose(real);
+  } else {
+    const auto [status, message] = OpenStatus(holder.path);
+    EXPECT_EQ(status, EXLR8_UNAVAILABLE) << message;
+    EXPECT_NE(message.find("the CUDA driver (libcuda.so.1) could not be loaded: libcuda.so.1: cannot open "
+                           "shared object file"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find(kFakeUuid), std::string::npos) << message;
+  }
   // A host lease from a synthetic holder opens, for comparison.
-  const fs::path host_path = run.path() / "host.sock";
-  auto host =
-      LeaseServer::StartV2(host_path, WriteLeaseDescriptionV2(im.description), {{fds.image, fds.tables}});
+  const fs::path host_path = holder.run.path() / "host.sock";
+  auto host = LeaseServer::StartV2(host_path, WriteLeaseDescriptionV2(holder.im.description),
+                                   {{holder.fds.image, holder.fds.tables}});
   ASSERT_TRUE(host.ok()) << host.status().ToString();
   exlr8client::Lease ok = exlr8client::Lease::Open(host_path.string());
-  EXPECT_EQ(ok.tensor_count(), im.layout.tables.tensors.size());
+  EXPECT_EQ(ok.tensor_count(), holder.im.layout.tables.tensors.size());
+}
+
+// A driver that loads but has no GPU (the CUDA Toolkit's stub libcuda.so),
+// from a C program linked with the library alone: cuInit's answer, the GPU
+// named. A separate process: a loaded driver stays loaded.
+TEST(Exlr8ClientTest, WithAStubDriverADeviceLeaseIsUnavailableFromC) {
+  if (std::string(EXLR8_STUB_DRIVER).empty()) GTEST_SKIP() << "no CUDA Toolkit stub driver here";
+  FakeDeviceHolder holder;
+  ASSERT_NE(holder.server, nullptr);
+  const auto [code, out] = RunShell(std::string("EXLR8CLIENT_CUDA_DRIVER=") + EXLR8_STUB_DRIVER + " " +
+                                    EXLR8_READ_CHECK + " " + holder.path.string());
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_NE(out.find("REFUSED UNAVAILABLE: lease from " + holder.path.string()), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("device memory of ") + kFakeUuid + " (PCI bus " + kFakeBus +
+                     "): cuInit failed: CUresult 34 (CUDA_ERROR_STUB_LIBRARY"),
+            std::string::npos)
+      << out;
+  // The same program without a driver at all.
+  const auto [code2, out2] = RunShell(std::string("EXLR8CLIENT_CUDA_DRIVER=/nonexistent/libcuda.so.1 ") +
+                                      EXLR8_READ_CHECK + " " + holder.path.string());
+  EXPECT_EQ(code2, 3) << out2;
+  EXPECT_NE(out2.find("REFUSED UNAVAILABLE: "), std::string::npos) << out2;
+  EXPECT_NE(out2.find("could not be loaded"), std::string::npos) << out2;
+}
+
+// The C lessee that reads every tensor back (exlr8_lease_read) on the held
+// host image.
+TEST_F(HeldRankTest, TheCLesseeReadsEveryTensorBack) {
+  const auto [code, out] = RunShell(std::string(EXLR8_READ_CHECK) + " " + sock_.string());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("OPENED kind=host cuda_device=-1 uuid= tensors="), std::string::npos) << out;
+  EXPECT_NE(out.find(" mismatches=0 offset_table=equal\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("CLOSED\n"), std::string::npos) << out;
 }
 
 TEST(Exlr8ClientTest, TheHoldersReleaseReachesTheLesseeWhichLetsGo) {

@@ -15,6 +15,9 @@
  *     use(t.data, t.length);  // host or device memory, read only
  *   exlr8_lease_free(lease);  // lets go: unmaps, then closes the connection
  *
+ * The same library is a client of exlr8d serve's REST API (exlr8_api_*,
+ * below: filesets, rank status, pulls and jobs, stages).
+ *
  * ABI. This is the library's only ABI (C, stable within a major version:
  * the SONAME is libexlr8client.so.<major>). Handles are opaque. Structures
  * the library fills start with `struct_size`: the caller sets it to

@@ -5,6 +5,9 @@
 //   if (auto t = lease.FindHalf(3, 7, EXLR8_PROJ_UP, 0)) use(t->data, t->length);
 //   // ~Lease lets go: unmaps, then closes the connection
 //
+//   exlr8client::Api api = exlr8client::Api::Open("unix:/var/cache/exlr8/exlr8d.sock");
+//   exlr8client::StageInfo s = api.WaitStage(api.StartStage(request).id);  // the REST API
+//
 // Errors are exceptions: every failing call throws exlr8client::Error
 // (a std::runtime_error carrying the exlr8_status and the library's
 // message), except lookups, which answer std::nullopt for EXLR8_NOT_FOUND.
@@ -335,6 +338,7 @@ class Api {
     return json.str();
   }
 
+  // Queues a pull; the job as GET /v1/jobs/{id} reads right after (its state).
   JobInfo SubmitPull(const PullRequest& r) const {
     exlr8_pull_request c;
     exlr8_pull_request_init(&c);
@@ -346,11 +350,9 @@ class Api {
     c.endpoint = OrNull(r.endpoint);
     c.pin = OrNull(r.pin);
     if (r.make_room) c.make_room = *r.make_room ? 1 : 0;
-    JobInfo job;
-    OwnedString json;
-    Check(exlr8_api_submit_pull(handle_, &c, &job.id, json.out()));
-    job.json = json.str();
-    return Job(job.id);
+    std::uint64_t id = 0;
+    Check(exlr8_api_submit_pull(handle_, &c, &id, nullptr));
+    return Job(id);
   }
   JobInfo Job(std::uint64_t id) const {
     OwnedString state, json;
@@ -385,6 +387,7 @@ class Api {
     return {id, state.str(), json.str()};
   }
 
+  // Starts a holder; the stage as GET /v1/stages/{id} reads right after.
   StageInfo StartStage(const StageRequest& r) const {
     exlr8_stage_request c;
     exlr8_stage_request_init(&c);
@@ -398,10 +401,9 @@ class Api {
     if (r.device) c.device = *r.device;
     c.check = OrNull(r.check);
     if (r.release_wait_s) c.release_wait_s = *r.release_wait_s;
-    StageInfo stage;
-    OwnedString json;
-    Check(exlr8_api_start_stage(handle_, &c, &stage.id, json.out()));
-    return Stage(stage.id);
+    std::uint64_t id = 0;
+    Check(exlr8_api_start_stage(handle_, &c, &id, nullptr));
+    return Stage(id);
   }
   StageInfo Stage(std::uint64_t id) const {
     OwnedString state, json;

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -516,6 +517,20 @@ TEST(RestApiTest, AServerThatAnswersBadlyIsAClearErrorAndNoHang) {
     EXPECT_EQ(late.status, EXLR8_UNAVAILABLE);
     EXPECT_EQ(late.message, "job 4 is still running after 200 ms");
     EXPECT_LT(late.seconds, 1.5);
+    // The C++ wrapper: the callback stops it, and what it throws comes through.
+    exlr8client::Api api = exlr8client::Api::Open(running.endpoint(), "tok-tok-tok-tok");
+    int calls = 0;
+    try {
+      api.FollowJob(4, std::chrono::milliseconds(10), std::chrono::milliseconds(0),
+                    [&](const exlr8client::JobInfo& j) { return ++calls == 2 && j.state == "running"; });
+      ADD_FAILURE() << "not stopped";
+    } catch (const exlr8client::Error& e) {
+      EXPECT_EQ(e.status(), EXLR8_CANCELLED);
+    }
+    EXPECT_EQ(calls, 2);
+    EXPECT_THROW(api.FollowJob(4, std::chrono::milliseconds(10), std::chrono::milliseconds(0),
+                               [](const exlr8client::JobInfo&) -> bool { throw std::logic_error("mine"); }),
+                 std::logic_error);
   }
 }
 

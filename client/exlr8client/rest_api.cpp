@@ -346,6 +346,18 @@ exlr8_status exlr8_api_get_job(exlr8_api* api, uint64_t job_id, char** state, ch
   });
 }
 
+exlr8_status exlr8_api_cancel_job(exlr8_api* api, uint64_t job_id, char** job_json) {
+  return Guard("exlr8_api_cancel_job", [&]() -> exlr8_status {
+    if (exlr8_status s = Usable(api, "exlr8_api_cancel_job"); s != EXLR8_OK) return s;
+    JsonValue job;
+    if (exlr8_status s = Call(api, "DELETE", "/v1/jobs/" + std::to_string(job_id), "", "job", &job);
+        s != EXLR8_OK)
+      return s;
+    Out(job_json, job.Dump(), nullptr, "");
+    return EXLR8_OK;
+  });
+}
+
 exlr8_status exlr8_api_follow_job(exlr8_api* api, uint64_t job_id, uint32_t period_ms, uint32_t timeout_ms,
                                   exlr8_job_progress_fn progress, void* user, char** state, char** job_json) {
   return Guard("exlr8_api_follow_job", [&]() -> exlr8_status {

@@ -513,9 +513,14 @@ EXLR8_API exlr8_status exlr8_api_submit_pull(exlr8_api* api, const exlr8_pull_re
  * "progress", and "error" once failed). Both freed with exlr8_free_string. */
 EXLR8_API exlr8_status exlr8_api_get_job(exlr8_api* api, uint64_t job_id, char** state, char** job_json);
 
+/* DELETE /v1/jobs/{id}: cancels a queued or running job (409,
+ * EXLR8_FAILED_PRECONDITION, once it has ended). `*job_json` (may be
+ * NULL): the job. */
+EXLR8_API exlr8_status exlr8_api_cancel_job(exlr8_api* api, uint64_t job_id, char** job_json);
+
 /* Called by exlr8_api_follow_job after each poll with the job; returning
- * non-zero stops following (EXLR8_CANCELLED; the job itself goes on: DELETE
- * /v1/jobs/{id} cancels it). */
+ * non-zero stops following (EXLR8_CANCELLED; the job itself goes on:
+ * exlr8_api_cancel_job cancels it). */
 typedef int (*exlr8_job_progress_fn)(void* user, uint64_t job_id, const char* state, const char* job_json);
 
 /* Polls the job every `period_ms` (0: 200 ms) until it is done, failed or

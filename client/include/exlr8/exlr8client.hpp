@@ -359,6 +359,12 @@ class Api {
     Check(exlr8_api_get_job(handle_, id, state.out(), json.out()));
     return {id, state.str(), json.str()};
   }
+  // Cancels a queued or running job (Error FAILED_PRECONDITION once ended); the job's JSON.
+  std::string CancelJob(std::uint64_t id) const {
+    OwnedString json;
+    Check(exlr8_api_cancel_job(handle_, id, json.out()));
+    return json.str();
+  }
   // Follows the job until it ends (exlr8_api_follow_job); `progress(job)`
   // after each poll returns true to stop following (Error CANCELLED).
   // `timeout` 0: no limit.

@@ -191,6 +191,9 @@ TEST(RestApiTest, PullsAndStagesARankThroughTheCApi) {
     EXPECT_EQ(exlr8_api_request(api, "PUT", "/v1/jobs", nullptr, &status, nullptr), EXLR8_INVALID_ARGUMENT);
     EXPECT_EQ(status, 405);
     EXPECT_THAT(exlr8_last_error_message(), StartsWith("PUT /v1/jobs: 405: "));
+    // A job that has ended cannot be cancelled.
+    EXPECT_EQ(exlr8_api_cancel_job(api, job, nullptr), EXLR8_FAILED_PRECONDITION);
+    EXPECT_THAT(exlr8_last_error_message(), StartsWith("DELETE /v1/jobs/1: 409: "));
     // What cannot be sent is refused here.
     EXPECT_EQ(exlr8_api_request(api, "GET", "/v1/jobs\r\nX: y", nullptr, &status, nullptr),
               EXLR8_INVALID_ARGUMENT);

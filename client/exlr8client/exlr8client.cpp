@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/exlr8client/c_api_errors.h"
 #include "client/exlr8client/driver_device_lease.h"
 #include "client/lease/description_v2.h"
 #include "client/lease/host_lease.h"
@@ -39,17 +40,18 @@ struct exlr8_lease {
   std::string proof_json;
 };
 
+namespace exlr8::capi {
+
 namespace {
-
-using exlr8::Status;
-using exlr8::StatusCode;
-
 thread_local std::string t_last_error;
+}  // namespace
 
 exlr8_status Fail(exlr8_status code, std::string message) {
   t_last_error = std::move(message);
   return code;
 }
+
+const char* LastError() { return t_last_error.c_str(); }
 
 // The C code of a Status (exlr8_status is the ABI's numbering, not
 // StatusCode's).
@@ -84,22 +86,17 @@ exlr8_status CodeOf(StatusCode c) {
   return EXLR8_INTERNAL;
 }
 
-exlr8_status Fail(const Status& s) { return Fail(CodeOf(s.code()), s.message()); }
+}  // namespace exlr8::capi
 
-// Runs `f`, turning an exception into EXLR8_RESOURCE_EXHAUSTED (bad_alloc)
-// or EXLR8_INTERNAL: nothing is thrown across the C boundary.
-template <typename F>
-exlr8_status Guard(const char* what, F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return Fail(EXLR8_RESOURCE_EXHAUSTED, std::string(what) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Fail(EXLR8_INTERNAL, std::string(what) + ": " + e.what());
-  } catch (...) {
-    return Fail(EXLR8_INTERNAL, std::string(what) + ": unknown exception");
-  }
-}
+namespace {
+
+using exlr8::Status;
+using exlr8::StatusCode;
+using exlr8::capi::CodeOf;
+using exlr8::capi::Fail;
+using exlr8::capi::Guard;
+
+exlr8_status Fail(const Status& s) { return Fail(CodeOf(s.code()), s.message()); }
 
 // The open lease behind `lease`, or the error for a NULL or closed one.
 exlr8_status Usable(const exlr8_lease* lease, const char* what) {
@@ -182,7 +179,7 @@ const char* exlr8_client_version(void) {
 
 int exlr8_client_version_number(void) { return EXLR8_CLIENT_VERSION; }
 
-const char* exlr8_last_error_message(void) { return t_last_error.c_str(); }
+const char* exlr8_last_error_message(void) { return exlr8::capi::LastError(); }
 
 const char* exlr8_status_name(exlr8_status status) {
   switch (status) {

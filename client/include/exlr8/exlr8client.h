@@ -15,6 +15,9 @@
  *     use(t.data, t.length);  // host or device memory, read only
  *   exlr8_lease_free(lease);  // lets go: unmaps, then closes the connection
  *
+ * The same library is a client of exlr8d serve's REST API (exlr8_api_*,
+ * below: filesets, rank status, pulls and jobs, stages).
+ *
  * ABI. This is the library's only ABI (C, stable within a major version:
  * the SONAME is libexlr8client.so.<major>). Handles are opaque. Structures
  * the library fills start with `struct_size`: the caller sets it to
@@ -395,6 +398,180 @@ EXLR8_API exlr8_status exlr8_lease_read(const exlr8_lease* lease, uint64_t offse
 /* XXH64 (seed 0) of `size` bytes of host memory at `data` (a lessee that
  * checks a host image's regions against exlr8_tensor.xxh64). */
 EXLR8_API uint64_t exlr8_xxh64(const void* data, size_t size);
+
+/* ---- the REST API of exlr8d serve -------------------------------------- */
+
+/* A client of `exlr8d serve`'s REST API (docs/OPERATIONS.md, "The REST
+ * API"; schema/openapi.json; docs/CLIENT.md): HTTP/1.1 over the server's
+ * Unix socket or a TCP host:port, one connection per request, no other
+ * library. Answers are handed out as JSON text the caller frees with
+ * exlr8_free_string; the typed helpers unwrap the answer's one member
+ * ({"job": {...}} gives the job) and read what they return apart (a
+ * job's id and state).
+ *
+ *   exlr8_api* api = NULL;
+ *   char* job = NULL;
+ *   uint64_t id = 0;
+ *   exlr8_pull_request r;
+ *   exlr8_pull_request_init(&r);
+ *   r.repo = "exlr8/tiny"; r.manifest = "home"; r.tp = 4; r.rank = 1;
+ *   if (exlr8_api_open("unix:/var/cache/exlr8/exlr8d.sock", NULL, &api) != EXLR8_OK ||
+ *       exlr8_api_submit_pull(api, &r, &id, NULL) != EXLR8_OK ||
+ *       exlr8_api_follow_job(api, id, 500, 0, NULL, NULL, NULL, &job) != EXLR8_OK)
+ *     fprintf(stderr, "%s\n", exlr8_last_error_message());
+ *   exlr8_free_string(job);
+ *   exlr8_api_close(api);
+ *
+ * Errors. An answer with an error status maps to a code: 400, 405, 411,
+ * 413, 415, 431 and other 4xx EXLR8_INVALID_ARGUMENT; 401, 403
+ * EXLR8_PERMISSION_DENIED; 404 EXLR8_NOT_FOUND; 409
+ * EXLR8_FAILED_PRECONDITION; 429 EXLR8_RESOURCE_EXHAUSTED; 501
+ * EXLR8_UNIMPLEMENTED; other 5xx EXLR8_UNAVAILABLE; 1xx/3xx
+ * EXLR8_FAILED_PRECONDITION. The message is "METHOD PATH: STATUS: the
+ * server's message" (its problem details' error.message, else detail, else
+ * the start of the body). No answer (no server at the endpoint, a refused
+ * or broken connection, no whole answer within the timeout) is
+ * EXLR8_UNAVAILABLE ("GET /v1/filesets: cannot connect to
+ * unix:/x.sock: No such file or directory"; EXLR8_PERMISSION_DENIED when
+ * the socket's permissions refuse this user); an answer that is not HTTP
+ * as this client reads it (RFC 9112, strictly: CRLF lines, one framing) is
+ * EXLR8_CORRUPTION, one over the limits (64 KiB of header, 64 MiB of
+ * body) EXLR8_RESOURCE_EXHAUSTED; a 2xx answer that is not the JSON a
+ * typed helper needs is EXLR8_CORRUPTION.
+ *
+ * Threads. One exlr8_api may be used by several threads at once (each
+ * request has its own connection); exlr8_api_set_timeout and
+ * exlr8_api_close need the caller to hold it alone. */
+
+typedef struct exlr8_api exlr8_api;
+
+/* `endpoint`: "unix:/var/cache/exlr8/exlr8d.sock" (or an absolute path),
+ * or "http://127.0.0.1:8478" (a host name, an IPv4 address or [IPv6], an
+ * optional path prefix). `token` (NULL or "": none): the API token, sent as
+ * "Authorization: Bearer" (over TCP every route but /v1/health and
+ * /v1/openapi.json needs it; the socket needs none). Connects to nothing
+ * yet: a server that is not there is the first request's error. The
+ * timeout of each request starts at 30 s. EXLR8_INVALID_ARGUMENT for an
+ * endpoint that cannot be read (the message names it) or a token with a
+ * space or control character. */
+EXLR8_API exlr8_status exlr8_api_open(const char* endpoint, const char* token, exlr8_api** out);
+/* Frees the handle (NULL: no-op). */
+EXLR8_API void exlr8_api_close(exlr8_api* api);
+/* Bounds each request (connect, send, the whole answer) to `timeout_ms`
+ * milliseconds (0: 30 s). */
+EXLR8_API exlr8_status exlr8_api_set_timeout(exlr8_api* api, uint32_t timeout_ms);
+
+/* Frees a string this library returned (NULL: no-op). */
+EXLR8_API void exlr8_free_string(char* s);
+
+/* One request: `method` ("GET", "POST", "DELETE", ...), `path` ("/v1/...",
+ * with its query, percent-encoded), `json_body` (NULL: none; sent as
+ * application/json). `*http_status` (may be NULL): the answer's status;
+ * `*response_json` (may be NULL): its body as text (NUL-terminated; JSON
+ * for the API's routes; "" when it has none), for the caller to free with
+ * exlr8_free_string. EXLR8_OK for a 2xx answer; an error status maps as
+ * above, and then, unlike the rest of this API, both outputs are still
+ * written (the server's problem details). No answer: outputs untouched. */
+EXLR8_API exlr8_status exlr8_api_request(exlr8_api* api, const char* method, const char* path,
+                                         const char* json_body, int* http_status, char** response_json);
+
+/* GET /v1/filesets: `*json` the array of the cache's filesets (`exlr8d
+ * list --json`'s objects); `*count` (may be NULL) its length. */
+EXLR8_API exlr8_status exlr8_api_filesets(exlr8_api* api, char** json, size_t* count);
+
+/* GET /v1/ranks: whether rank `rank` of TP `tp` of `repo`'s `manifest`
+ * (`revision` NULL: "main") is complete in the cache: `*complete` (may be
+ * NULL) 0 or 1; `*json` (may be NULL) the rank's status object. */
+EXLR8_API exlr8_status exlr8_api_rank_status(exlr8_api* api, const char* repo, const char* manifest,
+                                             int32_t tp, int32_t rank, const char* revision, int* complete,
+                                             char** json);
+
+/* A pull (POST /v1/pulls). NULL strings and negative numbers are left to
+ * the server. */
+typedef struct exlr8_pull_request {
+  uint32_t struct_size; /* sizeof(exlr8_pull_request) */
+  const char* repo;     /* "org/name" (required) */
+  const char* manifest; /* "home", or a repo path (required) */
+  int32_t tp, rank;     /* required */
+  const char* revision; /* default "main" */
+  const char* endpoint; /* a hub or mirror for this job (then without the server's hub token) */
+  const char* pin;      /* a holder to pin the fileset for once done */
+  int32_t make_room;    /* -1: the server's default (no); 0 or 1 */
+} exlr8_pull_request;
+
+/* Fills `request` with the defaults (NULL strings, -1 numbers, struct_size). */
+EXLR8_API void exlr8_pull_request_init(exlr8_pull_request* request);
+
+/* Queues a pull job. `*job_id`: its id (for exlr8_api_get_job and
+ * exlr8_api_follow_job); `*job_json` (may be NULL): the job. A bad field
+ * is EXLR8_INVALID_ARGUMENT with the server's message naming it. */
+EXLR8_API exlr8_status exlr8_api_submit_pull(exlr8_api* api, const exlr8_pull_request* request,
+                                             uint64_t* job_id, char** job_json);
+
+/* GET /v1/jobs/{id}: `*state` (may be NULL) "queued", "running", "done",
+ * "failed" or "cancelled"; `*job_json` (may be NULL) the job (its
+ * "progress", and "error" once failed). Both freed with exlr8_free_string. */
+EXLR8_API exlr8_status exlr8_api_get_job(exlr8_api* api, uint64_t job_id, char** state, char** job_json);
+
+/* DELETE /v1/jobs/{id}: cancels a queued or running job (409,
+ * EXLR8_FAILED_PRECONDITION, once it has ended). `*job_json` (may be
+ * NULL): the job. */
+EXLR8_API exlr8_status exlr8_api_cancel_job(exlr8_api* api, uint64_t job_id, char** job_json);
+
+/* Called by exlr8_api_follow_job after each poll with the job; returning
+ * non-zero stops following (EXLR8_CANCELLED; the job itself goes on:
+ * exlr8_api_cancel_job cancels it). */
+typedef int (*exlr8_job_progress_fn)(void* user, uint64_t job_id, const char* state, const char* job_json);
+
+/* Polls the job every `period_ms` (0: 200 ms) until it is done, failed or
+ * cancelled, and returns it (EXLR8_OK whatever its end: check `*state`).
+ * `timeout_ms` 0: no limit; else EXLR8_UNAVAILABLE once the job is still
+ * running after it ("job 3 is still running after 600000 ms"). `progress`
+ * (may be NULL) as above. A failed poll ends the wait with its error. */
+EXLR8_API exlr8_status exlr8_api_follow_job(exlr8_api* api, uint64_t job_id, uint32_t period_ms,
+                                            uint32_t timeout_ms, exlr8_job_progress_fn progress, void* user,
+                                            char** state, char** job_json);
+
+/* A holder of a pulled rank (POST /v1/stages). NULL strings and negative
+ * numbers are left to the server. */
+typedef struct exlr8_stage_request {
+  uint32_t struct_size;   /* sizeof(exlr8_stage_request) */
+  const char* repo;       /* required */
+  const char* manifest;   /* required */
+  int32_t tp, rank;       /* required */
+  const char* revision;   /* default "main" */
+  const char* memory;     /* "device" (the server's default: GPU memory) or "host" (a sealed memfd, no GPU) */
+  const char* lease;      /* "v2" (default) or "v1" (deprecated, device memory only) */
+  int32_t device;         /* the GPU, default 0 */
+  const char* check;      /* what is checked on the GPU ("sample", "all", "none", ...) */
+  int32_t release_wait_s; /* how long a release waits for lessees */
+} exlr8_stage_request;
+
+EXLR8_API void exlr8_stage_request_init(exlr8_stage_request* request);
+
+/* Starts a holder: `*stage_id` its id; `*stage_json` (may be NULL) the
+ * stage. 409 (EXLR8_FAILED_PRECONDITION) when a live stage holds that rank
+ * there; 501 (EXLR8_UNIMPLEMENTED) when the server has no exlr8d-stage. */
+EXLR8_API exlr8_status exlr8_api_start_stage(exlr8_api* api, const exlr8_stage_request* request,
+                                             uint64_t* stage_id, char** stage_json);
+
+/* GET /v1/stages/{id}: `*state` (may be NULL) "starting", "reading",
+ * "staging", "hashing", "decoding", "holding", "releasing", "released",
+ * "failed" or "died"; `*stage_json` (may be NULL) the stage ("lease": the
+ * socket for exlr8_lease_open once holding; "error" once failed). */
+EXLR8_API exlr8_status exlr8_api_get_stage(exlr8_api* api, uint64_t stage_id, char** state,
+                                           char** stage_json);
+
+/* Polls the stage every `period_ms` (0: 200 ms) until it has settled:
+ * holding, releasing, released, failed or died (EXLR8_OK whatever it is:
+ * check `*state`). `timeout_ms` as exlr8_api_follow_job's. */
+EXLR8_API exlr8_status exlr8_api_wait_stage(exlr8_api* api, uint64_t stage_id, uint32_t period_ms,
+                                            uint32_t timeout_ms, char** state, char** stage_json);
+
+/* DELETE /v1/stages/{id}: a live holder is told to release (its lessees
+ * get the release line); a finished record is forgotten. `*json` (may be
+ * NULL): the answer ({"stage": ...}, with "forgotten": true for the latter). */
+EXLR8_API exlr8_status exlr8_api_delete_stage(exlr8_api* api, uint64_t stage_id, char** json);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -5,6 +5,9 @@
 //   if (auto t = lease.FindHalf(3, 7, EXLR8_PROJ_UP, 0)) use(t->data, t->length);
 //   // ~Lease lets go: unmaps, then closes the connection
 //
+//   exlr8client::Api api = exlr8client::Api::Open("unix:/var/cache/exlr8/exlr8d.sock");
+//   exlr8client::StageInfo s = api.WaitStage(api.StartStage(request).id);  // the REST API
+//
 // Errors are exceptions: every failing call throws exlr8client::Error
 // (a std::runtime_error carrying the exlr8_status and the library's
 // message), except lookups, which answer std::nullopt for EXLR8_NOT_FOUND.
@@ -14,6 +17,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -211,6 +216,228 @@ class Lease {
   }
 
   exlr8_lease* handle_ = nullptr;
+};
+
+// ---- the REST API of exlr8d serve (exlr8_api_*) ----------------------------
+
+// A string the library allocated, freed with exlr8_free_string.
+class OwnedString {
+ public:
+  OwnedString() noexcept = default;
+  OwnedString(const OwnedString&) = delete;
+  OwnedString& operator=(const OwnedString&) = delete;
+  ~OwnedString() { exlr8_free_string(p_); }
+  char** out() noexcept { return &p_; }
+  std::string str() const { return p_ != nullptr ? std::string(p_) : std::string(); }
+
+ private:
+  char* p_ = nullptr;
+};
+
+// The answer of Api::Request: its status and body.
+struct ApiAnswer {
+  int status = 0;
+  std::string body;
+};
+
+// A job or a stage: its id, state and the whole object as JSON.
+struct JobInfo {
+  std::uint64_t id = 0;
+  std::string state;  // queued, running, done, failed, cancelled
+  std::string json;
+};
+struct StageInfo {
+  std::uint64_t id = 0;
+  std::string state;  // starting ... holding, releasing, released, failed, died
+  std::string json;
+};
+
+// Requests of SubmitPull and StartStage: empty strings and std::nullopt
+// are left to the server.
+struct PullRequest {
+  std::string repo, manifest;
+  int tp = 0, rank = 0;
+  std::string revision, endpoint, pin;
+  std::optional<bool> make_room;
+};
+struct StageRequest {
+  std::string repo, manifest;
+  int tp = 0, rank = 0;
+  std::string revision;
+  std::string memory;  // "device" or "host"
+  std::string lease;   // "v2" or "v1"
+  std::optional<int> device;
+  std::string check;
+  std::optional<int> release_wait_s;
+};
+
+// A client of exlr8d serve's REST API (exlr8_api_open). Move-only. Every
+// call throws Error (NOT_FOUND for a 404, PERMISSION_DENIED for 401/403,
+// UNAVAILABLE with no server, ...: exlr8client.h's mapping), whose message
+// is "METHOD PATH: STATUS: the server's message".
+class Api {
+ public:
+  // `endpoint`: "unix:/var/cache/exlr8/exlr8d.sock" or "http://127.0.0.1:8478";
+  // `token`: the API token for TCP ("" none).
+  static Api Open(const std::string& endpoint, const std::string& token = "",
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds(30000)) {
+    exlr8_api* handle = nullptr;
+    Check(exlr8_api_open(endpoint.c_str(), token.empty() ? nullptr : token.c_str(), &handle));
+    Api api(handle);
+    api.set_timeout(timeout);
+    return api;
+  }
+
+  Api() noexcept = default;
+  explicit Api(exlr8_api* handle) noexcept : handle_(handle) {}
+  Api(Api&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Api& operator=(Api&& other) noexcept {
+    if (this != &other) {
+      exlr8_api_close(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Api(const Api&) = delete;
+  Api& operator=(const Api&) = delete;
+  ~Api() { exlr8_api_close(handle_); }
+  exlr8_api* get() const noexcept { return handle_; }
+
+  void set_timeout(std::chrono::milliseconds timeout) {
+    const auto ms = timeout.count();
+    Check(exlr8_api_set_timeout(handle_, ms <= 0             ? 1u
+                                         : ms > 0xFFFFFFFFll ? 0xFFFFFFFFu
+                                                             : static_cast<std::uint32_t>(ms)));
+  }
+
+  // Any request; throws Error for an error status (the answer's body is
+  // in the message), returns the 2xx answer.
+  ApiAnswer Request(const std::string& method, const std::string& path,
+                    const std::string& json_body = "") const {
+    int status = 0;
+    OwnedString body;
+    Check(exlr8_api_request(handle_, method.c_str(), path.c_str(),
+                            json_body.empty() ? nullptr : json_body.c_str(), &status, body.out()));
+    return {status, body.str()};
+  }
+
+  // The cache's filesets: a JSON array.
+  std::string Filesets() const {
+    OwnedString json;
+    Check(exlr8_api_filesets(handle_, json.out(), nullptr));
+    return json.str();
+  }
+  // The rank's status object (JSON); `*complete` (may be null) whether complete.
+  std::string RankStatus(const std::string& repo, const std::string& manifest, int tp, int rank,
+                         bool* complete = nullptr, const std::string& revision = "") const {
+    OwnedString json;
+    int c = 0;
+    Check(exlr8_api_rank_status(handle_, repo.c_str(), manifest.c_str(), tp, rank,
+                                revision.empty() ? nullptr : revision.c_str(), &c, json.out()));
+    if (complete != nullptr) *complete = c != 0;
+    return json.str();
+  }
+
+  // Queues a pull; the job as GET /v1/jobs/{id} reads right after (its state).
+  JobInfo SubmitPull(const PullRequest& r) const {
+    exlr8_pull_request c;
+    exlr8_pull_request_init(&c);
+    c.repo = r.repo.c_str();
+    c.manifest = r.manifest.c_str();
+    c.tp = r.tp;
+    c.rank = r.rank;
+    c.revision = OrNull(r.revision);
+    c.endpoint = OrNull(r.endpoint);
+    c.pin = OrNull(r.pin);
+    if (r.make_room) c.make_room = *r.make_room ? 1 : 0;
+    std::uint64_t id = 0;
+    Check(exlr8_api_submit_pull(handle_, &c, &id, nullptr));
+    return Job(id);
+  }
+  JobInfo Job(std::uint64_t id) const {
+    OwnedString state, json;
+    Check(exlr8_api_get_job(handle_, id, state.out(), json.out()));
+    return {id, state.str(), json.str()};
+  }
+  // Cancels a queued or running job (Error FAILED_PRECONDITION once ended); the job's JSON.
+  std::string CancelJob(std::uint64_t id) const {
+    OwnedString json;
+    Check(exlr8_api_cancel_job(handle_, id, json.out()));
+    return json.str();
+  }
+  // Follows the job until it ends (exlr8_api_follow_job); `progress(job)`
+  // after each poll returns true to stop following (Error CANCELLED).
+  // `timeout` 0: no limit.
+  JobInfo FollowJob(std::uint64_t id, std::chrono::milliseconds period = std::chrono::milliseconds(200),
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
+                    const std::function<bool(const JobInfo&)>& progress = nullptr) const {
+    struct Ctx {
+      const std::function<bool(const JobInfo&)>* f;
+      std::exception_ptr error;
+    } ctx{&progress, nullptr};
+    auto trampoline = [](void* user, std::uint64_t job_id, const char* state, const char* json) -> int {
+      auto* c = static_cast<Ctx*>(user);
+      try {
+        return (*c->f)(JobInfo{job_id, state, json}) ? 1 : 0;
+      } catch (...) {
+        c->error = std::current_exception();
+        return 1;
+      }
+    };
+    OwnedString state, json;
+    const exlr8_status s =
+        exlr8_api_follow_job(handle_, id, Ms(period), Ms(timeout), progress ? +trampoline : nullptr, &ctx,
+                             state.out(), json.out());
+    if (ctx.error) std::rethrow_exception(ctx.error);
+    Check(s);
+    return {id, state.str(), json.str()};
+  }
+
+  // Starts a holder; the stage as GET /v1/stages/{id} reads right after.
+  StageInfo StartStage(const StageRequest& r) const {
+    exlr8_stage_request c;
+    exlr8_stage_request_init(&c);
+    c.repo = r.repo.c_str();
+    c.manifest = r.manifest.c_str();
+    c.tp = r.tp;
+    c.rank = r.rank;
+    c.revision = OrNull(r.revision);
+    c.memory = OrNull(r.memory);
+    c.lease = OrNull(r.lease);
+    if (r.device) c.device = *r.device;
+    c.check = OrNull(r.check);
+    if (r.release_wait_s) c.release_wait_s = *r.release_wait_s;
+    std::uint64_t id = 0;
+    Check(exlr8_api_start_stage(handle_, &c, &id, nullptr));
+    return Stage(id);
+  }
+  StageInfo Stage(std::uint64_t id) const {
+    OwnedString state, json;
+    Check(exlr8_api_get_stage(handle_, id, state.out(), json.out()));
+    return {id, state.str(), json.str()};
+  }
+  // Waits until the stage has settled (holding, releasing, released, failed, died).
+  StageInfo WaitStage(std::uint64_t id, std::chrono::milliseconds period = std::chrono::milliseconds(200),
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const {
+    OwnedString state, json;
+    Check(exlr8_api_wait_stage(handle_, id, Ms(period), Ms(timeout), state.out(), json.out()));
+    return {id, state.str(), json.str()};
+  }
+  // DELETE /v1/stages/{id}: the answer's JSON.
+  std::string DeleteStage(std::uint64_t id) const {
+    OwnedString json;
+    Check(exlr8_api_delete_stage(handle_, id, json.out()));
+    return json.str();
+  }
+
+ private:
+  static const char* OrNull(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
+  static std::uint32_t Ms(std::chrono::milliseconds d) {
+    const auto ms = d.count();
+    return ms <= 0 ? 0u : ms > 0xFFFFFFFFll ? 0xFFFFFFFFu : static_cast<std::uint32_t>(ms);
+  }
+
+  exlr8_api* handle_ = nullptr;
 };
 
 // The library's version ("0.1.0") and the header's.

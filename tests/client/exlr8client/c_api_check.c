@@ -5,29 +5,10 @@
  * entries, the proof, and the error paths a C caller meets. Prints "ok:
  * N tensors" and exits 0, or names the first failure and exits 1. */
 #include <exlr8/exlr8client.h>
+#include "c_check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-#define CHECK_OK(call)                                                                         \
-  do {                                                                                         \
-    exlr8_status s_ = (call);                                                                  \
-    if (s_ != EXLR8_OK) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, exlr8_status_name(s_), \
-              exlr8_last_error_message());                                                     \
-      return 1;                                                                                \
-    }                                                                                          \
-  } while (0)
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -58,13 +39,13 @@ int main(int argc, char** argv) {
   exlr8_open_options_init(&host);
   host.memory_kind = EXLR8_MEMORY_HOST;
   exlr8_lease* lease = NULL;
-  CHECK_OK(exlr8_lease_open(sock, &host, &lease));
+  REQUIRE_OK(exlr8_lease_open(sock, &host, &lease));
   CHECK(exlr8_lease_is_open(lease) == 1);
 
   exlr8_lease_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
-  CHECK_OK(exlr8_lease_get_info(lease, &info));
+  REQUIRE_OK(exlr8_lease_get_info(lease, &info));
   CHECK(strcmp(info.repo, "exlr8/test") == 0);
   CHECK(strcmp(info.manifest, "home") == 0);
   CHECK(strlen(info.commit) > 0);
@@ -78,13 +59,13 @@ int main(int argc, char** argv) {
   CHECK(strcmp(info.socket_path, sock) == 0);
 
   uint64_t count = 0;
-  CHECK_OK(exlr8_lease_tensor_count(lease, &count));
+  REQUIRE_OK(exlr8_lease_tensor_count(lease, &count));
   CHECK(count == info.tensor_count);
 
   const uint64_t* table = NULL;
   const void* image_table = NULL;
   uint64_t entries = 0;
-  CHECK_OK(exlr8_lease_offset_table(lease, &table, &image_table, &entries));
+  REQUIRE_OK(exlr8_lease_offset_table(lease, &table, &image_table, &entries));
   CHECK(entries * 8 == info.offset_table_bytes);
   CHECK(image_table == (const char*)info.image + info.offset_table_offset);
   CHECK(memcmp(table, image_table, entries * 8) == 0);
@@ -94,7 +75,7 @@ int main(int argc, char** argv) {
     exlr8_tensor t;
     memset(&t, 0, sizeof t);
     t.struct_size = sizeof t;
-    CHECK_OK(exlr8_lease_tensor(lease, i, &t));
+    REQUIRE_OK(exlr8_lease_tensor(lease, i, &t));
     CHECK(t.index == i);
     CHECK(t.data == (const char*)info.image + t.offset);
     CHECK(t.offset + t.length <= info.image_bytes);
@@ -107,18 +88,18 @@ int main(int argc, char** argv) {
     if (t.kind == EXLR8_TENSOR_HALF_RECORD) {
       ++halves;
       CHECK(t.proj <= EXLR8_PROJ_DOWN && t.shape_rank == 3 && t.k == t.format);
-      CHECK_OK(exlr8_lease_find_half(lease, t.layer, t.expert, t.proj, t.half, &found));
+      REQUIRE_OK(exlr8_lease_find_half(lease, t.layer, t.expert, t.proj, t.half, &found));
       CHECK(found == i);
       uint64_t e = t.expert == EXLR8_SHARED_EXPERT ? info.experts : t.expert;
       uint64_t at = ((t.layer * (uint64_t)(info.experts + 1) + e) * 3 + t.proj) * info.halves + t.half;
       CHECK(at < entries && table[at] == t.offset);
     } else if (t.kind == EXLR8_TENSOR_SIGNS_IN || t.kind == EXLR8_TENSOR_SIGNS_OUT) {
-      CHECK_OK(exlr8_lease_find_signs(lease, t.layer, t.kind == EXLR8_TENSOR_SIGNS_OUT, &found));
+      REQUIRE_OK(exlr8_lease_find_signs(lease, t.layer, t.kind == EXLR8_TENSOR_SIGNS_OUT, &found));
       CHECK(found == i);
     } else {
       ++named;
       CHECK(t.name[0] != '\0');
-      CHECK_OK(exlr8_lease_find_by_name(lease, t.name, &found));
+      REQUIRE_OK(exlr8_lease_find_by_name(lease, t.name, &found));
       CHECK(found == i);
     }
   }
@@ -142,22 +123,22 @@ int main(int argc, char** argv) {
   exlr8_proof proof;
   memset(&proof, 0, sizeof proof);
   proof.struct_size = sizeof proof;
-  CHECK_OK(exlr8_lease_proof(lease, &proof));
+  REQUIRE_OK(exlr8_lease_proof(lease, &proof));
   CHECK(strcmp(proof.commit, info.commit) == 0);
   CHECK(proof.hashed_regions == info.check_count && proof.hashed_mismatches == 0 && proof.has_mismatch == 0);
   const char* json = NULL;
   size_t json_size = 0;
-  CHECK_OK(exlr8_lease_proof_json(lease, &json, &json_size));
+  REQUIRE_OK(exlr8_lease_proof_json(lease, &json, &json_size));
   CHECK(json_size == strlen(json) && json[0] == '{' && strstr(json, info.commit) != NULL);
-  CHECK_OK(exlr8_lease_description_json(lease, &json, &json_size));
+  REQUIRE_OK(exlr8_lease_description_json(lease, &json, &json_size));
   CHECK(strncmp(json, "{\"version\":2,", 13) == 0);
 
   int released = -1;
-  CHECK_OK(exlr8_lease_poll_release(lease, 0, &released, NULL, NULL));
+  REQUIRE_OK(exlr8_lease_poll_release(lease, 0, &released, NULL, NULL));
   CHECK(released == 0);
 
   /* Closed twice; a closed lease refuses the rest. */
-  CHECK_OK(exlr8_lease_close(lease));
+  REQUIRE_OK(exlr8_lease_close(lease));
   CHECK(exlr8_lease_is_open(lease) == 0);
   CHECK(exlr8_lease_close(lease) == EXLR8_FAILED_PRECONDITION);
   CHECK(strstr(exlr8_last_error_message(), "already closed") != NULL);

@@ -17,29 +17,10 @@
  * and exits 0 when every check passed, 1 otherwise. --uuid: the GPU the
  * lease must be on (device kind). */
 #include <exlr8/exlr8client.h>
+#include "c_check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-#define CHECK_OK(call)                                                                         \
-  do {                                                                                         \
-    exlr8_status s_ = (call);                                                                  \
-    if (s_ != EXLR8_OK) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, exlr8_status_name(s_), \
-              exlr8_last_error_message());                                                     \
-      ++failures;                                                                              \
-    }                                                                                          \
-  } while (0)
 
 int main(int argc, char** argv) {
   const char* sock = NULL;

@@ -32,6 +32,7 @@
 #include <span>
 
 #include "client/exlr8client/cuda_driver.h"
+#include "client/exlr8client/half_weights.h"
 #include "client/lease/description_v2.h"
 #include "client/lease/image_layout.h"
 #include "client/lease/lease_v2_opening.h"
@@ -75,6 +76,18 @@ class DriverDeviceLease {
   // image) to host memory at `dst`: cuMemcpyDtoH in the primary context,
   // synchronous. Errors: the driver's (CallStatus).
   Status Read(std::uint64_t offset, void* dst, std::size_t n) const;
+
+  // Enqueues half record `g`'s weights (spec 9) into `out` (device memory
+  // on this GPU, g.elements() floats, 4-byte aligned) on `stream` (a
+  // CUstream of the primary context; nullptr: the legacy default stream),
+  // with the library's embedded kernels (client/exlr8client/kernels/
+  // half_weights.cu), loaded into the primary context at the first call.
+  // `record` and `signs` are the record's and the layer's signs' image
+  // offsets. Errors: Unavailable "not built with CUDA kernels" in a build
+  // without them; the driver's (CallStatus, naming the call).
+  // Thread safe (the module loads once under a lock).
+  Status HalfWeights(const client::HalfRecordGeometry& g, std::uint64_t record, std::uint64_t signs,
+                     float* out, void* stream) const;
 
   // Lets go in PROTOCOL.md's order: waits for the context's work
   // (cuCtxSynchronize), unmaps, releases the imported handle and frees the

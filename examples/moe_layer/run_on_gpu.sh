@@ -13,7 +13,8 @@
 #   client/exlr8client/libexlr8client.so); its bin/ is accepted too.
 #   PYTHON (default /opt/torch/.venv/bin/python: torch + numpy) runs the
 #   Python example with the package from python/src; EXLR8_FIXTURE and
-#   EXLR8_GOLDEN override the shared fixture's paths.
+#   EXLR8_GOLDEN override the shared fixture's paths. MEMORY=host runs the
+#   same steps on host-memory holders (no GPU needed: a check of this script).
 # Exit status 0: both examples match the reference; else the failing step's.
 set -euo pipefail
 
@@ -24,6 +25,12 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 fixture=${EXLR8_FIXTURE:-$here/../shared/fixtures/exlr8-tiny}
 golden=${EXLR8_GOLDEN:-$here/../shared/fixtures/golden}
 python=${PYTHON:-/opt/torch/.venv/bin/python}
+memory=${MEMORY:-device}
+case $memory in
+  device) stage_memory=(--memory device --lease v2 --device 0) ;;
+  host) stage_memory=(--memory host) ;;
+  *) echo "run_on_gpu: MEMORY must be device or host" >&2; exit 2 ;;
+esac
 library=$build/client/exlr8client/libexlr8client.so
 for f in bin/exlr8d bin/exlr8d-stage bin/exlr8-hubsim bin/moe_layer tests/moe_reference; do
   [[ -x $build/$f ]] || { echo "run_on_gpu: $build/$f is not built" >&2; exit 1; }
@@ -54,7 +61,7 @@ done
 for r in $(seq 0 $((tp - 1))); do
   sock=$work/rank$r.sock
   "$build/bin/exlr8d-stage" --cache "$work/cache" --repo exlr8/test --manifest home --tp $tp --rank "$r" \
-    --memory device --lease v2 --device 0 --hold "$sock" --release-wait 20 >"$work/stage$r.log" 2>&1 &
+    "${stage_memory[@]}" --hold "$sock" --release-wait 20 >"$work/stage$r.log" 2>&1 &
   pids+=($!)
   socks+=("$sock")
 done
@@ -69,12 +76,12 @@ reference() {  # reference LAYER OUT
 }
 status=0
 for layer in 3 4; do
-  echo "== C++ example, device memory, layer $layer"
-  "$build/bin/moe_layer" --memory device --layer $layer --seed 7 --out "$work/cpp$layer.f32" "${socks[@]}"
+  echo "== C++ example, $memory memory, layer $layer"
+  "$build/bin/moe_layer" --memory "$memory" --layer $layer --seed 7 --out "$work/cpp$layer.f32" "${socks[@]}"
   reference $layer "$work/cpp$layer.f32" || status=1
 done
 if [[ -x $python ]]; then
-  echo "== Python example (torch), device memory, layer 3"
+  echo "== Python example, $memory memory, layer 3"
   PYTHONPATH=$here/python/src EXLR8CLIENT_LIBRARY=$library \
     "$python" "$here/examples/moe_layer/moe_layer.py" --layer 3 --seed 7 --out "$work/py3.f32" "${socks[@]}"
   reference 3 "$work/py3.f32" || status=1
@@ -82,6 +89,6 @@ else
   echo "run_on_gpu: $python not found: the Python example did not run" >&2
   status=1
 fi
-[[ $status -eq 0 ]] && echo "run_on_gpu: PASS (device memory: C++ layers 3 and 4, Python layer 3)" ||
+[[ $status -eq 0 ]] && echo "run_on_gpu: PASS ($memory memory: C++ layers 3 and 4, Python layer 3)" ||
   echo "run_on_gpu: FAIL" >&2
 exit $status

@@ -28,6 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 
@@ -114,6 +116,14 @@ class DriverDeviceLease {
   LeaseDescriptionV2 description_;
   ImageHeader header_;
   ImageTables tables_;
+  // The embedded kernels' module in the primary context, loaded at the
+  // first HalfWeights (under `mu`), unloaded by Close.
+  struct Kernels {
+    std::mutex mu;
+    CUmodule module = nullptr;
+    CUfunction half_weights = nullptr;
+  };
+  std::unique_ptr<Kernels> kernels_ = std::make_unique<Kernels>();
 };
 
 // Opens the device lease whose opening `received` came from `path`

@@ -71,6 +71,11 @@ Result<const Driver*> LoadDriver() {
   Find(lib, "cuIpcCloseMemHandle", &d->IpcCloseMemHandle, missing);
   Find(lib, "cuMemGetAddressRange_v2", &d->MemGetAddressRange, missing);
   Find(lib, "cuMemcpyDtoH_v2", &d->MemcpyDtoH, missing);
+  Find(lib, "cuModuleLoadData", &d->ModuleLoadData, missing);
+  Find(lib, "cuModuleGetFunction", &d->ModuleGetFunction, missing);
+  Find(lib, "cuModuleUnload", &d->ModuleUnload, missing);
+  Find(lib, "cuFuncSetAttribute", &d->FuncSetAttribute, missing);
+  Find(lib, "cuLaunchKernel", &d->LaunchKernel, missing);
   if (!missing.empty()) {
     ::dlclose(lib);
     return UnavailableError(named + " has no entry point " + missing + " (a driver older than CUDA 11.3?)");
@@ -103,6 +108,10 @@ std::string ErrorText(const Driver& drv, CUresult r) {
   if (drv.GetErrorString != nullptr && drv.GetErrorString(r, &text) == kSuccess && text != nullptr)
     out += std::string(" (") + text + ")";
   return out;
+}
+
+Status ContextScope::status() const {
+  return CallStatus(drv_, result_, "cuCtxPushCurrent", StatusCode::kInternal);
 }
 
 Status CallStatus(const Driver& drv, CUresult r, const std::string& what, StatusCode bad_input) {

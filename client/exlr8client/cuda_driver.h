@@ -23,6 +23,9 @@ using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 using CUcontext = struct CUctx_st*;
 using CUmemGenericAllocationHandle = unsigned long long;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
 struct CUuuid {
   char bytes[16];
 };
@@ -55,6 +58,8 @@ inline constexpr int kMemLocationTypeDevice = 1;             // CU_MEM_LOCATION_
 inline constexpr int kMemAccessFlagsProtRead = 1;            // CU_MEM_ACCESS_FLAGS_PROT_READ
 inline constexpr unsigned kIpcMemLazyEnablePeerAccess = 1;   // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 inline constexpr std::size_t kIpcHandleSize = 64;            // CU_IPC_HANDLE_SIZE
+inline constexpr int kFuncAttributeMaxDynamicSharedSizeBytes =
+    8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 // The entry points, each looked up by its exported (versioned) name.
 struct Driver {
@@ -83,6 +88,32 @@ struct Driver {
   CUresult (*IpcCloseMemHandle)(CUdeviceptr) = nullptr;
   CUresult (*MemGetAddressRange)(CUdeviceptr*, std::size_t*, CUdeviceptr) = nullptr;  // _v2
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, std::size_t) = nullptr;                  // _v2
+  // The library's embedded kernels (exlr8_lease_half_weights).
+  CUresult (*ModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*ModuleUnload)(CUmodule) = nullptr;
+  CUresult (*FuncSetAttribute)(CUfunction, int, int) = nullptr;
+  CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           CUstream, void**, void**) = nullptr;
+};
+
+// Makes `ctx` current on the calling thread for the scope, then restores
+// the thread's previous context (cuCtxPushCurrent / cuCtxPopCurrent).
+class ContextScope {
+ public:
+  ContextScope(const Driver& drv, CUcontext ctx) : drv_(drv) { result_ = drv.CtxPushCurrent(ctx); }
+  ~ContextScope() {
+    if (result_ != kSuccess) return;
+    CUcontext popped = nullptr;
+    (void)drv_.CtxPopCurrent(&popped);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+  Status status() const;
+
+ private:
+  const Driver& drv_;
+  CUresult result_ = kSuccess;
 };
 
 // The environment variable that names another driver library to load

@@ -14,25 +14,6 @@ namespace exlr8::cudrv {
 
 namespace {
 
-// Makes `ctx` current on the calling thread for the scope, then restores
-// the thread's previous context (cuCtxPushCurrent / cuCtxPopCurrent).
-class ContextScope {
- public:
-  ContextScope(const Driver& drv, CUcontext ctx) : drv_(drv) { result_ = drv.CtxPushCurrent(ctx); }
-  ~ContextScope() {
-    if (result_ != kSuccess) return;
-    CUcontext popped = nullptr;
-    (void)drv_.CtxPopCurrent(&popped);
-  }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-  Status status() const { return CallStatus(drv_, result_, "cuCtxPushCurrent", StatusCode::kInternal); }
-
- private:
-  const Driver& drv_;
-  CUresult result_ = kSuccess;
-};
-
 constexpr char kHexDigits[] = "0123456789abcdef";
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (as nvidia-smi -L and
@@ -90,6 +71,7 @@ DriverDeviceLease& DriverDeviceLease::operator=(DriverDeviceLease&& other) noexc
     description_ = std::move(other.description_);
     header_ = std::move(other.header_);
     tables_ = std::move(other.tables_);
+    kernels_ = std::move(other.kernels_);
   }
   return *this;
 }
@@ -123,6 +105,15 @@ void DriverDeviceLease::Close() {
       if (ipc_) Log(drv, "cuIpcCloseMemHandle", drv.IpcCloseMemHandle(ptr_));
     }
   }
+  // The library's kernels, loaded into the primary context by HalfWeights.
+  if (driver_ != nullptr && ctx_ != nullptr && kernels_ != nullptr && kernels_->module != nullptr) {
+    ContextScope scope(*driver_, ctx_);
+    if (scope.status().ok()) {
+      Log(*driver_, "cuCtxSynchronize", driver_->CtxSynchronize());
+      Log(*driver_, "cuModuleUnload", driver_->ModuleUnload(kernels_->module));
+    }
+  }
+  kernels_.reset();
   mapped_ = imported_ = reserved_ = ipc_ = false;
   handle_ = 0;
   ptr_ = 0;

@@ -28,10 +28,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 
 #include "client/exlr8client/cuda_driver.h"
+#include "client/exlr8client/half_weights.h"
 #include "client/lease/description_v2.h"
 #include "client/lease/image_layout.h"
 #include "client/lease/lease_v2_opening.h"
@@ -76,6 +79,18 @@ class DriverDeviceLease {
   // synchronous. Errors: the driver's (CallStatus).
   Status Read(std::uint64_t offset, void* dst, std::size_t n) const;
 
+  // Enqueues half record `g`'s weights (spec 9) into `out` (device memory
+  // on this GPU, g.elements() floats, 4-byte aligned) on `stream` (a
+  // CUstream of the primary context; nullptr: the legacy default stream),
+  // with the library's embedded kernels (client/exlr8client/kernels/
+  // half_weights.cu), loaded into the primary context at the first call.
+  // `record` and `signs` are the record's and the layer's signs' image
+  // offsets. Errors: Unavailable "not built with CUDA kernels" in a build
+  // without them; the driver's (CallStatus, naming the call).
+  // Thread safe (the module loads once under a lock).
+  Status HalfWeights(const client::HalfRecordGeometry& g, std::uint64_t record, std::uint64_t signs,
+                     float* out, void* stream) const;
+
   // Lets go in PROTOCOL.md's order: waits for the context's work
   // (cuCtxSynchronize), unmaps, releases the imported handle and frees the
   // address range (or closes the IPC mapping), then closes the connection,
@@ -101,6 +116,14 @@ class DriverDeviceLease {
   LeaseDescriptionV2 description_;
   ImageHeader header_;
   ImageTables tables_;
+  // The embedded kernels' module in the primary context, loaded at the
+  // first HalfWeights (under `mu`), unloaded by Close.
+  struct Kernels {
+    std::mutex mu;
+    CUmodule module = nullptr;
+    CUfunction half_weights = nullptr;
+  };
+  std::unique_ptr<Kernels> kernels_ = std::make_unique<Kernels>();
 };
 
 // Opens the device lease whose opening `received` came from `path`

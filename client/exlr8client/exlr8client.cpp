@@ -19,11 +19,13 @@
 
 #include "client/exlr8client/c_api_errors.h"
 #include "client/exlr8client/driver_device_lease.h"
+#include "client/exlr8client/half_weights.h"
 #include "client/lease/description_v2.h"
 #include "client/lease/host_lease.h"
 #include "client/lease/image_layout.h"
 #include "client/lease/lease_v2_opening.h"
 #include "format/status.h"
+#include "format/trellis.h"
 
 #define XXH_INLINE_ALL  // the hash compiled in: the library needs no libxxhash
 #include <xxhash.h>
@@ -589,6 +591,49 @@ exlr8_status exlr8_lease_read(const exlr8_lease* lease, uint64_t offset, void* d
     }
     if (exlr8::Status s = lease->device.Read(offset, dst, size); !s.ok())
       return Fail(s.WithContext("exlr8_lease_read: lease from " + lease->socket_path));
+    return EXLR8_OK;
+  });
+}
+
+exlr8_status exlr8_lease_half_weights(exlr8_lease* lease, uint64_t index, float* out, uint64_t out_elems,
+                                      void* stream) {
+  return Guard("exlr8_lease_half_weights", [&]() -> exlr8_status {
+    if (exlr8_status s = Usable(lease, "exlr8_lease_half_weights"); s != EXLR8_OK) return s;
+    const exlr8::ImageTables& tables = Tables(lease);
+    const std::string ctx = "exlr8_lease_half_weights: lease from " + lease->socket_path;
+    const std::string what = ctx + ": ";
+    if (index >= tables.tensors.size())
+      return Fail(EXLR8_INVALID_ARGUMENT, what + "index " + std::to_string(index) + " is past the " +
+                                              std::to_string(tables.tensors.size()) + " tensors");
+    const exlr8::ImageTensor& t = tables.tensors[index];
+    if (t.kind != exlr8::ImageRegionKind::kHalfRecord)
+      return Fail(EXLR8_INVALID_ARGUMENT, what + "tensors[" + std::to_string(index) + "] (" + t.What() +
+                                              ") is a " + std::string(exlr8::ImageRegionKindName(t.kind)) +
+                                              ", not a half record");
+    if (out == nullptr) return Fail(EXLR8_INVALID_ARGUMENT, what + "out is NULL");
+    // The element count first (from the entry alone): a caller's wrong size
+    // is its own error, whatever else the record holds.
+    if (t.k >= exlr8::kMinTrellisK && t.k <= exlr8::kMaxTrellisK) {
+      const std::uint64_t want = 128 * (t.shape[0] / (16 * static_cast<std::uint64_t>(t.k)));
+      if (out_elems != want)
+        return Fail(EXLR8_INVALID_ARGUMENT,
+                    what + t.What() + ": out_elems " + std::to_string(out_elems) +
+                        ", the half's weights are 128 x hidden = " + std::to_string(want));
+    }
+    const exlr8::ImageTensor* signs =
+        tables.FindSigns(t.layer, t.proj == static_cast<std::uint8_t>(exlr8::Proj::kDown));
+    exlr8::Result<exlr8::client::HalfRecordGeometry> g = exlr8::client::HalfWeightsGeometry(t, signs);
+    if (!g.ok()) return Fail(g.status().WithContext(ctx));
+    if (lease->device_kind) {
+      if (Status s = lease->device.HalfWeights(*g, t.offset, signs->offset, out, stream); !s.ok())
+        return Fail(s.WithContext(ctx));
+      return EXLR8_OK;
+    }
+    const std::byte* base = lease->host.base();
+    if (Status s =
+            exlr8::client::HostHalfWeights(*g, base + t.offset, base + signs->offset, {out, out_elems});
+        !s.ok())
+      return Fail(s.WithContext(ctx));
     return EXLR8_OK;
   });
 }

@@ -182,3 +182,18 @@ def test_interpreter_exit_lets_go(start_holder, tmp_path):
     holder.proc.send_signal(signal.SIGTERM)
     assert holder.read_until("released after"), holder.printed
     assert "still" not in holder.printed.split("released after")[0].split("waiting up to")[-1], holder.printed
+
+
+def test_half_weights_without_the_library_names_where_it_looked(start_holder, monkeypatch, tmp_path):
+    import exlr8._native
+    holder, sock = start_holder()
+    missing = str(tmp_path / "libexlr8client.so.0")
+    monkeypatch.setenv("EXLR8CLIENT_LIBRARY", missing)
+    monkeypatch.setattr(exlr8._native, "_lib", None)
+    with exlr8.Lease(sock) as lease:
+        t = next(t for t in lease.tensors if t.kind == "half")
+        with pytest.raises(exlr8.LeaseUnavailableError, match="cannot load " + missing):
+            lease.half_weights(t)
+        signs = lease.signs(t.layer)
+        with pytest.raises(ValueError, match="is not a half record"):
+            lease.half_weights(signs)

@@ -22,7 +22,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +67,11 @@ static_assert(cudrv::kMemLocationTypeDevice == CU_MEM_LOCATION_TYPE_DEVICE);
 static_assert(cudrv::kMemAccessFlagsProtRead == CU_MEM_ACCESS_FLAGS_PROT_READ);
 static_assert(cudrv::kIpcMemLazyEnablePeerAccess == CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 static_assert(cudrv::kIpcHandleSize == CU_IPC_HANDLE_SIZE);
+static_assert(cudrv::kFuncAttributeMaxDynamicSharedSizeBytes ==
+              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+static_assert(std::is_same_v<cudrv::CUmodule, CUmodule>);
+static_assert(std::is_same_v<cudrv::CUfunction, CUfunction>);
+static_assert(std::is_same_v<cudrv::CUstream, CUstream>);
 static_assert(sizeof(cudrv::CUresult) == sizeof(CUresult));
 static_assert(sizeof(cudrv::CUdevice) == sizeof(CUdevice));
 static_assert(std::is_same_v<cudrv::CUdeviceptr, CUdeviceptr>);
@@ -176,6 +183,111 @@ class Exlr8ClientDeviceTest : public ::testing::Test {
   CudaDeviceIdentity identity_;
   std::vector<std::byte> image_;  // the host image of TP 3 rank 1
 };
+
+// Spec 9.3: the number of 128 x 128 blocks of rows x cols where
+// max|a - b| > 1e-5 * max|b|.
+int BlocksOutsideTolerance(std::uint64_t rows, std::uint64_t cols, const float* got, const float* want) {
+  int bad = 0;
+  for (std::uint64_t rb = 0; rb < rows; rb += 128)
+    for (std::uint64_t cb = 0; cb < cols; cb += 128) {
+      double diff = 0, ref = 0;
+      for (std::uint64_t r = rb; r < std::min(rows, rb + 128); ++r)
+        for (std::uint64_t c = cb; c < std::min(cols, cb + 128); ++c) {
+          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
+          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
+        }
+      if (!(diff <= 1e-5 * ref)) ++bad;
+    }
+  return bad;
+}
+
+// exlr8_lease_half_weights on a device lease (the library's embedded
+// kernels, launched through the driver on a runtime stream and on the
+// legacy default stream) against the same rank's host lease (format/'s CPU
+// code, itself tested bit for bit against DecodeExpertHalf in
+// exlr8client_test): every half within spec 9.3; how many are
+// bit-identical is printed.
+TEST_F(Exlr8ClientDeviceTest, HalfWeightsOnTheGpuEqualTheHostLeasesWithinTolerance) {
+  auto holder = [&](const char* memory, const fs::path& sock, const char* err) {
+    std::vector<std::string> args = {"--cache",        cache_.path().string(),
+                                     "--repo",         "exlr8/test",
+                                     "--manifest",     "home",
+                                     "--tp",           "3",
+                                     "--rank",         "1",
+                                     "--memory",       memory,
+                                     "--hold",         sock.string(),
+                                     "--release-wait", "20"};
+    if (std::string(memory) == "device") {
+      args.insert(args.end(), {"--lease", "v2", "--device", "0"});
+    }
+    return std::make_unique<ChildProcess>("exlr8d-stage", args, (run_.path() / err).string());
+  };
+  const fs::path dsock = run_.path() / "device.sock", hsock = run_.path() / "host.sock";
+  auto dholder = holder("device", dsock, "device.err");
+  auto hholder = holder("host", hsock, "host.err");
+  ASSERT_TRUE(dholder->ReadUntil("holding:")) << dholder->printed();
+  ASSERT_TRUE(hholder->ReadUntil("holding:")) << hholder->printed();
+  {
+    exlr8client::Lease dev = exlr8client::Lease::Open(dsock.string(), {exlr8client::MemoryKind::kDevice});
+    exlr8client::Lease host = exlr8client::Lease::Open(hsock.string(), {exlr8client::MemoryKind::kHost});
+    ASSERT_EQ(dev.tensor_count(), host.tensor_count());
+    ASSERT_EQ(cudaSetDevice(dev.info().cuda_device), cudaSuccess);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    float* d = nullptr;
+    std::size_t capacity = 0;
+    int halves = 0, identical = 0, outside = 0;
+    std::vector<float> got;
+    for (std::uint64_t i = 0; i < dev.tensor_count(); ++i) {
+      const exlr8client::Tensor t = dev.tensor(i);
+      if (t.kind != EXLR8_TENSOR_HALF_RECORD) continue;
+      SCOPED_TRACE(i);
+      const std::vector<float> want = host.HalfWeights(i);
+      if (want.size() > capacity) {
+        if (d != nullptr) {
+          ASSERT_EQ(cudaFree(d), cudaSuccess);
+        }
+        ASSERT_EQ(cudaMalloc(&d, want.size() * sizeof(float)), cudaSuccess);
+        capacity = want.size();
+      }
+      ASSERT_EQ(cudaMemset(d, 0xFF, want.size() * sizeof(float)),
+                cudaSuccess);  // NaNs: every element written?
+      // Every other half on the legacy default stream (NULL).
+      cudaStream_t s = halves % 2 == 0 ? stream : nullptr;
+      dev.HalfWeights(i, d, want.size(), s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      got.assign(want.size(), 0.0f);
+      ASSERT_EQ(cudaMemcpy(got.data(), d, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      const std::uint64_t hidden = want.size() / 128;
+      const bool down = t.proj == EXLR8_PROJ_DOWN;
+      const int bad =
+          BlocksOutsideTolerance(down ? 128 : hidden, down ? hidden : 128, got.data(), want.data());
+      EXPECT_EQ(bad, 0) << "L" << t.layer << " e" << t.expert << " p" << t.proj << " h" << t.half << " K"
+                        << t.k;
+      outside += bad;
+      if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) ++identical;
+      ++halves;
+    }
+    std::printf(
+        "device half weights: %d halves, %d bit-identical to the host lease's, %d blocks outside 9.3\n",
+        halves, identical, outside);
+    EXPECT_GT(halves, 0);
+    // A wrong size is refused before any launch.
+    std::uint64_t first = 0;
+    while (dev.tensor(first).kind != EXLR8_TENSOR_HALF_RECORD) ++first;
+    EXPECT_EQ(exlr8_lease_half_weights(dev.get(), first, d, 1, stream), EXLR8_INVALID_ARGUMENT);
+    // The host-vector form is for host leases.
+    try {
+      (void)dev.HalfWeights(first);
+      ADD_FAILURE() << "a device lease's weights into a host vector";
+    } catch (const exlr8client::Error& e) {
+      EXPECT_EQ(e.status(), EXLR8_FAILED_PRECONDITION);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaFree(d), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  }
+}
 
 TEST_F(Exlr8ClientDeviceTest, TheRealHoldersVmmImageOpensFromThisProcessAndAnother) {
   const fs::path sock = run_.path() / "lease.sock";

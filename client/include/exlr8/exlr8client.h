@@ -395,6 +395,36 @@ EXLR8_API exlr8_status exlr8_lease_poll_release(exlr8_lease* lease, uint32_t tim
  * image or `dst` is NULL; the driver's failure (EXLR8_INTERNAL, ...). */
 EXLR8_API exlr8_status exlr8_lease_read(const exlr8_lease* lease, uint64_t offset, void* dst, size_t size);
 
+/* ---- weights ------------------------------------------------------------ */
+
+/* The reconstructed weights W of half record `index` (spec 9: the record's
+ * trellis tiles decoded (section 7), placed (8.1 gate/up, 8.2 down), and
+ * W = diag(u) . B_k . T . B_n . diag(v) with u, v built (9.2) from the
+ * record's slice and block row and the layer's signs.in / signs.out, in the
+ * order of 9.3), fp32, row-major, (input, output) orientation:
+ *   gate/up half: hidden x 128  (W[i][j], i < hidden input, j < 128 output)
+ *   down half:    128 x hidden  (W[j][o])
+ * (HF weight = W transposed, spec 8.4.) `out_elems` must be 128 * hidden
+ * (hidden = the record's trellis bytes / (16 * K)). Where `out` is:
+ *   host lease:   host memory; computed on the calling thread; `stream`
+ *                 ignored; returns when done.
+ *   device lease: device memory on the lease's GPU (e.g. from the CUDA
+ *                 runtime's cudaMalloc in this process); enqueued on
+ *                 `stream` (a CUstream / cudaStream_t of the GPU's primary
+ *                 context; NULL: the legacy default stream); the caller
+ *                 synchronises before reading `out`. The kernels are the
+ *                 library's own (embedded, loaded through the CUDA driver at
+ *                 first use); a build without them answers
+ *                 EXLR8_UNAVAILABLE "not built with CUDA kernels".
+ * The result is within spec 9.3's tolerance of the CPU reference (per
+ * 128 x 128 block max|a - b| <= 1e-5 * max|b|), not bit-identical across
+ * implementations. Errors: EXLR8_INVALID_ARGUMENT (index not a half record,
+ * out NULL, out_elems wrong), EXLR8_CORRUPTION (the record does not decode:
+ * named), EXLR8_FAILED_PRECONDITION (the lease is closed), the driver's
+ * failures (EXLR8_INTERNAL naming the call). */
+EXLR8_API exlr8_status exlr8_lease_half_weights(exlr8_lease* lease, uint64_t index, float* out,
+                                                uint64_t out_elems, void* stream);
+
 /* XXH64 (seed 0) of `size` bytes of host memory at `data` (a lessee that
  * checks a host image's regions against exlr8_tensor.xxh64). */
 EXLR8_API uint64_t exlr8_xxh64(const void* data, size_t size);

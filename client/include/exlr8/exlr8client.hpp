@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "exlr8/exlr8client.h"
 
@@ -187,6 +188,27 @@ class Lease {
   // memory (device kind: copied from the GPU). Throws Error.
   void Read(std::uint64_t offset, void* dst, std::size_t size) const {
     Check(exlr8_lease_read(handle_, offset, dst, size));
+  }
+
+  // exlr8_lease_half_weights: half record `index`'s weights, fp32, (input,
+  // output) row-major, 128 * hidden elements, into `out` (host memory for a
+  // host lease; device memory on the lease's GPU for a device lease,
+  // enqueued on `stream`). Throws Error.
+  void HalfWeights(std::uint64_t index, float* out, std::uint64_t out_elems, void* stream = nullptr) const {
+    Check(exlr8_lease_half_weights(handle_, index, out, out_elems, stream));
+  }
+  // The same into a new host vector: host leases only (a device lease is
+  // Error FAILED_PRECONDITION: give it device memory).
+  std::vector<float> HalfWeights(std::uint64_t index) const {
+    if (info().memory_kind != EXLR8_MEMORY_HOST)
+      throw Error(EXLR8_FAILED_PRECONDITION,
+                  "Lease::HalfWeights(index): the lease is in device memory; pass a device buffer");
+    const Tensor t = tensor(index);
+    std::uint64_t elems = 0;
+    if (t.kind == EXLR8_TENSOR_HALF_RECORD && t.k != 0) elems = 128 * (t.shape[0] / (16ull * t.k));
+    std::vector<float> w(elems == 0 ? 1 : elems);  // not a half record: the C API names the error
+    Check(exlr8_lease_half_weights(handle_, index, w.data(), elems, nullptr));
+    return w;
   }
 
   int release_fd() const {

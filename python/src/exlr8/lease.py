@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import ctypes
 import errno
 import mmap
 import os
@@ -337,7 +338,7 @@ class Lease:
                  on_release: Optional[Callable[["Lease", Release], Any]] = None, verify_checks: bool = False):
         self.path = os.fspath(socket_path)
         self._state: Dict[str, Any] = {"conn": None, "mmap": None, "base": None, "pinned": None,
-                                       "device": None}
+                                       "device": None, "native": None}
         self._finalizer = weakref.finalize(self, _let_go, self._state, self.path)
         _watch_exit()
         sock, d, fds, rest = _receive(self.path, timeout)
@@ -650,6 +651,72 @@ class Lease:
                 mk("slice", t.offset + tb, n_slice * vs, t.dtype, (n_slice,)),
                 mk("block", t.offset + tb + n_slice * vs, t.length - tb - n_slice * vs, t.block_dtype, (n_block,)))
 
+    def half_weights(self, t: Union[TensorInfo, int], out=None, stream=None):
+        """The reconstructed weights W of half record `t` (a TensorInfo or its
+        index), fp32, (input, output) orientation (spec 8.4: the HF weight is
+        W transposed): gate/up (hidden, 128), down (128, hidden). Computed by
+        libexlr8client's exlr8_lease_half_weights through ctypes (the
+        library: EXLR8CLIENT_LIBRARY or ctypes.util.find_library; a lease of
+        its own on the same socket, opened at first use, let go by close()).
+
+        Host memory: into `out` (a writable C-contiguous float32 buffer of
+        128 * hidden elements) or a new numpy array (array.array('f')
+        without numpy); returns it. Device memory: into `out` (a float32
+        CUDA tensor or __cuda_array_interface__ object on the lease's GPU) or
+        a new torch tensor there; enqueued on `stream` (a torch stream, a
+        CUstream as int; default: torch's current stream, else the legacy
+        default stream): synchronise before reading it.
+        Raises LeaseUnavailableError without the library, ValueError for a
+        tensor that is not a half record or an `out` of the wrong size."""
+        if isinstance(t, int):
+            t = self.tensors[t]
+        if t.kind != "half":
+            raise ValueError(f"{t.what()} is not a half record")
+        if self.closed:
+            raise LeaseClosedError(f"lease from {self.path} is closed")
+        hidden = t.shape[0] // (16 * t.k)
+        elems = 128 * hidden
+        shape = (128, hidden) if t.proj == "down" else (hidden, 128)
+        from . import _native
+        native = self._state.get("native")
+        device = self.description.memory_kind != "host"
+        if native is None:
+            native = _native.NativeLease(self.path, _native.MEMORY_DEVICE if device else _native.MEMORY_HOST)
+            self._state["native"] = native
+        if not device:
+            if out is None:
+                try:
+                    import numpy as np
+                    out = np.empty(shape, dtype=np.float32)
+                except ImportError:
+                    out = array.array("f", bytes(4 * elems))
+            view = memoryview(out).cast("B")
+            if view.readonly or not view.c_contiguous or view.nbytes != 4 * elems:
+                raise ValueError(f"out: a writable contiguous buffer of {elems} float32 is needed")
+            ptr = ctypes.addressof(ctypes.c_char.from_buffer(view))
+            del view
+            native.half_weights(t.index, ptr, elems)
+            return out
+        torch = None
+        try:
+            import torch
+        except ImportError:
+            pass
+        if out is None:
+            if torch is None:
+                raise LeaseUnavailableError("half_weights of a device lease without `out` needs torch")
+            out = torch.empty(shape, dtype=torch.float32, device=f"cuda:{self.device}")
+        cai = out.__cuda_array_interface__
+        if cai["typestr"] != "<f4" or cai.get("strides") not in (None, (4 * shape[1], 4)) or \
+                _prod(cai["shape"]) != elems:
+            raise ValueError(f"out: a contiguous float32 CUDA array of {elems} elements is needed")
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device).cuda_stream if torch is not None else 0
+        elif hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        native.half_weights(t.index, cai["data"][0], elems, int(stream))
+        return out
+
     # -- the holder's release line -------------------------------------------
 
     def poll_release(self) -> Optional[Release]:
@@ -762,6 +829,10 @@ def _watch_exit() -> None:
 
 def _let_go(state: Dict[str, Any], path: str) -> None:
     """Unregister, unmap / release, then close the socket (PROTOCOL.md's order)."""
+    native = state.get("native")
+    if native is not None:
+        state["native"] = None
+        native.close()
     pinned = state.get("pinned")
     if pinned is not None:
         state["pinned"] = None
@@ -845,3 +916,10 @@ def _torch_dtype(torch, name: str):
     if dt is None:
         raise LeaseError(f"this torch has no dtype for {name}")
     return dt
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -17,7 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,12 +34,17 @@
 #include "client/lease/description_v2.h"
 #include "daemon/stage/host_image.h"
 #include "daemon/stage/lease_server.h"
+#include "format/byte_source.h"
 #include "format/checksum.h"
+#include "format/expert_decode.h"
+#include "format/expert_index.h"
+#include "format/layout.h"
 #include "tests/client/lease/lease_v2_test_util.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/rank_test_util.h"
+#include "tests/format/golden_files.h"
 
 namespace exlr8 {
 namespace {
@@ -381,6 +388,125 @@ TEST(Exlr8ClientTest, TheHoldersReleaseReachesTheLesseeWhichLetsGo) {
 
 // The installed library from outside the tree (tests/client/consumer_test.sh:
 // `cmake --install`, find_package and pkg-config builds, run on this lease).
+// Spec 9.3: the number of 128 x 128 blocks of rows x cols where
+// max|a - b| > 1e-5 * max|b|.
+int BlocksOutsideTolerance(std::uint64_t rows, std::uint64_t cols, const float* got, const float* want) {
+  int bad = 0;
+  for (std::uint64_t rb = 0; rb < rows; rb += 128)
+    for (std::uint64_t cb = 0; cb < cols; cb += 128) {
+      double diff = 0, ref = 0;
+      for (std::uint64_t r = rb; r < std::min(rows, rb + 128); ++r)
+        for (std::uint64_t c = cb; c < std::min(cols, cb + 128); ++c) {
+          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
+          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
+        }
+      if (!(diff <= 1e-5 * ref)) ++bad;
+    }
+  return bad;
+}
+
+// exlr8_lease_half_weights on a host lease: every half record's weights
+// equal DecodeExpertHalf on the release's own files bit for bit (the same
+// format/ code over the same bytes), and those the golden file holds are
+// within spec 9.3's tolerance of it.
+TEST_F(HeldRankTest, HalfWeightsEqualTheFormatDecoderAndTheGoldenFile) {
+  exlr8client::Lease lease = exlr8client::Lease::Open(sock_.string());
+  auto golden = testing::LoadSafetensors(testing::SharedPath("fixtures/golden/exlr8-tiny.safetensors"));
+  ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+  const fs::path release = TinyRelease();
+  int halves = 0, against_golden = 0;
+  for (std::uint64_t i = 0; i < lease.tensor_count(); ++i) {
+    const exlr8client::Tensor t = lease.tensor(i);
+    if (t.kind != EXLR8_TENSOR_HALF_RECORD) continue;
+    const bool shared = t.expert == EXLR8_SHARED_EXPERT;
+    const std::string name = std::to_string(t.layer) + "/" + (shared ? "shared" : std::to_string(t.expert)) +
+                             "/" + exlr8_proj_name(t.proj) + "/" + std::to_string(t.half) + "/" +
+                             std::to_string(t.k);
+    SCOPED_TRACE(name);
+    const std::vector<float> got = lease.HalfWeights(i);
+
+    const auto index_bytes = testing::ReadWholeFile((release / ExpertIndexPath(t.layer)).string());
+    const SpanByteSource index_src(index_bytes, ExpertIndexPath(t.layer));
+    auto index = ExpertIndex::Read(index_src, static_cast<int>(t.layer));
+    ASSERT_TRUE(index.ok()) << index.status().ToString();
+    const int expert = shared ? kSharedExpert : static_cast<int>(t.expert);
+    const Proj proj = static_cast<Proj>(t.proj);
+    auto entry = index->Half(expert, proj, t.half, static_cast<int>(t.k));
+    ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+    const auto width =
+        testing::ReadWholeFile((release / ExpertWidthPath(t.layer, static_cast<int>(t.k))).string());
+    ASSERT_LE(entry->offset + entry->length, width.size());
+    std::vector<float> want;
+    ASSERT_TRUE(DecodeExpertHalf(*index, index_src,
+                                 std::span<const std::byte>(width).subspan(entry->offset, entry->length),
+                                 expert, proj, t.half, static_cast<int>(t.k), DecodeStage::kWeights, true,
+                                 &want)
+                    .ok());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    ++halves;
+
+    const std::vector<float> g = golden->F32(name + "/weights");
+    if (g.empty()) continue;
+    ASSERT_EQ(g.size(), got.size());
+    const std::uint64_t hidden = got.size() / 128;
+    const bool down = t.proj == EXLR8_PROJ_DOWN;
+    EXPECT_EQ(BlocksOutsideTolerance(down ? 128 : hidden, down ? hidden : 128, got.data(), g.data()), 0);
+    ++against_golden;
+  }
+  EXPECT_GT(halves, 0);
+  EXPECT_GT(against_golden, 0);
+  std::printf("half weights: %d halves bit-identical to DecodeExpertHalf, %d within 9.3 of golden\n", halves,
+              against_golden);
+}
+
+TEST_F(HeldRankTest, HalfWeightsErrorPaths) {
+  exlr8client::Lease lease = exlr8client::Lease::Open(sock_.string());
+  exlr8_lease* c = lease.get();
+  std::optional<std::uint64_t> half, other;
+  exlr8client::Tensor h{};
+  for (std::uint64_t i = 0; i < lease.tensor_count(); ++i) {
+    const exlr8client::Tensor t = lease.tensor(i);
+    if (t.kind == EXLR8_TENSOR_HALF_RECORD && !half) {
+      half = i;
+      h = t;
+    }
+    if (t.kind != EXLR8_TENSOR_HALF_RECORD && !other) other = i;
+  }
+  ASSERT_TRUE(half && other);
+  const std::uint64_t elems = 128 * (h.shape[0] / (16ull * h.k));
+  std::vector<float> out(elems + 1, 7.0f);
+  auto expect = [&](exlr8_status got, exlr8_status want, const std::string& says) {
+    EXPECT_EQ(got, want) << exlr8_status_name(got);
+    EXPECT_NE(std::string(exlr8_last_error_message()).find(says), std::string::npos)
+        << exlr8_last_error_message();
+  };
+  expect(exlr8_lease_half_weights(c, *other, out.data(), elems, nullptr), EXLR8_INVALID_ARGUMENT,
+         "not a half record");
+  expect(exlr8_lease_half_weights(c, lease.tensor_count(), out.data(), elems, nullptr),
+         EXLR8_INVALID_ARGUMENT, "is past the");
+  expect(exlr8_lease_half_weights(c, *half, nullptr, elems, nullptr), EXLR8_INVALID_ARGUMENT, "out is NULL");
+  expect(exlr8_lease_half_weights(c, *half, out.data(), elems - 1, nullptr), EXLR8_INVALID_ARGUMENT,
+         "out_elems " + std::to_string(elems - 1));
+  expect(exlr8_lease_half_weights(c, *half, out.data(), elems + 1, nullptr), EXLR8_INVALID_ARGUMENT,
+         "128 x hidden = " + std::to_string(elems));
+  EXPECT_EQ(out[0], 7.0f);  // nothing written on an error
+  expect(exlr8_lease_half_weights(nullptr, *half, out.data(), elems, nullptr), EXLR8_INVALID_ARGUMENT,
+         "the lease is NULL");
+  try {
+    (void)lease.HalfWeights(*other);
+    ADD_FAILURE() << "weights of a non-half";
+  } catch (const exlr8client::Error& e) {
+    EXPECT_EQ(e.status(), EXLR8_INVALID_ARGUMENT);
+  }
+  ASSERT_EQ(exlr8_lease_half_weights(c, *half, out.data(), elems, nullptr), EXLR8_OK)
+      << exlr8_last_error_message();
+  EXPECT_EQ(out[elems], 7.0f);  // exactly elems written
+  lease.Close();
+  expect(exlr8_lease_half_weights(c, *half, out.data(), elems, nullptr), EXLR8_FAILED_PRECONDITION,
+         "is closed");
+}
+
 TEST_F(HeldRankTest, AnInstalledConsumerBuildsAndRuns) {
   if (std::getenv("EXLR8_CONSUMER_TEST") == nullptr) GTEST_SKIP() << "set EXLR8_CONSUMER_TEST=1 (ctest does)";
   TempDir work;

@@ -150,3 +150,34 @@ def test_gpu_check_passes_on_the_fake_driver(drv, holder, monkeypatch, capsys):
         assert not drv.mapped and not drv.imports
     finally:
         served.close()
+
+
+class _TorchRefusingReadOnly:
+    """Stands in for torch where it matters here: torch.as_tensor refuses a
+    __cuda_array_interface__ flagged read-only, as torch 2.11 did on the
+    H200 ("the read only flag is not supported, should always be False")."""
+
+    def __init__(self):
+        self.seen = []
+
+    def as_tensor(self, obj, device=None):
+        cai = obj.__cuda_array_interface__
+        if cai["data"][1]:
+            raise TypeError("the read only flag is not supported, should always be False")
+        self.seen.append((cai, device))
+        return cai
+
+
+def test_torch_gets_device_arrays_it_accepts(drv, served, holder, monkeypatch):
+    fake_torch = _TorchRefusingReadOnly()
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake_torch)
+    h = holder(device_line(served), [served.image_fd, served.tables_fd])
+    with exlr8.Lease(h.path) as lease:
+        t = lease.tensor("embed")
+        cai = lease.torch(t)
+        assert cai["data"] == (lease.device_pointer + t.offset, False) and cai["shape"] == (16, 4)
+        table = lease.offset_table_torch()
+        assert table["data"][0] == lease.device_pointer + lease.description.image.offset_table
+        assert [d for _, d in fake_torch.seen] == ["cuda:1", "cuda:1"]
+        # What other consumers get stays flagged read-only.
+        assert lease.cuda_array(t).__cuda_array_interface__["data"][1] is True

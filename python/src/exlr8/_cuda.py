@@ -334,20 +334,24 @@ class DeviceImage:
 
 
 class CudaArray:
-    """A read-only device array: ``__cuda_array_interface__`` version 3 over
-    ``shape`` elements of ``typestr`` at ``ptr``. Keeps ``owner`` (the
-    Lease) referenced; valid until the lease is closed."""
+    """A device array: ``__cuda_array_interface__`` version 3 over ``shape``
+    elements of ``typestr`` at ``ptr``, flagged read-only unless
+    ``readonly`` is False (torch refuses the flag: Lease.torch() passes
+    False, and the memory stays read-only underneath). Keeps ``owner``
+    (the Lease) referenced; valid until the lease is closed."""
 
-    def __init__(self, ptr: int, shape, typestr: str, owner: Any):
+    def __init__(self, ptr: int, shape, typestr: str, owner: Any, readonly: bool = True):
         self.ptr = ptr
         self.shape = tuple(shape)
         self.typestr = typestr
         self.owner = owner
+        self.readonly = readonly
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, True), "version": 3,
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, self.readonly), "version": 3,
                 "strides": None, "stream": None}
 
     def __repr__(self) -> str:
-        return f"<exlr8 CudaArray {self.typestr}{list(self.shape)} at {self.ptr:#x} (read-only)>"
+        flag = " (read-only)" if self.readonly else ""
+        return f"<exlr8 CudaArray {self.typestr}{list(self.shape)} at {self.ptr:#x}{flag}>"

@@ -588,11 +588,14 @@ class Lease:
         tensors, so torch.frombuffer's warning about a non-writable buffer
         is suppressed here, and writing into such a tensor kills the
         process (SIGSEGV on the host, an illegal address on the GPU): use
-        .clone() for a writable copy."""
+        .clone() for a writable copy. torch.as_tensor refuses a
+        __cuda_array_interface__ flagged read-only ("the read only flag is
+        not supported"), so the device array handed to it is not flagged;
+        a VMM import is read-only in the GPU's page tables all the same."""
         import torch
         t = self._resolve(t)
         if self.description.memory_kind == "device":
-            x = torch.as_tensor(self.cuda_array(t), device=f"cuda:{self.device}")
+            x = torch.as_tensor(self.cuda_array(t, readonly=False), device=f"cuda:{self.device}")
             if t.kind != "half" and t.dtype in ("BF16", "F8_E4M3", "F8_E5M2"):
                 x = x.view(_torch_dtype(torch, t.dtype))  # the same bits, torch's own dtype
             return x
@@ -614,29 +617,29 @@ class Lease:
         fake = TensorInfo(-1, "offset_table", "plain", None, None, None, None, "I64",
                           (im.offset_table_bytes // 8,), im.offset_table, im.offset_table_bytes, 0)
         if self.description.memory_kind == "device":
-            return torch.as_tensor(self.cuda_array(fake), device=f"cuda:{self.device}")
+            return torch.as_tensor(self.cuda_array(fake, readonly=False), device=f"cuda:{self.device}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*not writable.*")
             warnings.filterwarnings("ignore", message=".*non-writable.*")
             return torch.frombuffer(self.offset_table_buffer().cast("B"), dtype=torch.int64)
 
-    def cuda_array(self, t: Union[TensorInfo, str]):
+    def cuda_array(self, t: Union[TensorInfo, str], readonly: bool = True):
         """Device memory: an object with __cuda_array_interface__ (version 3,
-        read-only) over the region, shaped and typed as stored (a half
-        record: its bytes)."""
+        flagged read-only unless `readonly` is False) over the region,
+        shaped and typed as stored (a half record: its bytes)."""
         from . import _cuda
         t = self._resolve(t)
         dev = self._live_device()
         if t.kind == "half":
-            return _cuda.CudaArray(dev.base + t.offset, (t.length,), "|u1", self)
-        return _cuda.CudaArray(dev.base + t.offset, t.shape, _CUDA_TYPESTR[t.dtype], self)
+            return _cuda.CudaArray(dev.base + t.offset, (t.length,), "|u1", self, readonly)
+        return _cuda.CudaArray(dev.base + t.offset, t.shape, _CUDA_TYPESTR[t.dtype], self, readonly)
 
-    def offset_table_cuda_array(self):
+    def offset_table_cuda_array(self, readonly: bool = True):
         """Device memory: the pointer table in the image, a (n,) "<u8" device array."""
         from . import _cuda
         im = self.description.image
         return _cuda.CudaArray(self._live_device().base + im.offset_table, (im.offset_table_bytes // 8,), "<u8",
-                               self)
+                               self, readonly)
 
     def half_parts(self, t: TensorInfo):
         """A half record's three parts as (trellis bytes, slice, block row)

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace exlr8 {
@@ -17,7 +19,8 @@ class ChildProcess {
  public:
   // Runs EXLR8_BIN_DIR/<program> with `args`. `stderr_file` non-empty: the
   // child's stderr is appended there.
-  ChildProcess(const std::string& program, std::vector<std::string> args, const std::string& stderr_file = "") {
+  ChildProcess(const std::string& program, std::vector<std::string> args,
+               const std::string& stderr_file = "") {
     int out[2];
     if (::pipe(out) != 0) return;
     const std::string bin = std::string(EXLR8_BIN_DIR) + "/" + program;
@@ -60,7 +63,8 @@ class ChildProcess {
   const std::string& ReadAll() {
     char buf[4096];
     ssize_t n = 0;
-    while (stdout_ >= 0 && (n = ::read(stdout_, buf, sizeof buf)) > 0) printed_.append(buf, static_cast<std::size_t>(n));
+    while (stdout_ >= 0 && (n = ::read(stdout_, buf, sizeof buf)) > 0)
+      printed_.append(buf, static_cast<std::size_t>(n));
     return printed_;
   }
   const std::string& printed() const { return printed_; }
@@ -87,5 +91,18 @@ class ChildProcess {
   std::string printed_;
   int status_ = -1;
 };
+
+// Runs `command` with the shell; its exit status (128 when it did not
+// exit) and what it printed, stdout and stderr together.
+inline std::pair<int, std::string> RunShell(const std::string& command) {
+  std::string out;
+  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int w = ::pclose(p);
+  return {WIFEXITED(w) ? WEXITSTATUS(w) : 128, out};
+}
 
 }  // namespace exlr8

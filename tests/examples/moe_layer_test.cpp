@@ -28,17 +28,6 @@ namespace {
 
 using ::exlr8::testing::TempDir;
 
-std::pair<int, std::string> RunShell(const std::string& command) {
-  std::string out;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int w = ::pclose(p);
-  return {WIFEXITED(w) ? WEXITSTATUS(w) : 128, out};
-}
-
 // Every rank of TP `tp` of the fixture's "home" manifest, pulled and held.
 struct HeldFileset {
   std::unique_ptr<TempDir> cache, run;

@@ -39,6 +39,7 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "format/safetensors.h"
+#include "tests/format/block_tolerance.h"
 
 namespace exlr8 {
 namespace {
@@ -100,22 +101,7 @@ std::vector<float> SeededInput(std::uint64_t seed, std::uint64_t hidden) {
   return x;
 }
 
-// Blocks of (rows x cols) outside spec 9.3's tolerance.
-int BlocksOutsideTolerance(std::size_t rows, std::size_t cols, const std::vector<float>& got,
-                           const std::vector<float>& want) {
-  int bad = 0;
-  for (std::size_t rb = 0; rb < rows; rb += 128)
-    for (std::size_t cb = 0; cb < cols; cb += 128) {
-      double diff = 0, ref = 0;
-      for (std::size_t r = rb; r < std::min(rows, rb + 128); ++r)
-        for (std::size_t c = cb; c < std::min(cols, cb + 128); ++c) {
-          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
-          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
-        }
-      if (diff > 1e-5 * ref) ++bad;
-    }
-  return bad;
-}
+using ::exlr8::testing::BlocksOutsideTolerance;
 
 struct Args {
   fs::path release, golden, input, out;

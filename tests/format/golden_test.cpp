@@ -21,6 +21,7 @@
 #include "format/expert_index.h"
 #include "format/json.h"
 #include "format/reconstruct.h"
+#include "tests/format/block_tolerance.h"
 #include "tests/format/golden_files.h"
 
 namespace exlr8 {
@@ -62,23 +63,7 @@ class Golden : public ::testing::Test {
 LoadedFile* Golden::golden_ = nullptr;
 JsonValue* Golden::json_ = nullptr;
 
-// Spec 9.3: per 128 x 128 block, max|a - b| <= 1e-5 * max|b|. Returns the
-// number of failing blocks; (rows, cols) need not be multiples of 128.
-int BlocksOutsideTolerance(std::size_t rows, std::size_t cols, const std::vector<float>& got,
-                           const std::vector<float>& want) {
-  int bad = 0;
-  for (std::size_t rb = 0; rb < rows; rb += 128)
-    for (std::size_t cb = 0; cb < cols; cb += 128) {
-      double diff = 0, ref = 0;
-      for (std::size_t r = rb; r < std::min(rows, rb + 128); ++r)
-        for (std::size_t c = cb; c < std::min(cols, cb + 128); ++c) {
-          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
-          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
-        }
-      if (diff > 1e-5 * ref) ++bad;
-    }
-  return bad;
-}
+using ::exlr8::testing::BlocksOutsideTolerance;
 
 TEST_F(Golden, EveryDenseMatrixDecodes) {
   const JsonValue* dense_json = json_->Find("dense");
@@ -91,7 +76,8 @@ TEST_F(Golden, EveryDenseMatrixDecodes) {
     auto dense = DenseFile::Parse(file->header, src);
     ASSERT_TRUE(dense.ok()) << dense.status().ToString();
     for (const DenseMatrix& m : dense->matrices()) {
-      SCOPED_TRACE(std::string(name) + ": " + m.name + " (" + std::string(DenseFormatName(m.record.format)) + ")");
+      SCOPED_TRACE(std::string(name) + ": " + m.name + " (" + std::string(DenseFormatName(m.record.format)) +
+                   ")");
       EXPECT_TRUE(VerifyDenseMatrix(*dense, m, src).ok());
       auto w = DecodeDenseMatrix(*dense, m, src);
       ASSERT_TRUE(w.ok()) << w.status().ToString();

@@ -48,6 +48,7 @@
 #include "tests/daemon/child_process.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/rank_test_util.h"
+#include "tests/format/block_tolerance.h"
 
 // ---- cuda_driver.h's ABI against cuda.h ----
 namespace cudrv = exlr8::cudrv;
@@ -98,18 +99,6 @@ bool HaveGpu() {
 
 #define SKIP_WITHOUT_GPU() \
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on the device machine"
-
-// Runs `command` with the shell; its exit status and what it printed.
-std::pair<int, std::string> RunShell(const std::string& command) {
-  std::string out;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int w = ::pclose(p);
-  return {WIFEXITED(w) ? WEXITSTATUS(w) : 128, out};
-}
 
 // The C lessee (linked with libexlr8client alone) on `sock`, with
 // `env` ("NAME=value ..." or "") before it.
@@ -184,22 +173,7 @@ class Exlr8ClientDeviceTest : public ::testing::Test {
   std::vector<std::byte> image_;  // the host image of TP 3 rank 1
 };
 
-// Spec 9.3: the number of 128 x 128 blocks of rows x cols where
-// max|a - b| > 1e-5 * max|b|.
-int BlocksOutsideTolerance(std::uint64_t rows, std::uint64_t cols, const float* got, const float* want) {
-  int bad = 0;
-  for (std::uint64_t rb = 0; rb < rows; rb += 128)
-    for (std::uint64_t cb = 0; cb < cols; cb += 128) {
-      double diff = 0, ref = 0;
-      for (std::uint64_t r = rb; r < std::min(rows, rb + 128); ++r)
-        for (std::uint64_t c = cb; c < std::min(cols, cb + 128); ++c) {
-          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
-          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
-        }
-      if (!(diff <= 1e-5 * ref)) ++bad;
-    }
-  return bad;
-}
+using ::exlr8::testing::BlocksOutsideTolerance;
 
 // exlr8_lease_half_weights on a device lease (the library's embedded
 // kernels, launched through the driver on a runtime stream and on the

@@ -44,6 +44,7 @@
 #include "tests/daemon/child_process.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/daemon/rank_test_util.h"
+#include "tests/format/block_tolerance.h"
 #include "tests/format/golden_files.h"
 
 namespace exlr8 {
@@ -56,19 +57,6 @@ std::vector<std::string> StageArgs(const fs::path& cache, const fs::path& sock) 
           "home",     "--tp",         "3",      "--rank",      "1",
           "--memory", "host",         "--hold", sock.string(), "--release-wait",
           "20"};
-}
-
-// Runs `command` with the shell; its exit status and what it printed
-// (stdout and stderr).
-std::pair<int, std::string> RunShell(const std::string& command) {
-  std::string out;
-  std::FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, "popen failed"};
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int w = ::pclose(p);
-  return {WIFEXITED(w) ? WEXITSTATUS(w) : 128, out};
 }
 
 // One staged rank held for the whole suite (the stage takes a second or
@@ -386,24 +374,7 @@ TEST(Exlr8ClientTest, TheHoldersReleaseReachesTheLesseeWhichLetsGo) {
   EXPECT_EQ(stage.Signal(0), 0) << stage.ReadAll();
 }
 
-// The installed library from outside the tree (tests/client/consumer_test.sh:
-// `cmake --install`, find_package and pkg-config builds, run on this lease).
-// Spec 9.3: the number of 128 x 128 blocks of rows x cols where
-// max|a - b| > 1e-5 * max|b|.
-int BlocksOutsideTolerance(std::uint64_t rows, std::uint64_t cols, const float* got, const float* want) {
-  int bad = 0;
-  for (std::uint64_t rb = 0; rb < rows; rb += 128)
-    for (std::uint64_t cb = 0; cb < cols; cb += 128) {
-      double diff = 0, ref = 0;
-      for (std::uint64_t r = rb; r < std::min(rows, rb + 128); ++r)
-        for (std::uint64_t c = cb; c < std::min(cols, cb + 128); ++c) {
-          diff = std::max(diff, std::fabs(double(got[r * cols + c]) - want[r * cols + c]));
-          ref = std::max(ref, std::fabs(double(want[r * cols + c])));
-        }
-      if (!(diff <= 1e-5 * ref)) ++bad;
-    }
-  return bad;
-}
+using ::exlr8::testing::BlocksOutsideTolerance;
 
 // exlr8_lease_half_weights on a host lease: every half record's weights
 // equal DecodeExpertHalf on the release's own files bit for bit (the same
@@ -507,6 +478,8 @@ TEST_F(HeldRankTest, HalfWeightsErrorPaths) {
          "is closed");
 }
 
+// The installed library from outside the tree (tests/client/consumer_test.sh:
+// `cmake --install`, find_package and pkg-config builds, run on this lease).
 TEST_F(HeldRankTest, AnInstalledConsumerBuildsAndRuns) {
   if (std::getenv("EXLR8_CONSUMER_TEST") == nullptr) GTEST_SKIP() << "set EXLR8_CONSUMER_TEST=1 (ctest does)";
   TempDir work;

@@ -1,5 +1,8 @@
 #include "gpu/device_buffer.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -75,27 +78,72 @@ Status DeviceBuffer::MemsetAsync(int value, CudaStreamView stream) {
 
 // ---- PinnedHostBuffer ----
 
+namespace {
+
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// Anonymous memory on 2 MiB boundaries, advised to huge pages and touched,
+// then registered: on the H200 host this pins 1 GiB in 0.22 s against
+// 0.49 s for cudaHostAlloc (bench/cache_upload_bench.cu, "pinning"),
+// because the driver pins 2 MiB pages instead of 4 KiB ones. nullptr when
+// any step fails (no THP, no registration on this platform): the caller
+// falls back to cudaHostAlloc.
+void* MapRegisteredHugePages(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  (void)::madvise(p, bytes, MADV_HUGEPAGE);  // advice: 4 KiB pages still work
+  for (std::size_t i = 0; i < bytes; i += 4096) static_cast<volatile std::uint8_t*>(p)[i] = 0;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; clear it for the fallback
+    ::munmap(p, bytes);
+    return nullptr;
+  }
+  return p;
+}
+
+void FreePinned(void* p, std::size_t bytes, bool registered) {
+  if (p == nullptr) return;
+  if (registered) {
+    // cudaFreeHost waits for the device; unregistering is not documented
+    // to, and the pages must not go back to the OS under a copy.
+    EXLR8_ASSERT_CUDA_SUCCESS(cudaDeviceSynchronize());
+    EXLR8_ASSERT_CUDA_SUCCESS(cudaHostUnregister(p));
+    ::munmap(p, bytes);
+  } else {
+    EXLR8_ASSERT_CUDA_SUCCESS(cudaFreeHost(p));
+  }
+}
+
+}  // namespace
+
 Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(std::size_t bytes) {
   if (bytes == 0) return PinnedHostBuffer();
+  if (bytes >= kHugePage) {
+    const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    if (void* p = MapRegisteredHugePages(rounded)) return PinnedHostBuffer(p, bytes, rounded, true);
+  }
   void* p = nullptr;
   EXLR8_CUDA_TRY(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
-  return PinnedHostBuffer(p, bytes);
+  return PinnedHostBuffer(p, bytes, bytes, false);
 }
 
 PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)),
+      registered_(std::exchange(other.registered_, false)) {}
 
 PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) EXLR8_ASSERT_CUDA_SUCCESS(cudaFreeHost(data_));
+    FreePinned(data_, mapped_, registered_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+    registered_ = std::exchange(other.registered_, false);
   }
   return *this;
 }
 
-PinnedHostBuffer::~PinnedHostBuffer() {
-  if (data_ != nullptr) EXLR8_ASSERT_CUDA_SUCCESS(cudaFreeHost(data_));
-}
+PinnedHostBuffer::~PinnedHostBuffer() { FreePinned(data_, mapped_, registered_); }
 
 }  // namespace exlr8

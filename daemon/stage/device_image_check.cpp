@@ -34,7 +34,7 @@ namespace {
 
 // Weights per batch (decoded, reconstructed and compared together); two
 // batches are in flight.
-constexpr std::uint64_t kBatchWeights = std::uint64_t{64} << 20;
+constexpr std::uint64_t kBatchWeights = std::uint64_t{16} << 20;
 
 HalfLayout LayoutOf(const ImageTensor& t) {
   return t.proj == static_cast<std::uint8_t>(Proj::kDown) ? HalfLayout::kDown : HalfLayout::kGateUp;

@@ -12,7 +12,8 @@
 #   bin/exlr8-hubsim, bin/moe_layer, tests/moe_reference,
 #   client/exlr8client/libexlr8client.so); its bin/ is accepted too.
 #   PYTHON (default /opt/torch/.venv/bin/python: torch + numpy) runs the
-#   Python example with the package from python/src; EXLR8_FIXTURE and
+#   Python example with the package from python/src (EXLR8_PYTHONPATH=""
+#   uses the one installed in PYTHON's environment instead); EXLR8_FIXTURE and
 #   EXLR8_GOLDEN override the shared fixture's paths. MEMORY=host runs the
 #   same steps on host-memory holders (no GPU needed: a check of this script).
 # Exit status 0: both examples match the reference; else the failing step's.
@@ -82,7 +83,8 @@ for layer in 3 4; do
 done
 if [[ -x $python ]]; then
   echo "== Python example, $memory memory, layer 3"
-  PYTHONPATH=$here/python/src EXLR8CLIENT_LIBRARY=$library \
+  PYTHONPATH=${EXLR8_PYTHONPATH-$here/python/src} "$python" -c 'import exlr8; print("exlr8 from", exlr8.__file__)'
+  PYTHONPATH=${EXLR8_PYTHONPATH-$here/python/src} EXLR8CLIENT_LIBRARY=$library \
     "$python" "$here/examples/moe_layer/moe_layer.py" --layer 3 --seed 7 --out "$work/py3.f32" "${socks[@]}"
   reference 3 "$work/py3.f32" || status=1
 else

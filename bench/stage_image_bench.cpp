@@ -18,7 +18,7 @@
 // bench/stage_image_bench.sh, which synthesizes a release and pulls it).
 //
 // Usage: stage_image_bench --cache DIR --repo ORG/NAME --manifest NAME --tp N --rank R
-//          [--reps 3] [--threads T] [--staging-mib 32] [--buffers 2] [--check all] [--ipc]
+//          [--reps 3] [--threads T] [--staging-mib 4] [--buffers 2] [--check all] [--ipc]
 // Exit status: 0 ok, 1 failure, 2 usage or no CUDA device.
 #include <cuda_runtime_api.h>
 
@@ -126,7 +126,7 @@ int Main(int argc, char** argv) {
   if (request.cache_dir.empty() || request.repo.empty() || request.manifest.empty()) {
     std::fprintf(stderr,
                  "usage: stage_image_bench --cache DIR --repo ORG/NAME --manifest NAME --tp N --rank R "
-                 "[--reps 3] [--threads T] [--staging-mib 32] [--buffers 2] [--check all] [--ipc]\n");
+                 "[--reps 3] [--threads T] [--staging-mib 4] [--buffers 2] [--check all] [--ipc]\n");
     return 2;
   }
   if (Status s = RequireCudaDevice(); !s.ok()) {

@@ -7,14 +7,13 @@
 # --memory device --lease v2 once (its per-second progress and proof).
 #
 #   bench/stage_image_bench.sh WORK [BIN_DIR (default build/bin)]
-#   SYNTH="..." overrides the release's shape (default below: a release of about 20 GB whose TP 1
-#   rank is about 10 GB); CHECK=all decodes every half; REPS (default 3).
+#   SYNTH="..." overrides the release's shape (default below: a release whose TP 1 rank is 9.84 GB); CHECK=all decodes every half; REPS (default 3).
 # WORK is kept (the cache can be reused: stage_image_bench --cache WORK/cache
 # --repo bench/r --manifest home --tp 1 --rank 0).
 set -euo pipefail
 work=${1:?usage: stage_image_bench.sh WORK [BIN_DIR]}
 bin=$(cd "${2:-build/bin}" && pwd)
-synth_flags=${SYNTH:---seed 7 --hidden 4096 --halves 16 --experts 80 --moe-layers 3-10 --dense-layers 0-2 --vocab 16384}
+synth_flags=${SYNTH:---seed 7 --hidden 4096 --halves 16 --experts 120 --moe-layers 3-10 --dense-layers 0-2 --vocab 16384}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 sim=""

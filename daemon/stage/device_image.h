@@ -76,7 +76,10 @@ struct DeviceImageOptions {
   // buffers of `staging_bytes` (0: ImageThreadCount's default, at most 16);
   // the decode step's CPU reference uses as many (0: every core).
   int threads = 0;
-  std::size_t staging_bytes = std::size_t{32} << 20;
+  // 4 MiB: on the H200 host 16 threads x 2 x 4 MiB uploaded a 9.84 GB rank
+  // at 0.95x a pinned cudaMemcpyAsync, 32 MiB buffers at 0.74x, and pin in
+  // 0.03 s instead of 0.3-1.5 s (docs/BENCHMARKS.md, stage_image_bench).
+  std::size_t staging_bytes = std::size_t{4} << 20;
   int staging_buffers = 2;
   // Force the legacy IPC allocation even where VMM export works (tests,
   // drivers whose VMM export misbehaves).

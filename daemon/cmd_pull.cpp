@@ -61,7 +61,8 @@ resumes where it stopped.
                          complete be served, at the commit the revision last
                          resolved to here; the summary says so
   --dry-run              fetch only what planning needs, print the plan
-  --no-progress          no progress bar or progress log lines
+  --no-progress          no progress bar or progress log lines (also
+                         HF_HUB_DISABLE_PROGRESS_BARS=1)
   --json                 print the summary as JSON on stdout
   --background-jobs N    transfers the dense, vocab and other whole files may
                          use while the index files and headers are fetched
@@ -242,7 +243,8 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
   {
     SignalWatcher signals([&job](int) { job.Cancel(); });
-    ProgressDisplay progress(job, stderr, !args->Flag("no-progress") && !opt.dry_run);
+    ProgressDisplay progress(job, stderr,
+                             !args->Flag("no-progress") && !ProgressBarsDisabledByEnvironment() && !opt.dry_run);
     result = job.Run();
     progress.Stop();
   }

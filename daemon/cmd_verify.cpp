@@ -200,7 +200,8 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   bool clean = true;
   for (const FilesetInfo& set : sets) {
     Result<ScrubReport> report = [&] {
-      ScrubProgressDisplay progress(counters, !json && !args.Flag("no-progress"));
+      ScrubProgressDisplay progress(counters,
+                                    !json && !args.Flag("no-progress") && !ProgressBarsDisabledByEnvironment());
       return ScrubFileset(**cache, set.id, options);
     }();
     counters.bytes_total = counters.bytes_checked = counters.failures = 0;

@@ -16,6 +16,11 @@ namespace exlr8 {
 // command runs); 80 when it does not say.
 int TerminalColumns(std::FILE* out);
 
+// True when HF_HUB_DISABLE_PROGRESS_BARS is set to a true value (1, ON,
+// YES, TRUE in any case), as the Hugging Face tools read it: commands then
+// behave as with --no-progress.
+bool ProgressBarsDisabledByEnvironment();
+
 class ProgressDisplay {
  public:
   // Starts the display thread. `out` is stderr normally.

@@ -5,7 +5,24 @@
 #include <charconv>
 #include <limits>
 
+#include "client/cli/suggest.h"
+
 namespace exlr8 {
+
+namespace {
+
+// " (did you mean '--repo'?)" for a misspelt option, from every option the
+// command takes.
+std::string Suggestion(const std::string& typed, const std::set<std::string>& value_options,
+                       const std::set<std::string>& flags) {
+  std::vector<std::string> names;
+  for (const std::string& n : value_options) names.push_back("--" + n);
+  for (const std::string& n : flags) names.push_back("--" + n);
+  const std::string option = typed.substr(0, typed.find('='));
+  return DidYouMean(option.starts_with("--") ? option : "-" + option, names);
+}
+
+}  // namespace
 
 Result<Args> Args::Parse(const std::vector<std::string>& argv, const std::set<std::string>& value_options,
                          const std::set<std::string>& flags) {
@@ -18,8 +35,12 @@ Result<Args> Args::Parse(const std::vector<std::string>& argv, const std::set<st
         only_positional = true;
         continue;
       }
+      if (!only_positional && s == "-h" && flags.contains("help")) {
+        a.values_["help"] = "1";
+        continue;
+      }
       if (!only_positional && s.size() > 1 && s[0] == '-' && s != "-")
-        return InvalidArgumentError("unknown option '" + s + "'");
+        return InvalidArgumentError("unknown option '" + s + "'" + Suggestion(s, value_options, flags));
       a.positional_.push_back(s);
       continue;
     }
@@ -40,7 +61,7 @@ Result<Args> Args::Parse(const std::vector<std::string>& argv, const std::set<st
       a.values_[name] = *value;
       a.all_values_.emplace_back(name, *value);
     } else {
-      return InvalidArgumentError("unknown option '--" + name + "'");
+      return InvalidArgumentError("unknown option '--" + name + "'" + Suggestion(s, value_options, flags));
     }
   }
   return a;

@@ -1,7 +1,8 @@
 // A small command-line parser shared by `exlr8` and `exlr8d` subcommands.
 //
 // Accepts `--name value`, `--name=value`, boolean `--flag`, and positional
-// arguments. Unknown options are errors (a typo must not be ignored).
+// arguments; `-h` is `--help` where "help" is a flag. Unknown options are
+// errors (a typo must not be ignored) that name the nearest known option.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "client/cli/suggest.h"
+
 namespace exlr8 {
 
 int ExitCodeFor(const Status& s) {
@@ -27,6 +29,15 @@ int ExitCodeFor(const Status& s) {
 int DispatchSubcommand(std::string_view prog, std::string_view version, std::string_view usage, int argc,
                        char** argv, std::span<const Subcommand> commands) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> names;
+  for (const Subcommand& c : commands) names.emplace_back(c.name);
+  if (args.size() == 2 && args[0] == "help") {
+    // `help CMD` is `CMD --help`.
+    for (const Subcommand& c : commands)
+      if (c.name == args[1]) return c.run({"--help"});
+    std::cerr << prog << ": unknown command '" << args[1] << "'" << DidYouMean(args[1], names) << "\n";
+    return kExitUsage;
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     (args.empty() ? std::cerr : std::cout) << usage;
     return args.empty() ? kExitUsage : 0;
@@ -39,7 +50,7 @@ int DispatchSubcommand(std::string_view prog, std::string_view version, std::str
   args.erase(args.begin());
   for (const Subcommand& c : commands)
     if (c.name == name) return c.run(args);
-  std::cerr << prog << ": unknown command '" << name << "'\n" << usage;
+  std::cerr << prog << ": unknown command '" << name << "'" << DidYouMean(name, names) << "\n" << usage;
   return kExitUsage;
 }
 

@@ -41,9 +41,9 @@ struct Subcommand {
   int (*run)(const std::vector<std::string>& args);
 };
 
-// main() of `exlr8` and `exlr8d`: --help/-h/help print `usage`, --version
-// prints "<prog> <version>", a known subcommand runs, anything else is a
-// usage error (exit 2).
+// main() of `exlr8` and `exlr8d`: --help/-h/help print `usage`, `help CMD`
+// is `CMD --help`, --version prints "<prog> <version>", a known subcommand
+// runs, anything else is a usage error (exit 2) naming the nearest command.
 int DispatchSubcommand(std::string_view prog, std::string_view version, std::string_view usage, int argc,
                        char** argv, std::span<const Subcommand> commands);
 

@@ -301,7 +301,7 @@ Status HttpError(long status, const ResponseHead& head, std::string_view what, b
   if (status == 401 || status == 403) {
     msg += token_sent ? "; the Hugging Face token was rejected or lacks access to this repo (check HF_TOKEN "
                         "or the token file; gated repos need their terms accepted)"
-                      : "; no Hugging Face token was sent: set HF_TOKEN or log in (huggingface-cli login) "
+                      : "; no Hugging Face token was sent: set HF_TOKEN or log in (hf auth login) "
                         "if the repo is private or gated";
     return PermissionDeniedError(std::move(msg));
   }

@@ -347,6 +347,7 @@ TEST(HubClientTest, RejectedTokenIsPermissionDeniedWithoutTheToken) {
   auto a = HubClient::Open(anon, hub.repo, "main");
   EXPECT_EQ(a.status().code(), StatusCode::kPermissionDenied);
   EXPECT_THAT(a.status().message(), HasSubstr("HF_TOKEN"));
+  EXPECT_THAT(a.status().message(), HasSubstr("hf auth login"));  // today's Hugging Face CLI
   for (const TestRequest& r : hub.hub().requests()) {
     if (r.Header("authorization").empty()) continue;
     EXPECT_EQ(r.Header("authorization"), "Bearer hf_wrong_value_42");

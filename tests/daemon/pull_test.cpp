@@ -947,6 +947,46 @@ TEST(PullTest, AnEndpointThatIsNoHubSaysWhichUrl) {
   EXPECT_THAT(s.status().message(), HasSubstr(sim->hub_url() + "/api/api/models/exlr8/test/revision/main is no hub API route"));
 }
 
+TEST(PullTest, HfHubDisableProgressBarsSilencesTheProgressLinesAsNoProgressDoes) {
+  auto sim = StartSim(TinyRelease());
+  const std::string rank = " pull --endpoint " + sim->hub_url() + " --repo exlr8/test --manifest home --tp 4 --rank ";
+  TempDir shown, silent, off;
+  // stderr is not a terminal here, so the progress comes as log lines.
+  const ShellRun with = Shell(Exlr8d() + rank + "0 --cache " + Quote(shown.path().string()));
+  ASSERT_EQ(with.status, 0) << with.out;
+  EXPECT_THAT(with.out, HasSubstr("exlr8d pull: "));
+  for (const char* value : {"1", "true", "YES", "On"}) {
+    SCOPED_TRACE(value);
+    TempDir cache;
+    const ShellRun quiet = Shell(std::string("HF_HUB_DISABLE_PROGRESS_BARS=") + value + " " + Exlr8d() + rank +
+                                 "0 --cache " + Quote(cache.path().string()));
+    ASSERT_EQ(quiet.status, 0) << quiet.out;
+    EXPECT_THAT(quiet.out, Not(HasSubstr("exlr8d pull: ")));
+  }
+  const ShellRun no = Shell("HF_HUB_DISABLE_PROGRESS_BARS=0 " + Exlr8d() + rank + "1 --cache " +
+                            Quote(off.path().string()));
+  ASSERT_EQ(no.status, 0) << no.out;
+  EXPECT_THAT(no.out, HasSubstr("exlr8d pull: "));
+}
+
+TEST(PullTest, HelpAndMisspellingsAreAnsweredAsHuggingFaceUsersExpect) {
+  const ShellRun help = Shell(Exlr8d() + " help pull");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_THAT(help.out, HasSubstr("usage: exlr8d pull"));
+  const ShellRun dash_h = Shell(Exlr8d() + " pull -h");
+  EXPECT_EQ(dash_h.status, 0) << dash_h.out;
+  EXPECT_EQ(dash_h.out, help.out);
+  const ShellRun typo = Shell(Exlr8d() + " pull --repoo exlr8/test");
+  EXPECT_EQ(typo.status, 2) << typo.out;
+  EXPECT_THAT(typo.out, HasSubstr("unknown option '--repoo' (did you mean '--repo'?)"));
+  const ShellRun command = Shell(Exlr8d() + " pul --repo exlr8/test");
+  EXPECT_EQ(command.status, 2) << command.out;
+  EXPECT_THAT(command.out, HasSubstr("unknown command 'pul' (did you mean 'pull'?)"));
+  const ShellRun unknown_help = Shell(Exlr8d() + " help stauts");
+  EXPECT_EQ(unknown_help.status, 2) << unknown_help.out;
+  EXPECT_THAT(unknown_help.out, HasSubstr("unknown command 'stauts' (did you mean 'status'?)"));
+}
+
 TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

@@ -1,14 +1,16 @@
 // The bulk decode of disk words to natural-order coordinates: the hot loop
 // of verifying and decoding a Tetra code stream on the CPU.
 //
-// Per word: one 8-byte load and byte swap, the three trellis loads, and per
-// section one 16-byte load from the expansion table: for every (rank row,
-// parity p) the row's 8 values for o = p and the XOR with those for o = p+2,
-// so a section's 8 values are lo ^ (x & bytemask(pattern byte)). The three
-// sections are then moved to natural order with shifts and masks derived at
-// compile time from the trio octads. No per-coordinate branch or loop.
-// The expansion table (4096 x 2 x 16 B = 128 KiB) is built once for
-// BuiltTables() and per call for other tables.
+// Per word: one 8-byte load and byte swap, six loads from small tables
+// indexed by the word's bits as they lie (pattern bytes stored as byte
+// masks, section 2's mixed row), and per section one 16-byte load from the
+// expansion table: for every (rank row, parity p) the row's 8 values for
+// o = p and their XOR with those for o = p+2, so a section's 8 values are
+// lo ^ (x & bytemask(pattern byte)). The three sections then move to natural
+// order with four SSSE3 byte shuffles (checked at run time) or, elsewhere,
+// shifts and masks; both are derived at compile time from the trio octads.
+// No per-coordinate branch or loop. The expansion (about 150 KiB) is built
+// once for BuiltTables() and per call for other tables.
 #include <array>
 #include <bit>
 #include <cstdint>

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "format/tetra/internal.h"
 

@@ -3,9 +3,13 @@
 #include "format/lvq5/decode.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <vector>
 
 #include "format/dtype.h"
+#include "format/tetra/tables.h"
+#include "format/tetra/word.h"
 
 namespace exlr8::lvq5 {
 
@@ -64,17 +68,72 @@ Status DecodeGroupAffine(const ByteSource& file, std::uint32_t bits, std::uint32
 
 }  // namespace
 
+namespace {
+
+// Rows of a Tetra record per chunk: about kDecodeChunkValues values, at
+// least one row.
+std::uint64_t TetraRowsPerChunk(const MatrixRecord& r) {
+  return std::max<std::uint64_t>(1, kDecodeChunkValues / std::max<std::uint64_t>(1, r.d_in));
+}
+
+}  // namespace
+
 Status DecodeTetraCoords(const ByteSource& file, const MatrixRecord& r, const Int8Sink& sink) {
-  (void)file;
-  (void)sink;
-  return UnimplementedError(file.name() + ": record '" + r.name +
-                            "': Tetra decoding is not yet built into this exlr8");
+  EXLR8_RETURN_IF_ERROR(tetra::TablesStatus());
+  const tetra::Tables& tables = tetra::BuiltTables();
+  const std::uint64_t row_bytes = std::uint64_t{kTetraWordBytes} * r.nblocks;
+  if (row_bytes == 0) return Status::Ok();
+  const std::uint64_t step = TetraRowsPerChunk(r);
+  std::vector<std::byte> disk;
+  std::vector<std::int8_t> out;
+  for (std::uint64_t i0 = 0; i0 < r.d_out; i0 += step) {
+    const std::uint64_t rows = std::min<std::uint64_t>(step, r.d_out - i0);
+    disk.resize(rows * row_bytes);
+    EXLR8_RETURN_IF_ERROR(file.ReadAt(r.codes_offset + i0 * row_bytes, disk));
+    out.resize(4 * disk.size());
+    tetra::DecodeDiskWords(tables, disk, out);
+    EXLR8_RETURN_IF_ERROR(sink(out));
+  }
+  return Status::Ok();
 }
 
 Status DecodeTetraWeights(const ByteSource& file, const MatrixRecord& r, const FloatSink& sink) {
-  (void)sink;
-  return UnimplementedError(file.name() + ": record '" + r.name +
-                            "': Tetra decoding is not yet built into this exlr8");
+  EXLR8_RETURN_IF_ERROR(tetra::TablesStatus());
+  const tetra::Tables& tables = tetra::BuiltTables();
+  std::array<std::byte, 16> cbytes;
+  EXLR8_RETURN_IF_ERROR(file.ReadAt(r.centroids_offset, cbytes));
+  double centroids[2];
+  std::memcpy(centroids, cbytes.data(), sizeof centroids);  // little-endian host (format/ assumes it)
+  const std::uint64_t row_bytes = std::uint64_t{kTetraWordBytes} * r.nblocks;
+  const std::uint64_t step = TetraRowsPerChunk(r);
+  std::vector<std::byte> disk, scales_bytes, tail_bytes;
+  std::vector<float> out;
+  for (std::uint64_t i0 = 0; i0 < r.d_out; i0 += step) {
+    const std::uint64_t rows = std::min<std::uint64_t>(step, r.d_out - i0);
+    disk.resize(rows * row_bytes);
+    scales_bytes.resize(rows * 8);
+    tail_bytes.resize(rows * 4 * r.tail_cols);
+    EXLR8_RETURN_IF_ERROR(file.ReadAt(r.codes_offset + i0 * row_bytes, disk));
+    EXLR8_RETURN_IF_ERROR(file.ReadAt(r.row_scales_offset + i0 * 8, scales_bytes));
+    EXLR8_RETURN_IF_ERROR(file.ReadAt(r.tail_offset + i0 * 4 * r.tail_cols, tail_bytes));
+    out.resize(rows * r.d_in);
+    for (std::uint64_t i = 0; i < rows; ++i) {
+      double row_scale;
+      std::memcpy(&row_scale, &scales_bytes[8 * i], 8);
+      float* row_out = &out[i * r.d_in];
+      for (std::uint64_t j = 0; j < r.nblocks; ++j) {
+        const std::uint64_t w = tetra::WordFromDisk(&disk[i * row_bytes + kTetraWordBytes * j]);
+        std::int8_t y[kTetraBlock];
+        tetra::DecodeCoords(tables, w, y);
+        tetra::ReconstructBlock(y, centroids[(w & tetra::kGainBit) ? 1 : 0], row_scale,
+                                row_out + kTetraBlock * j);
+      }
+      if (r.tail_cols)
+        std::memcpy(row_out + kTetraBlock * r.nblocks, &tail_bytes[i * 4 * r.tail_cols], 4 * r.tail_cols);
+    }
+    EXLR8_RETURN_IF_ERROR(sink(out));
+  }
+  return Status::Ok();
 }
 
 Status DecodeInt4G128(const ByteSource& file, const MatrixRecord& r, const FloatSink& sink) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "format/checksum.h"
+#include "format/tetra/tables.h"
 #include "format/utf8.h"
 
 namespace exlr8::lvq5 {
@@ -411,12 +412,12 @@ const Blob* FileIndex::FindBlob(std::string_view name) const {
   return nullptr;
 }
 
-// The published value of the map (spec 2.6); exlr8::tetra's built tables
-// reproduce it, and once they are linked here the header is compared with
-// what they compute.
-constexpr std::uint64_t kPublishedTetraFingerprint = 0x9c3060086c7a13e6ULL;
-
-Result<std::uint64_t> ExpectedTetraFingerprint() { return kPublishedTetraFingerprint; }
+Result<std::uint64_t> ExpectedTetraFingerprint() {
+  EXLR8_RETURN_IF_ERROR(tetra::TablesStatus());
+  // The tables are built once per process, so is their fingerprint.
+  static const std::uint64_t fingerprint = tetra::MapFingerprint(tetra::BuiltTables());
+  return fingerprint;
+}
 
 Result<FileIndex> ReadIndex(const ByteSource& file) {
   EXLR8_ASSIGN_OR_RETURN(std::uint64_t tetra_fp, ExpectedTetraFingerprint());

@@ -20,6 +20,7 @@
 
 #include "format/byte_source.h"
 #include "format/status.h"
+#include "format/tetra/tables.h"
 
 namespace exlr8::lvq5 {
 
@@ -27,7 +28,7 @@ inline constexpr char kMagic[4] = {'L', 'V', 'Q', '5'};
 inline constexpr std::uint64_t kHeaderSize = 32;
 // The "v1 ball" index map's fingerprint: compared as a constant, since
 // recomputing it needs the ball indexer that no sealed file uses (spec 4.3).
-inline constexpr std::uint64_t kBallFingerprint = 0x338f420f11866319ULL;
+inline constexpr std::uint64_t kBallFingerprint = tetra::kBallMapFingerprint;
 // shell_cap sentinels (spec 1.3).
 inline constexpr std::uint32_t kTetraShellCap = 12;
 inline constexpr std::uint32_t kInt4G128ShellCap = 0xFFFFFFFFu;

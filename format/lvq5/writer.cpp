@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "format/dtype.h"
+#include "format/tetra/word.h"
 
 namespace exlr8::lvq5 {
 
@@ -38,13 +39,6 @@ std::span<const std::byte> Bytes(const std::vector<T>& v) {
 }
 
 }  // namespace
-
-void WordToDiskBytes(std::uint64_t w, std::byte* six) {
-  const std::uint64_t label = w & ((1ULL << 47) - 1);
-  const std::uint64_t gain = (w >> 47) & 1;
-  const std::uint64_t v = (label << 1) | gain;
-  for (int i = 0; i < 6; ++i) six[i] = static_cast<std::byte>(v >> (8 * (5 - i)));
-}
 
 TetraRecordSpec RandomTetra(std::string name, std::uint32_t d_out, std::uint32_t d_in, std::uint64_t seed) {
   SplitMix64 rng{seed};
@@ -180,7 +174,7 @@ Status Writer::WriteTetraRecord(const TetraRecordSpec& r) {
   EXLR8_RETURN_IF_ERROR(Put(Bytes(r.tail)));
   EXLR8_RETURN_IF_ERROR(U64(kTetraWordBytes * r.words.size()));
   std::vector<std::byte> codes(kTetraWordBytes * r.words.size());
-  for (std::size_t i = 0; i < r.words.size(); ++i) WordToDiskBytes(r.words[i], &codes[kTetraWordBytes * i]);
+  for (std::size_t i = 0; i < r.words.size(); ++i) tetra::WordToDisk(r.words[i], &codes[kTetraWordBytes * i]);
   return Put(codes);
 }
 
@@ -201,7 +195,7 @@ Status Writer::WriteRandomTetraRecord(const std::string& name, std::uint32_t d_o
   std::vector<std::byte> row(kTetraWordBytes * nblocks);
   for (std::uint32_t i = 0; i < d_out; ++i) {
     for (std::uint64_t j = 0; j < nblocks; ++j)
-      WordToDiskBytes(rng.Next() & kWordMask, &row[kTetraWordBytes * j]);
+      tetra::WordToDisk(rng.Next() & kWordMask, &row[kTetraWordBytes * j]);
     EXLR8_RETURN_IF_ERROR(Put(row));
   }
   return Status::Ok();

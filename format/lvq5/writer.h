@@ -116,7 +116,4 @@ struct FileSpec {
 };
 Result<std::vector<std::byte>> WriteFile(const FileSpec& spec);
 
-// 48-bit kernel word W <-> the 6 disk bytes (big-endian V = label << 1 | gain).
-void WordToDiskBytes(std::uint64_t w, std::byte* six);
-
 }  // namespace exlr8::lvq5

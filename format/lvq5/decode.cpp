@@ -107,6 +107,7 @@ Status DecodeTetraWeights(const ByteSource& file, const MatrixRecord& r, const F
   const std::uint64_t row_bytes = std::uint64_t{kTetraWordBytes} * r.nblocks;
   const std::uint64_t step = TetraRowsPerChunk(r);
   std::vector<std::byte> disk, scales_bytes, tail_bytes;
+  std::vector<std::int8_t> coords;
   std::vector<float> out;
   for (std::uint64_t i0 = 0; i0 < r.d_out; i0 += step) {
     const std::uint64_t rows = std::min<std::uint64_t>(step, r.d_out - i0);
@@ -116,17 +117,18 @@ Status DecodeTetraWeights(const ByteSource& file, const MatrixRecord& r, const F
     EXLR8_RETURN_IF_ERROR(file.ReadAt(r.codes_offset + i0 * row_bytes, disk));
     EXLR8_RETURN_IF_ERROR(file.ReadAt(r.row_scales_offset + i0 * 8, scales_bytes));
     EXLR8_RETURN_IF_ERROR(file.ReadAt(r.tail_offset + i0 * 4 * r.tail_cols, tail_bytes));
+    coords.resize(4 * disk.size());
+    tetra::DecodeDiskWords(tables, disk, coords);
     out.resize(rows * r.d_in);
     for (std::uint64_t i = 0; i < rows; ++i) {
       double row_scale;
       std::memcpy(&row_scale, &scales_bytes[8 * i], 8);
       float* row_out = &out[i * r.d_in];
       for (std::uint64_t j = 0; j < r.nblocks; ++j) {
-        const std::uint64_t w = tetra::WordFromDisk(&disk[i * row_bytes + kTetraWordBytes * j]);
-        std::int8_t y[kTetraBlock];
-        tetra::DecodeCoords(tables, w, y);
-        tetra::ReconstructBlock(y, centroids[(w & tetra::kGainBit) ? 1 : 0], row_scale,
-                                row_out + kTetraBlock * j);
+        const std::uint64_t block = i * r.nblocks + j;
+        const std::uint64_t w = tetra::WordFromDisk(&disk[kTetraWordBytes * block]);
+        tetra::ReconstructBlock(&coords[kTetraBlock * block], centroids[(w & tetra::kGainBit) ? 1 : 0],
+                                row_scale, row_out + kTetraBlock * j);
       }
       if (r.tail_cols)
         std::memcpy(row_out + kTetraBlock * r.nblocks, &tail_bytes[i * 4 * r.tail_cols], 4 * r.tail_cols);

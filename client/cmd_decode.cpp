@@ -1,5 +1,8 @@
 // exlr8 decode ROOT --layer L --expert E|shared --proj gate|up|down --half H --width K [--tiles] --out FILE
 // exlr8 decode ROOT --dense FILE --matrix NAME --out FILE
+// exlr8 decode FILE.bin --record NAME [--coords] --out FILE   (LVQ5)
+// exlr8 decode FILE.bin --blob NAME --out FILE                (LVQ5)
+#include <bit>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -9,8 +12,11 @@
 #include "client/commands.h"
 #include "client/dense_verify.h"
 #include "client/file_source.h"
+#include "client/lvq5_cli.h"
 #include "format/expert_decode.h"
 #include "format/layout.h"
+#include "format/lvq5/decode.h"
+#include "format/lvq5/index.h"
 
 namespace exlr8 {
 
@@ -19,6 +25,8 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   exlr8 decode ROOT --layer L --expert E|shared --proj gate|up|down --half H --width K [--tiles] [--no-verify] --out FILE
   exlr8 decode ROOT --dense FILE --matrix NAME --out FILE
+  exlr8 decode FILE.bin --record NAME [--coords] --out FILE
+  exlr8 decode FILE.bin --blob NAME --out FILE
 
 Expert half: writes little-endian float32 in (input, output) row-major order:
 a gate/up half is hidden x 128, a down half 128 x hidden. --tiles writes the
@@ -29,7 +37,78 @@ Dense matrix: FILE is a release path such as dense/exlr8-dense-000.safetensors
 or dense/exlr8-vocab.safetensors; NAME a matrix such as self_attn.q_proj.
 Writes the decoded HF weight, float32 (out, in) row-major. Every block
 checksum of the matrix is verified first.
+
+LVQ5 sealed file (docs/LVQ5.md), whose structure and map fingerprints are
+checked first. --record NAME names a matrix record or a raw tensor; writes
+little-endian float32: a Tetra record's rows in the rotated basis (per row
+24*nblocks reconstructed values, then the d_in mod 24 tail values), an
+Int4G128 record [d_out][d_in], a raw tensor's values in row-major order.
+--coords (Tetra records only) writes the lattice coordinates instead, int8
+[d_out][nblocks][24] in natural order. --blob NAME writes a blob's bytes.
 )";
+
+static_assert(std::endian::native == std::endian::little, "float32 output is written in host order");
+
+// Streams the decoder's chunks into `path`; removes it on failure.
+class OutFile {
+ public:
+  explicit OutFile(std::string path) : path_(std::move(path)) {}
+  // Creates (truncates) the file: only once the request is known to be good.
+  Status Open() {
+    out_.open(path_, std::ios::binary | std::ios::trunc);
+    return out_ ? Status::Ok() : IOError(path_ + ": cannot open for writing");
+  }
+  Status Write(const void* p, std::size_t n) {
+    out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    return out_ ? Status::Ok() : IOError(path_ + ": write failed");
+  }
+  Status Close(Status s) {
+    out_.close();
+    if (s.ok() && !out_) s = IOError(path_ + ": write failed");
+    if (!s.ok()) std::remove(path_.c_str());
+    return s;
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+Status DecodeLvq5(const Args& args, const std::string& path, const std::string& out_path) {
+  EXLR8_ASSIGN_OR_RETURN(auto src, FileByteSource::Open(path));
+  EXLR8_ASSIGN_OR_RETURN(lvq5::FileIndex ix, lvq5::ReadIndex(*src));
+  const bool coords = args.Flag("coords");
+  if (args.Has("blob") == args.Has("record"))
+    return InvalidArgumentError("give one of --record NAME or --blob NAME");
+  OutFile out(out_path);
+  if (args.Has("blob")) {
+    if (coords) return InvalidArgumentError("--coords applies to Tetra records, not blobs");
+    const std::string name = *args.Get("blob");
+    const lvq5::Blob* b = ix.FindBlob(name);
+    if (!b) return NotFoundError(path + ": no blob named '" + name + "'");
+    EXLR8_RETURN_IF_ERROR(out.Open());
+    return out.Close(lvq5::ReadBlobBytes(
+        *src, *b, [&](std::span<const std::byte> v) { return out.Write(v.data(), v.size()); }));
+  }
+  const std::string name = *args.Get("record");
+  auto floats = [&](std::span<const float> v) { return out.Write(v.data(), v.size_bytes()); };
+  if (const lvq5::MatrixRecord* m = ix.FindMatrix(name)) {
+    if (coords && m->kind != lvq5::Kind::kTetra)
+      return InvalidArgumentError("--coords: record '" + name + "' is " +
+                                  lvq5::KindName(static_cast<std::uint32_t>(m->kind)) + ", not Tetra");
+    EXLR8_RETURN_IF_ERROR(out.Open());
+    if (coords)
+      return out.Close(lvq5::DecodeTetraCoords(
+          *src, *m, [&](std::span<const std::int8_t> v) { return out.Write(v.data(), v.size()); }));
+    return out.Close(lvq5::DecodeMatrix(*src, *m, floats));
+  }
+  if (const lvq5::RawTensor* t = ix.FindRaw(name)) {
+    if (coords) return InvalidArgumentError("--coords: '" + name + "' is a raw tensor, not a Tetra record");
+    EXLR8_RETURN_IF_ERROR(out.Open());
+    return out.Close(lvq5::DecodeRaw(*src, *t, floats));
+  }
+  return NotFoundError(path + ": no matrix record or raw tensor named '" + name + "'");
+}
 
 Status WriteFloats(const std::string& path, const std::vector<float>& v) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -88,7 +167,21 @@ Status DecodeDense(const Args& args, const std::filesystem::path& root, const st
 
 }  // namespace
 
+int RunLvq5Decode(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto exit =
+          ParseCommandLine("exlr8 decode", kUsage, argv, {"record", "blob", "out"}, {"coords"}, 1, &args))
+    return *exit;
+  auto out = args.Require("out");
+  if (!out.ok()) return ReportError("exlr8 decode", out.status());
+  Status s = DecodeLvq5(args, args.positional()[0], *out);
+  return s.ok() ? 0 : ReportError("exlr8 decode", s);
+}
+
 int RunDecode(const std::vector<std::string>& argv) {
+  if (ArgsNameLvqFile(
+          argv, {"layer", "expert", "proj", "half", "width", "out", "dense", "matrix", "record", "blob"}))
+    return RunLvq5Decode(argv);
   Args parsed;
   if (auto exit = ParseCommandLine("exlr8 decode", kUsage, argv,
                                    {"layer", "expert", "proj", "half", "width", "out", "dense", "matrix"},

@@ -1,23 +1,30 @@
 #include "client/cmd_synth.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
 #include "client/file_sink.h"
+#include "client/lvq5_cli.h"
+#include "format/lvq5/writer.h"
 
 namespace exlr8 {
 
 namespace {
 
 const std::set<std::string> kValueOptions = {
-    "preset", "hidden", "halves", "experts", "moe-layers", "dense-layers", "num-layers", "widths",
-    "shared-widths", "vocab", "seed", "index-dtype", "checksum-dtype", "vector-dtype", "block-vector-dtype",
-    "signs-dtype", "record-dtype", "int4-scale-dtype", "fp8-scale-dtype", "byte-dtype", "alignment", "half-order",
-    "home-mix", "max-file-bytes", "leading-pad",
+    "preset",       "hidden",       "halves",           "experts",         "moe-layers",
+    "dense-layers", "num-layers",   "widths",           "shared-widths",   "vocab",
+    "seed",         "index-dtype",  "checksum-dtype",   "vector-dtype",    "block-vector-dtype",
+    "signs-dtype",  "record-dtype", "int4-scale-dtype", "fp8-scale-dtype", "byte-dtype",
+    "alignment",    "half-order",   "home-mix",         "max-file-bytes",  "leading-pad",
 };
 const std::set<std::string> kFlags = {"index-only", "no-pair-align", "sync", "quiet", "help"};
 
@@ -31,7 +38,8 @@ Result<std::vector<int>> ParseIntList(std::string_view name, std::string_view te
     int v = 0;
     auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
     if (part.empty() || ec != std::errc() || p != part.data() + part.size())
-      return InvalidArgumentError("--" + std::string(name) + ": '" + std::string(part) + "' is not an integer");
+      return InvalidArgumentError("--" + std::string(name) + ": '" + std::string(part) +
+                                  "' is not an integer");
     out.push_back(v);
     start = comma + 1;
   }
@@ -144,15 +152,22 @@ Result<SynthCommand> ParseCommand(const std::vector<std::string>& argv, bool nee
     o.max_materialized_file_bytes = *r;
   }
   if (auto v = a.Get("half-order")) {
-    if (*v == "expert") o.half_order = HalfOrder::kExpertMajor;
-    else if (*v == "projection") o.half_order = HalfOrder::kProjectionMajor;
-    else if (*v == "shuffled") o.half_order = HalfOrder::kShuffled;
-    else return InvalidArgumentError("--half-order: '" + *v + "' is not expert, projection or shuffled");
+    if (*v == "expert")
+      o.half_order = HalfOrder::kExpertMajor;
+    else if (*v == "projection")
+      o.half_order = HalfOrder::kProjectionMajor;
+    else if (*v == "shuffled")
+      o.half_order = HalfOrder::kShuffled;
+    else
+      return InvalidArgumentError("--half-order: '" + *v + "' is not expert, projection or shuffled");
   }
   if (auto v = a.Get("home-mix")) {
-    if (*v == "expert") o.home_mix = ManifestMix::kPerExpert;
-    else if (*v == "half") o.home_mix = ManifestMix::kRandomPerHalf;
-    else return InvalidArgumentError("--home-mix: '" + *v + "' is not expert or half");
+    if (*v == "expert")
+      o.home_mix = ManifestMix::kPerExpert;
+    else if (*v == "half")
+      o.home_mix = ManifestMix::kRandomPerHalf;
+    else
+      return InvalidArgumentError("--home-mix: '" + *v + "' is not expert or half");
   }
   if (a.Flag("no-pair-align")) o.align_pairs = false;
   o.index_only = a.Flag("index-only");
@@ -197,6 +212,7 @@ std::string SynthUsage() {
 
 Writes a synthetic, valid EXLR8 v2 release (random contents, exact checksums)
 into directory OUT: config.json, experts/, dense/, manifests/ (home, down1, up1).
+(exlr8 synth --lvq5 --help: a synthetic LVQ5 sealed file instead.)
 
   --seed S                 random seed (required); same options + seed = same bytes
   --preset NAME            tiny (default: the exlr8-tiny fixture geometry) or
@@ -248,7 +264,196 @@ Result<SynthOptions> ParseSynthOptions(const std::vector<std::string>& args) {
   return c.options;
 }
 
+namespace {
+
+constexpr const char* kLvq5Usage = R"(usage: exlr8 synth --lvq5 OUT.bin --seed S [options]
+
+Writes a synthetic LVQ5 sealed file (docs/LVQ5.md) to OUT.bin: random Tetra
+words (every 48-bit value is legal), Int4G128 records, raw tensors and one
+config.json blob; same options + seed = same bytes. Without any of the
+part options it writes lvq5-tiny's geometry (3 Tetra, 2 Int4G128, 2 f16 and
+one q4 g64 raw tensor). Tetra records are written row by row, so files of
+any size can be made.
+
+  --tetra LIST       Tetra records, e.g. 256x264,384x256 (d_out x d_in)
+  --int4g128 LIST    Int4G128 records, d_in a multiple of 128
+  --raw-f16 LIST     f16 raw tensors by dims, e.g. 256,2x3x4
+  --raw-q4 LIST      4-bit group-affine raw tensors, DIMS/GROUP, e.g. 100x200/64
+  --raw-q8 LIST      8-bit group-affine raw tensors, DIMS/GROUP
+  --quiet            no summary line
+Names: tetra.N.weight, int4g128.N.weight, raw_f16.N, raw_q4.N, raw_q8.N.
+)";
+
+Result<std::vector<std::uint64_t>> ParseDims(std::string_view option, std::string_view text) {
+  std::vector<std::uint64_t> dims;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t x = std::min(text.find('x', start), text.size());
+    const std::string_view part = text.substr(start, x - start);
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || p != part.data() + part.size() || v > (1ULL << 32))
+      return InvalidArgumentError("--" + std::string(option) + ": '" + std::string(text) +
+                                  "' is not a list of dimensions like 256x264");
+    dims.push_back(v);
+    if (x == text.size()) return dims;
+    start = x + 1;
+  }
+}
+
+// "A,B,C" -> each item.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = std::min(text.find(',', start), text.size());
+    out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+struct Lvq5Parts {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> tetra, int4;
+  std::vector<std::vector<std::uint64_t>> f16;
+  std::vector<std::pair<std::vector<std::uint64_t>, std::uint32_t>> q4, q8;
+};
+
+Result<std::pair<std::uint32_t, std::uint32_t>> ParseMatrix(std::string_view option,
+                                                            const std::string& item) {
+  EXLR8_ASSIGN_OR_RETURN(auto dims, ParseDims(option, item));
+  if (dims.size() != 2 || dims[0] == 0 || dims[1] == 0 || dims[0] > 0xFFFFFFFFu || dims[1] > 0xFFFFFFFFu)
+    return InvalidArgumentError("--" + std::string(option) + ": '" + item +
+                                "' is not D_OUTxD_IN (both >= 1)");
+  if (option == "int4g128" && dims[1] % 128 != 0)
+    return InvalidArgumentError("--int4g128: '" + item + "': d_in must be a multiple of 128");
+  return std::pair{static_cast<std::uint32_t>(dims[0]), static_cast<std::uint32_t>(dims[1])};
+}
+
+Result<std::pair<std::vector<std::uint64_t>, std::uint32_t>> ParseQuant(std::string_view option,
+                                                                        const std::string& item) {
+  const std::size_t slash = item.find('/');
+  if (slash == std::string::npos)
+    return InvalidArgumentError("--" + std::string(option) + ": '" + item +
+                                "' needs /GROUP, e.g. 100x200/64");
+  EXLR8_ASSIGN_OR_RETURN(auto dims, ParseDims(option, item.substr(0, slash)));
+  EXLR8_ASSIGN_OR_RETURN(auto g, ParseDims(option, item.substr(slash + 1)));
+  if (g.size() != 1 || g[0] == 0 || g[0] > 0xFFFFFFFFu)
+    return InvalidArgumentError("--" + std::string(option) + ": '" + item + "': bad group");
+  return std::pair{dims, static_cast<std::uint32_t>(g[0])};
+}
+
+Status WriteLvq5Synth(const Args& a, const std::string& out_path, std::uint64_t seed, std::uint64_t* bytes) {
+  Lvq5Parts parts;
+  const bool any =
+      a.Has("tetra") || a.Has("int4g128") || a.Has("raw-f16") || a.Has("raw-q4") || a.Has("raw-q8");
+  if (!any) {
+    parts.tetra = {{256, 264}, {64, 264}, {384, 256}};
+    parts.int4 = {{64, 256}, {256, 384}};
+    parts.f16 = {{256}, {256}};
+    parts.q4 = {{{100, 200}, 64}};
+  }
+  for (const auto& item : SplitList(a.GetOr("tetra", ""))) {
+    if (!a.Has("tetra")) break;
+    EXLR8_ASSIGN_OR_RETURN(auto m, ParseMatrix("tetra", item));
+    parts.tetra.push_back(m);
+  }
+  for (const auto& item : SplitList(a.GetOr("int4g128", ""))) {
+    if (!a.Has("int4g128")) break;
+    EXLR8_ASSIGN_OR_RETURN(auto m, ParseMatrix("int4g128", item));
+    parts.int4.push_back(m);
+  }
+  for (const auto& item : SplitList(a.GetOr("raw-f16", ""))) {
+    if (!a.Has("raw-f16")) break;
+    EXLR8_ASSIGN_OR_RETURN(auto d, ParseDims("raw-f16", item));
+    parts.f16.push_back(d);
+  }
+  for (const char* opt : {"raw-q4", "raw-q8"})
+    for (const auto& item : SplitList(a.GetOr(opt, ""))) {
+      if (!a.Has(opt)) break;
+      EXLR8_ASSIGN_OR_RETURN(auto q, ParseQuant(opt, item));
+      (std::string_view(opt) == "raw-q4" ? parts.q4 : parts.q8).push_back(q);
+    }
+
+  const std::string tmp = out_path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return IOError(tmp + ": cannot open for writing");
+  lvq5::Writer w([&](std::span<const std::byte> b) {
+    return std::fwrite(b.data(), 1, b.size(), f) == b.size() ? Status::Ok() : IOError(tmp + ": write failed");
+  });
+  auto run = [&]() -> Status {
+    lvq5::Header h;
+    h.matrices = static_cast<std::uint32_t>(parts.tetra.size() + parts.int4.size());
+    h.ball_fingerprint = lvq5::kBallFingerprint;
+    EXLR8_ASSIGN_OR_RETURN(h.tetra_fingerprint, lvq5::ExpectedTetraFingerprint());
+    h.default_kind = static_cast<std::uint32_t>(
+        parts.tetra.empty() && !parts.int4.empty() ? lvq5::Kind::kInt4G128 : lvq5::Kind::kTetra);
+    h.kinds_mask = 6;
+    EXLR8_RETURN_IF_ERROR(w.WriteHeader(h));
+    std::uint64_t n = 0;
+    auto part_seed = [&]() { return seed * 0x9E3779B97F4A7C15ULL + (++n); };
+    for (std::size_t i = 0; i < parts.tetra.size(); ++i)
+      EXLR8_RETURN_IF_ERROR(w.WriteRandomTetraRecord("tetra." + std::to_string(i) + ".weight",
+                                                     parts.tetra[i].first, parts.tetra[i].second,
+                                                     part_seed()));
+    for (std::size_t i = 0; i < parts.int4.size(); ++i)
+      EXLR8_RETURN_IF_ERROR(w.WriteInt4G128Record(
+          lvq5::RandomInt4G128("int4g128." + std::to_string(i) + ".weight", parts.int4[i].first,
+                               parts.int4[i].second, part_seed())));
+    EXLR8_RETURN_IF_ERROR(
+        w.BeginRaw(static_cast<std::uint32_t>(parts.f16.size() + parts.q4.size() + parts.q8.size())));
+    for (std::size_t i = 0; i < parts.f16.size(); ++i)
+      EXLR8_RETURN_IF_ERROR(
+          w.WriteRaw(lvq5::RandomRawF16("raw_f16." + std::to_string(i), parts.f16[i], part_seed())));
+    for (std::size_t i = 0; i < parts.q4.size(); ++i)
+      EXLR8_RETURN_IF_ERROR(w.WriteRaw(lvq5::RandomRawQuant("raw_q4." + std::to_string(i), parts.q4[i].first,
+                                                            4, parts.q4[i].second, part_seed())));
+    for (std::size_t i = 0; i < parts.q8.size(); ++i)
+      EXLR8_RETURN_IF_ERROR(w.WriteRaw(lvq5::RandomRawQuant("raw_q8." + std::to_string(i), parts.q8[i].first,
+                                                            8, parts.q8[i].second, part_seed())));
+    EXLR8_RETURN_IF_ERROR(w.BeginBlobs(1));
+    const std::string config = "{\"exlr8_synth_seed\": " + std::to_string(seed) + "}\n";
+    EXLR8_RETURN_IF_ERROR(
+        w.WriteBlob("config.json", std::as_bytes(std::span<const char>(config.data(), config.size()))));
+    return w.Finish();
+  };
+  Status s = run();
+  if (std::fclose(f) != 0 && s.ok()) s = IOError(tmp + ": close failed");
+  if (s.ok() && std::rename(tmp.c_str(), out_path.c_str()) != 0) s = IOError(out_path + ": rename failed");
+  if (!s.ok()) std::remove(tmp.c_str());
+  *bytes = w.bytes_written();
+  return s;
+}
+
+}  // namespace
+
+int RunLvq5Synth(const std::vector<std::string>& argv) {
+  auto parsed = Args::Parse(argv, {"seed", "tetra", "int4g128", "raw-f16", "raw-q4", "raw-q8"},
+                            {"lvq5", "quiet", "help"});
+  if (!parsed.ok()) return ReportError("exlr8 synth", parsed.status());
+  const Args& a = *parsed;
+  if (a.Flag("help")) {
+    std::fputs(kLvq5Usage, stdout);
+    return kExitOk;
+  }
+  if (a.positional().size() != 1)
+    return ReportError("exlr8 synth", InvalidArgumentError("--lvq5: expected exactly one output file"));
+  auto seed = a.GetInt("seed", -1, 0, std::numeric_limits<std::int64_t>::max());
+  if (!seed.ok()) return ReportError("exlr8 synth", seed.status());
+  if (*seed < 0) return ReportError("exlr8 synth", InvalidArgumentError("missing --seed"));
+  std::uint64_t bytes = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = WriteLvq5Synth(a, a.positional()[0], static_cast<std::uint64_t>(*seed), &bytes);
+  if (!s.ok()) return ReportError("exlr8 synth", s);
+  if (!a.Flag("quiet"))
+    std::printf("exlr8 synth: wrote LVQ5 %s: %s in %.2f s\n", a.positional()[0].c_str(),
+                HumanBytes(bytes).c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
+}
+
 int RunSynth(const std::vector<std::string>& args) {
+  if (std::find(args.begin(), args.end(), "--lvq5") != args.end()) return RunLvq5Synth(args);
   auto parsed = ParseCommand(args, /*need_out=*/true);
   if (!parsed.ok()) {
     const int rc = ReportError("exlr8 synth", parsed.status());
@@ -267,7 +472,8 @@ int RunSynth(const std::vector<std::string>& args) {
   if (!parsed->quiet)
     std::printf("exlr8 synth: wrote %zu files to %s: %s (%s stored%s) in %.2f s\n", summary->files.size(),
                 parsed->out.c_str(), HumanBytes(summary->total_bytes).c_str(),
-                HumanBytes(summary->stored_bytes).c_str(), parsed->options.index_only ? ", index-only" : "", secs);
+                HumanBytes(summary->stored_bytes).c_str(), parsed->options.index_only ? ", index-only" : "",
+                secs);
   return kExitOk;
 }
 

@@ -1,4 +1,5 @@
 // exlr8 verify ROOT [--manifest M --tp N --rank R]
+// exlr8 verify FILE.bin [--list] [--quiet]   (an LVQ5 sealed file)
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -10,9 +11,11 @@
 #include "client/commands.h"
 #include "client/file_source.h"
 #include "client/local_release.h"
+#include "client/lvq5_cli.h"
 #include "format/checksum.h"
 #include "format/dense.h"
 #include "format/layout.h"
+#include "format/lvq5/index.h"
 #include "format/safetensors.h"
 
 namespace exlr8 {
@@ -20,6 +23,7 @@ namespace exlr8 {
 namespace {
 
 constexpr const char* kUsage = R"(usage: exlr8 verify ROOT [--manifest NAME|PATH --tp N --rank R] [--quiet]
+       exlr8 verify FILE.bin [--list] [--quiet]
 
 Checks every checksum it can in the release at ROOT: each width file's header
 (parsed, and every indexed half inside its data section), every expert half's
@@ -27,7 +31,17 @@ XXH64 (trellis bytes, channel-vector slice, block-vector row; spec 5.3), and
 every dense and vocab matrix block (spec 5.4). With --manifest/--tp/--rank,
 only what that rank's plan holds. Mismatches are named with file, offset and
 what the bytes are. Exit status 1 if anything does not verify.
+
+FILE.bin, an LVQ5 sealed file (docs/LVQ5.md): walks every record, raw
+tensor and blob and checks the structure (counts, sentinels, kinds, exact
+lengths, nothing after the last blob) and the header's map fingerprints
+against the Tetra tables exlr8 builds. LVQ5 files carry no checksums: the
+whole-file SHA-256 is checked by whoever downloads them (exlr8d pull).
+Prints a summary (--list: one line per part). Exit status 1 naming the
+first problem (file, record, field, byte offset).
 )";
+
+constexpr const char* kLvq5Usage = kUsage;
 
 struct HalfCheck {
   std::string width_path;
@@ -56,7 +70,63 @@ class SourceCache {
 
 }  // namespace
 
+int RunLvq5Verify(const std::vector<std::string>& argv) {
+  Args args;
+  if (auto exit = ParseCommandLine("exlr8 verify", kLvq5Usage, argv, {}, {"list", "quiet"}, 1, &args))
+    return *exit;
+  const std::string& path = args.positional()[0];
+  auto src = FileByteSource::Open(path);
+  if (!src.ok()) return ReportError("exlr8 verify", src.status());
+  auto ix = lvq5::ReadIndex(**src);
+  if (!ix.ok()) {
+    if (ix.status().code() != StatusCode::kCorruption) return ReportError("exlr8 verify", ix.status());
+    std::printf("MISMATCH %s\n", ix.status().message().c_str());
+    return kExitVerifyFailed;
+  }
+  std::uint64_t tetra = 0, int4 = 0, blocks = 0, code_bytes = 0;
+  for (const auto& m : ix->matrices) {
+    if (m.kind == lvq5::Kind::kTetra) {
+      ++tetra;
+      blocks += std::uint64_t{m.d_out} * m.nblocks;
+      code_bytes += m.codes_length;
+    } else {
+      ++int4;
+    }
+    if (args.Flag("list"))
+      std::printf("matrix %s %s %ux%u at %llu, %llu bytes\n", m.name.c_str(),
+                  lvq5::KindName(static_cast<std::uint32_t>(m.kind)).c_str(), m.d_out, m.d_in,
+                  static_cast<unsigned long long>(m.offset),
+                  static_cast<unsigned long long>(m.end - m.offset));
+  }
+  if (args.Flag("list")) {
+    for (const auto& t : ix->raw) {
+      std::string dims;
+      for (auto d : t.dims) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+      std::printf("raw %s %s [%s] at %llu, %llu bytes\n", t.name.c_str(),
+                  t.tag == lvq5::RawTag::kF16
+                      ? "f16"
+                      : ("q" + std::to_string(t.bits) + "g" + std::to_string(t.group)).c_str(),
+                  dims.c_str(), static_cast<unsigned long long>(t.offset),
+                  static_cast<unsigned long long>(t.end - t.offset));
+    }
+    for (const auto& b : ix->blobs)
+      std::printf("blob %s at %llu, %llu bytes\n", b.name.c_str(), static_cast<unsigned long long>(b.offset),
+                  static_cast<unsigned long long>(b.length));
+  }
+  if (!args.Flag("quiet"))
+    std::printf(
+        "verified LVQ5 %s: %llu matrix records (%llu Tetra, %llu Int4G128), %llu Tetra blocks (%s of codes), "
+        "%zu raw tensors, %zu blobs, %s; map fingerprints tetra %s ball %s ok; 0 failures\n",
+        path.c_str(), static_cast<unsigned long long>(ix->matrices.size()),
+        static_cast<unsigned long long>(tetra), static_cast<unsigned long long>(int4),
+        static_cast<unsigned long long>(blocks), HumanBytes(code_bytes).c_str(), ix->raw.size(),
+        ix->blobs.size(), HumanBytes(ix->size).c_str(), ("0x" + Hex64(ix->header.tetra_fingerprint)).c_str(),
+        ("0x" + Hex64(ix->header.ball_fingerprint)).c_str());
+  return kExitOk;
+}
+
 int RunVerify(const std::vector<std::string>& argv) {
+  if (ArgsNameLvqFile(argv, {"manifest", "tp", "rank"})) return RunLvq5Verify(argv);
   Args parsed;
   if (auto exit =
           ParseCommandLine("exlr8 verify", kUsage, argv, {"manifest", "tp", "rank"}, {"quiet"}, 1, &parsed))

@@ -136,10 +136,6 @@ Status ReadHeader(Cursor& c, std::uint64_t tetra_fp, Header* h) {
     return c.Error(
         "kinds mask", 28,
         "is " + Hex(h->kinds_mask) + ": unknown kind bits " + Hex(h->kinds_mask & ~kKnownKindsMask));
-  if (h->kinds_mask & 1u)
-    return c.Error(
-        "kinds mask", 28,
-        "is " + Hex(h->kinds_mask) + ": it declares the ball kind (bit 0), which exlr8d does not read");
   if (h->default_kind >= 32 || !(h->kinds_mask & (1u << h->default_kind)))
     return c.Error("default kind", 24,
                    "is " + std::to_string(h->default_kind) + " (" + KindName(h->default_kind) +

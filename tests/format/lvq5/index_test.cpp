@@ -190,6 +190,16 @@ struct Breakage {
   std::vector<std::string> fragments;
 };
 
+// The spec refuses unknown kind bits and ball records; a mask that also
+// declares the (known) ball kind, over a file without ball records, reads.
+TEST(Lvq5Index, AMaskDeclaringBallWithoutBallRecordsIsRead) {
+  auto bytes = Small();
+  PatchU32(bytes, 28, 7);
+  auto ix = Read(bytes);
+  ASSERT_TRUE(ix.ok()) << ix.status().ToString();
+  EXPECT_EQ(ix->header.kinds_mask, 7u);
+}
+
 TEST(Lvq5Index, CatalogueOfBrokenFiles) {
   const auto full = Small();
   auto ixr = Read(full);
@@ -212,7 +222,6 @@ TEST(Lvq5Index, CatalogueOfBrokenFiles) {
        [](auto& b, auto&) { PatchU32(b, 28, 6 | 8); },
        {"kinds mask at byte 28", "unknown"}},
       {"kind bit 31", [](auto& b, auto&) { PatchU32(b, 28, 6 | 0x80000000u); }, {"kinds mask", "unknown"}},
-      {"ball in the mask", [](auto& b, auto&) { PatchU32(b, 28, 7); }, {"kinds mask", "ball"}},
       {"default kind outside the mask",
        [](auto& b, auto&) { PatchU32(b, 24, 0); },
        {"default kind at byte 24"}},
@@ -229,6 +238,12 @@ TEST(Lvq5Index, CatalogueOfBrokenFiles) {
        {"matrix record 0", "kind tag", "not in the header's kinds mask"}},
       {"ball record",
        [&](auto& b, auto& x) { PatchU32(b, head(x.matrices[0], 12), 0); },
+       {"matrix record 0 'layers.0.q_proj.weight'", "kind tag", "ball"}},
+      {"ball record under a mask that declares ball",
+       [&](auto& b, auto& x) {
+         PatchU32(b, 28, 7);
+         PatchU32(b, head(x.matrices[0], 12), 0);
+       },
        {"matrix record 0 'layers.0.q_proj.weight'", "kind tag", "ball"}},
       {"kind 3 record",
        [&](auto& b, auto& x) { PatchU32(b, head(x.matrices[1], 12), 3); },

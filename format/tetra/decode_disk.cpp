@@ -1,20 +1,26 @@
 // The bulk decode of disk words to natural-order coordinates: the hot loop
 // of verifying and decoding a Tetra code stream on the CPU.
 //
-// Per word: one 8-byte load and byte swap, the three trellis loads, and per
-// section one 16-byte load from the expansion table: for every (rank row,
-// parity p) the row's 8 values for o = p and the XOR with those for o = p+2,
-// so a section's 8 values are lo ^ (x & bytemask(pattern byte)). The three
-// sections are then moved to natural order with shifts and masks derived at
-// compile time from the trio octads. No per-coordinate branch or loop.
-// The expansion table (4096 x 2 x 16 B = 128 KiB) is built once for
-// BuiltTables() and per call for other tables.
+// Per word: one 8-byte load and byte swap, six loads from small tables
+// indexed by the word's bits as they lie (pattern bytes stored as byte
+// masks, section 2's mixed row), and per section one 16-byte load from the
+// expansion table: for every (rank row, parity p) the row's 8 values for
+// o = p and their XOR with those for o = p+2, so a section's 8 values are
+// lo ^ (x & bytemask(pattern byte)). The three sections then move to natural
+// order with four SSSE3 byte shuffles (checked at run time) or, elsewhere,
+// shifts and masks; both are derived at compile time from the trio octads.
+// No per-coordinate branch or loop. The expansion (about 150 KiB) is built
+// once for BuiltTables() and per call for other tables.
 #include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "format/tetra/internal.h"
 #include "format/tetra/word.h"
@@ -82,13 +88,16 @@ inline void ScatterToNatural(const std::uint64_t (&s)[3], std::uint64_t (&out)[3
    ...);
 }
 
+// The decode tables rearranged for the hot loop: pattern bytes stored as
+// byte masks and indexed by the word's bits as they lie.
 struct Expansion {
   // e[4*row + 2*p]: byte j = val(p, rho_j); e[4*row + 2*p + 1]: XOR with val(p+2, rho_j).
   std::array<std::uint64_t, 4 * kRankRows> e;
-  std::array<std::uint8_t, 128> prefixes;
-  std::array<std::uint16_t, 1024> branches;
-  std::array<std::uint8_t, 128> suffixes;
-  std::uint32_t n0;
+  std::array<std::uint64_t, 128> prefix_mask;   // [s8 | b1 << 6]: kByteMask[c1]
+  std::array<std::uint64_t, 1024> branch_mask;  // [s8 | b2 << 6]: kByteMask[c2]
+  std::array<std::uint8_t, 1024> branch_state;  // [s8 | b2 << 6]: s16
+  std::array<std::uint64_t, 128> suffix_mask;   // [s16 | b3 << 6]: kByteMask[c3]
+  std::array<std::uint16_t, 2048> row2;         // [i2]: rank row of section 2 (>= 2048 iff delta)
 };
 
 std::unique_ptr<Expansion> Expand(const Tables& t) {
@@ -104,10 +113,19 @@ std::unique_ptr<Expansion> Expand(const Tables& t) {
       x->e[4 * row + 2 * p] = lo;
       x->e[4 * row + 2 * p + 1] = lo ^ hi;
     }
-  x->prefixes = t.prefixes;
-  x->branches = t.branches;
-  x->suffixes = t.suffixes;
-  x->n0 = t.n0 > 2048 ? 2048 : t.n0;  // keeps 2048 + i2 - n0 inside the table
+  for (std::uint32_t s = 0; s < 64; ++s) {
+    for (std::uint32_t b = 0; b < 2; ++b) {
+      x->prefix_mask[s | b << 6] = kByteMask[t.prefixes[2 * s + b]];
+      x->suffix_mask[s | b << 6] = kByteMask[t.suffixes[2 * s + b]];
+    }
+    for (std::uint32_t b = 0; b < 16; ++b) {
+      const std::uint16_t br = t.branches[16 * s + b];
+      x->branch_mask[s | b << 6] = kByteMask[br & 0xFF];
+      x->branch_state[s | b << 6] = static_cast<std::uint8_t>(br >> 8 & 63);
+    }
+  }
+  for (std::uint32_t i2 = 0; i2 < 2048; ++i2)
+    x->row2[i2] = static_cast<std::uint16_t>(i2 < t.n0 ? i2 : 2048 + ((i2 - t.n0) & 2047));
   return x;
 }
 
@@ -121,27 +139,81 @@ inline std::uint64_t LoadBigEndian48(const std::byte* six, bool may_overread) {
   return v;
 }
 
-inline void DecodeOne(const Expansion& x, std::uint64_t v, std::int8_t* out) {
+// The three sections of disk word V (trio order, section k byte j = the
+// coordinate at trio position 8k+j).
+inline void DecodeSections(const Expansion& x, std::uint64_t v, std::uint64_t (&s)[3]) {
   const std::uint64_t w = v >> 1;  // the label; the gain bit (v & 1) does not move the point
-  const std::uint32_t p = w & 1, r = w >> 1 & 1, s8 = w >> 2 & 63, b1 = w >> 8 & 1, i1 = w >> 9 & 2047,
-                      b2 = w >> 20 & 15, i2 = w >> 24 & 2047, b3 = w >> 35 & 1, i3 = w >> 36 & 2047;
-  const std::uint32_t br = x.branches[16 * s8 + b2];
-  const std::uint32_t c1 = x.prefixes[2 * s8 + b1], c2 = br & 0xFF, c3 = x.suffixes[2 * (br >> 8 & 63) + b3];
-  const std::uint32_t delta = i2 >= x.n0 ? 1 : 0;
-  const std::uint32_t row1 = r << 11 | i1, row2 = i2 + delta * (2048 - x.n0),
-                      row3 = (p ^ r ^ delta) << 11 | i3;
+  const std::uint32_t p = w & 1;
+  const std::uint32_t branch = (w >> 2 & 63) | (w >> 14 & 0x3C0);  // s8 | b2 << 6
+  const std::uint32_t s16 = x.branch_state[branch];
+  const std::uint64_t m1 = x.prefix_mask[w >> 2 & 127];  // s8 | b1 << 6
+  const std::uint64_t m2 = x.branch_mask[branch];
+  const std::uint64_t m3 = x.suffix_mask[s16 | (w >> 29 & 64)];  // s16 | b3 << 6
+  const std::uint32_t row1 = (w >> 9 & 2047) | (w & 2) << 10;    // r << 11 | i1
+  const std::uint32_t row2 = x.row2[w >> 24 & 2047];
+  const std::uint32_t row3 =
+      ((p << 11 ^ (w & 2) << 10 ^ row2) & 2048) | (w >> 36 & 2047);  // (p^r^delta) << 11 | i3
   const std::uint64_t* e = x.e.data() + 2 * p;
-  const std::uint64_t s[3] = {e[4 * row1] ^ (e[4 * row1 + 1] & kByteMask[c1]),
-                              e[4 * row2] ^ (e[4 * row2 + 1] & kByteMask[c2]),
-                              e[4 * row3] ^ (e[4 * row3 + 1] & kByteMask[c3])};
+  s[0] = e[4 * row1] ^ (e[4 * row1 + 1] & m1);
+  s[1] = e[4 * row2] ^ (e[4 * row2 + 1] & m2);
+  s[2] = e[4 * row3] ^ (e[4 * row3 + 1] & m3);
+}
+
+inline void DecodeOne(const Expansion& x, std::uint64_t v, std::int8_t* out) {
+  std::uint64_t s[3];
+  DecodeSections(x, v, s);
   std::uint64_t natural[3];
   ScatterToNatural(s, natural, std::make_index_sequence<kRunCount>());
   std::memcpy(out, natural, 24);
 }
 
-}  // namespace
+void DecodeRange(const Expansion& x, const std::byte* in, std::size_t n, std::int8_t* out) {
+  for (std::size_t i = 0; i + 1 < n; ++i) DecodeOne(x, LoadBigEndian48(in + 6 * i, true), out + 24 * i);
+  DecodeOne(x, LoadBigEndian48(in + 6 * (n - 1), false), out + 24 * (n - 1));
+}
 
-void DecodeDiskWords(const Tables& t, std::span<const std::byte> disk, std::span<std::int8_t> out) {
+#if defined(__x86_64__)
+// The same with SSSE3: the move to natural order is two byte shuffles per
+// half of the output, with masks derived at compile time from the trio.
+struct ShuffleMasks {
+  alignas(16) std::array<std::uint8_t, 16> lo_from_a, lo_from_b, hi_from_a, hi_from_b;
+};
+constexpr ShuffleMasks kShuffle = [] {
+  constexpr auto src = TrioSourceOf();
+  ShuffleMasks m{};
+  for (int n = 0; n < 16; ++n) {
+    m.lo_from_a[n] = src[n] < 16 ? static_cast<std::uint8_t>(src[n]) : 0x80;
+    m.lo_from_b[n] = src[n] >= 16 ? static_cast<std::uint8_t>(src[n] - 16) : 0x80;
+    const int h = n + 16;
+    m.hi_from_a[n] = h < kDim && src[h] < 16 ? static_cast<std::uint8_t>(src[h]) : 0x80;
+    m.hi_from_b[n] = h < kDim && src[h] >= 16 ? static_cast<std::uint8_t>(src[h] - 16) : 0x80;
+  }
+  return m;
+}();
+
+__attribute__((target("ssse3"))) void DecodeRangeSsse3(const Expansion& x, const std::byte* in, std::size_t n,
+                                                       std::int8_t* out) {
+  const __m128i lo_a = _mm_load_si128(reinterpret_cast<const __m128i*>(kShuffle.lo_from_a.data()));
+  const __m128i lo_b = _mm_load_si128(reinterpret_cast<const __m128i*>(kShuffle.lo_from_b.data()));
+  const __m128i hi_a = _mm_load_si128(reinterpret_cast<const __m128i*>(kShuffle.hi_from_a.data()));
+  const __m128i hi_b = _mm_load_si128(reinterpret_cast<const __m128i*>(kShuffle.hi_from_b.data()));
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t s[3];
+    DecodeSections(x, LoadBigEndian48(in + 6 * i, i + 1 < n), s);
+    const __m128i a = _mm_set_epi64x(static_cast<long long>(s[1]), static_cast<long long>(s[0]));
+    const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(s[2]));
+    const __m128i lo = _mm_or_si128(_mm_shuffle_epi8(a, lo_a), _mm_shuffle_epi8(b, lo_b));
+    const __m128i hi = _mm_or_si128(_mm_shuffle_epi8(a, hi_a), _mm_shuffle_epi8(b, hi_b));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 24 * i), lo);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 24 * i + 16), hi);
+  }
+}
+#endif
+
+// Both paths share this: size checks, the reference path for tables with
+// another trio, and the expansion (cached for BuiltTables()).
+void DecodeDiskWordsWith(const Tables& t, std::span<const std::byte> disk, std::span<std::int8_t> out,
+                         bool allow_simd) {
   if (disk.size() % kDiskWordBytes != 0 || out.size() != 4 * disk.size()) return;
   const std::size_t n = disk.size() / kDiskWordBytes;
   if (n == 0) return;
@@ -160,10 +232,24 @@ void DecodeDiskWords(const Tables& t, std::span<const std::byte> disk, std::span
     local = Expand(t);
     x = local.get();
   }
-  const std::byte* in = disk.data();
-  std::int8_t* o = out.data();
-  for (std::size_t i = 0; i + 1 < n; ++i) DecodeOne(*x, LoadBigEndian48(in + 6 * i, true), o + 24 * i);
-  DecodeOne(*x, LoadBigEndian48(in + 6 * (n - 1), false), o + 24 * (n - 1));
+#if defined(__x86_64__)
+  static const bool ssse3 = __builtin_cpu_supports("ssse3");
+  if (allow_simd && ssse3) return DecodeRangeSsse3(*x, disk.data(), n, out.data());
+#endif
+  (void)allow_simd;
+  DecodeRange(*x, disk.data(), n, out.data());
 }
+
+}  // namespace
+
+void DecodeDiskWords(const Tables& t, std::span<const std::byte> disk, std::span<std::int8_t> out) {
+  DecodeDiskWordsWith(t, disk, out, true);
+}
+
+namespace internal {
+void DecodeDiskWordsPortable(const Tables& t, std::span<const std::byte> disk, std::span<std::int8_t> out) {
+  DecodeDiskWordsWith(t, disk, out, false);
+}
+}  // namespace internal
 
 }  // namespace exlr8::tetra

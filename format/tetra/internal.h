@@ -4,7 +4,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "format/status.h"
 #include "format/tetra/tables.h"
@@ -73,5 +75,8 @@ std::uint32_t TrellisPath(const Tables& t, std::uint32_t x);
 // come out as the spec says.
 Status BuildTrellisTables(Tables& t);
 Status BuildRankTable(Tables& t);
+
+// DecodeDiskWords without SIMD (what other CPUs run), for its tests.
+void DecodeDiskWordsPortable(const Tables& t, std::span<const std::byte> disk, std::span<std::int8_t> out);
 
 }  // namespace exlr8::tetra::internal

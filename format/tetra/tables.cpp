@@ -2,6 +2,7 @@
 // pinned values (TETRA-LVQ5.md 2.5, 2.6 and 3 checks 1-2).
 #include "format/tetra/tables.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>

@@ -82,7 +82,7 @@ Status TablesStatus();
 // columns and to a Golay codeword, the rank table's classes, sort order, cost
 // bound, pinned rows, N0 = 1240 and maximum rank 4, invnorm, and finally the
 // map fingerprint 0x9c3060086c7a13e6. kInternal naming the first failed
-// check and the entry ("rows[17] ..."), else OK. Cost: about 1 ms.
+// check and the entry ("rows[17] ..."), else OK. Takes a few milliseconds.
 Status CheckTables(const Tables& t);
 
 // FNV-1a-64 of the map defined by `t` (spec 2.6): the domain tag, the

@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "format/tetra/internal.h"
 
@@ -48,6 +52,16 @@ TEST(TetraTables, RankTablePinnedRowsAndBounds) {
   EXPECT_EQ(Ranks(t.rows[4095]), (std::array<std::uint32_t, 8>{0, 0, 2, 2, 2, 0, 1, 1}));
   EXPECT_EQ(internal::RankCost(t.rows[4095]), 96);
   EXPECT_EQ(t.rows[0], 0U);  // the cheapest vector, cost 8
+  // The 2048 cheapest of both classes (the mixed order of section 2): n0 of
+  // class 0, the last one pinned.
+  std::vector<std::pair<int, std::uint32_t>> all;
+  for (std::uint32_t row : t.rows) all.emplace_back(internal::RankCost(row), internal::RankLexKey(row));
+  std::sort(all.begin(), all.end());
+  int class0 = 0;
+  for (std::size_t i = 0; i < 2048; ++i) class0 += all[i].first % 16 == 0 ? 0 : 1;
+  EXPECT_EQ(class0, 1240);
+  EXPECT_EQ(all[2047].first, 72);
+  EXPECT_EQ(all[2047].second, internal::RankLexKey(0x01010003U));  // rho = (3,0,0,0,1,0,1,0)
   std::uint32_t max_rank = 0;
   for (std::uint32_t row : t.rows)
     for (std::uint32_t r : Ranks(row)) max_rank = std::max(max_rank, r);

@@ -134,9 +134,10 @@ TEST(TetraWord, DistinctLabelsDecodeToDistinctPoints) {
   }
 }
 
-// DecodeDiskWords equals WordFromDisk + DecodeCoords word by word, for the
-// built tables (cached expansion), a copy (expanded per call) and tables
-// with another order (the reference path).
+// DecodeDiskWords (SIMD where the CPU has it, and the portable path)
+// equals WordFromDisk + DecodeCoords word by word, for the built tables
+// (cached expansion), a copy (expanded per call) and tables with another
+// order (the reference path).
 TEST(TetraWord, BulkDecodeEqualsReferenceDecode) {
   Tables copy = BuiltTables();
   Tables reordered = BuiltTables();
@@ -147,12 +148,14 @@ TEST(TetraWord, BulkDecodeEqualsReferenceDecode) {
     for (auto& b : disk) b = static_cast<std::byte>(rng());
     for (const Tables* t :
          {&BuiltTables(), static_cast<const Tables*>(&copy), static_cast<const Tables*>(&reordered)}) {
-      std::vector<std::int8_t> out(24 * n, 99);
+      std::vector<std::int8_t> out(24 * n, 99), portable(24 * n, 99);
       DecodeDiskWords(*t, disk, out);
+      internal::DecodeDiskWordsPortable(*t, disk, portable);
       for (std::size_t i = 0; i < n; ++i) {
         std::int8_t want[24];
         DecodeCoords(*t, WordFromDisk(disk.data() + 6 * i), want);
         ASSERT_EQ(std::memcmp(out.data() + 24 * i, want, 24), 0) << "n " << n << " word " << i;
+        ASSERT_EQ(std::memcmp(portable.data() + 24 * i, want, 24), 0) << "portable, n " << n << " word " << i;
       }
     }
   }

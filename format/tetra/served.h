@@ -39,6 +39,7 @@ Result<std::uint64_t> ServedBytes(std::uint64_t d_out, std::uint64_t nblocks);
 // Rows are independent, so a caller may transcode any run of rows (a chunk)
 // into the matching run of served rows. Errors: InvalidArgument naming the
 // sizes (nothing is written then); nblocks 0 is InvalidArgument.
+// REQUIRES: disk and served do not overlap.
 Status DiskToServed(std::span<const std::byte> disk, std::uint64_t nblocks, std::span<std::byte> served);
 
 // The inverse: served rows back to the disk stream. Errors: InvalidArgument

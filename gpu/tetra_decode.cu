@@ -43,16 +43,29 @@ struct DecodeParams {
   std::int8_t* out;  // the launch's first word's coordinates
 };
 
+// Copies the device tables into the block's shared memory `tables` and
+// returns the view of them. A barrier: every thread of the block calls it.
+__device__ tetra_gpu::TetraTableView LoadTables(const uint4* src, unsigned char* tables) {
+  for (int i = threadIdx.x; i < static_cast<int>(kTetraDeviceTableBytes / 16); i += blockDim.x)
+    reinterpret_cast<uint4*>(tables)[i] = __ldg(src + i);
+  __syncthreads();
+  return {reinterpret_cast<const std::uint32_t*>(tables + kRowsOff),
+          reinterpret_cast<const std::uint16_t*>(tables + kBranchesOff),
+          reinterpret_cast<const std::uint8_t*>(tables + kPrefixesOff),
+          reinterpret_cast<const std::uint8_t*>(tables + kSuffixesOff)};
+}
+
+// W of block j of `row` (spec 2.7: the two aligned u32 at index (3j) >> 1).
+__device__ __forceinline__ void LoadWord(const std::byte* codes, std::uint64_t row_stride, std::uint32_t row,
+                                         std::uint32_t j, std::uint32_t& lo, std::uint32_t& hi16) {
+  const auto* r32 = reinterpret_cast<const std::uint32_t*>(codes + row * row_stride) + ((3 * j) >> 1);
+  tetra_gpu::ServedWindow(__ldg(r32), __ldg(r32 + 1), j, lo, hi16);
+}
+
 __global__ void __launch_bounds__(kThreads) TetraDecodeKernel(const DecodeParams p) {
   __shared__ __align__(16) unsigned char tables[kTetraDeviceTableBytes];
   __shared__ __align__(16) std::uint32_t stage[kWarps][kStageWords];
-  for (int i = threadIdx.x; i < static_cast<int>(kTetraDeviceTableBytes / 16); i += kThreads)
-    reinterpret_cast<uint4*>(tables)[i] = __ldg(p.tables + i);
-  __syncthreads();
-  const tetra_gpu::TetraTableView view{reinterpret_cast<const std::uint32_t*>(tables + kRowsOff),
-                                       reinterpret_cast<const std::uint16_t*>(tables + kBranchesOff),
-                                       reinterpret_cast<const std::uint8_t*>(tables + kPrefixesOff),
-                                       reinterpret_cast<const std::uint8_t*>(tables + kSuffixesOff)};
+  const tetra_gpu::TetraTableView view = LoadTables(p.tables, tables);
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -66,11 +79,8 @@ __global__ void __launch_bounds__(kThreads) TetraDecodeKernel(const DecodeParams
       const std::uint32_t gi = static_cast<std::uint32_t>(g);
       const std::uint32_t row = gi / p.nblocks;
       const std::uint32_t j = gi - row * p.nblocks;
-      // Spec 2.7: the two aligned u32 at index (3j) >> 1 of the row.
-      const auto* r32 = reinterpret_cast<const std::uint32_t*>(p.codes + row * p.row_stride) + ((3 * j) >> 1);
-      const std::uint32_t w0 = __ldg(r32), w1 = __ldg(r32 + 1);
       std::uint32_t lo, hi16;
-      tetra_gpu::ServedWindow(w0, w1, j, lo, hi16);
+      LoadWord(p.codes, p.row_stride, row, j, lo, hi16);
       std::uint32_t natural[6];
       tetra_gpu::DecodeTetraWord(view, lo, hi16, natural);
       std::uint32_t* mine = st + 6 * lane;
@@ -85,6 +95,54 @@ __global__ void __launch_bounds__(kThreads) TetraDecodeKernel(const DecodeParams
     const auto* src = reinterpret_cast<const uint2*>(st);
     for (std::uint32_t u = lane; u < 3 * valid; u += 32) dst[u] = src[u];
     __syncwarp();
+  }
+}
+
+struct ReconstructParams {
+  DecodeParams d;  // out unused
+  std::uint64_t first_row;
+  TetraScales scales;
+  std::uint64_t d_in;  // floats per output row
+  float* out;          // the launch's first row
+};
+
+// One thread per word: decode, then the f64 scale of spec 2.4 / golden.json.
+__global__ void __launch_bounds__(kThreads) TetraReconstructKernel(const ReconstructParams p) {
+  __shared__ __align__(16) unsigned char tables[kTetraDeviceTableBytes];
+  const tetra_gpu::TetraTableView view = LoadTables(p.d.tables, tables);
+  for (std::uint64_t g = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x; g < p.d.words;
+       g += static_cast<std::uint64_t>(gridDim.x) * kThreads) {
+    const std::uint32_t gi = static_cast<std::uint32_t>(g);
+    const std::uint32_t row = gi / p.d.nblocks;
+    const std::uint32_t j = gi - row * p.d.nblocks;
+    std::uint32_t lo, hi16;
+    LoadWord(p.d.codes, p.d.row_stride, row, j, lo, hi16);
+    std::uint32_t natural[6];
+    tetra_gpu::DecodeTetraWord(view, lo, hi16, natural);
+    const std::uint32_t m = tetra_gpu::TetraShell(natural);
+    float* o = p.out + row * p.d_in + 24 * static_cast<std::uint64_t>(j);
+    if (m == 0) {
+#pragma unroll
+      for (int c = 0; c < 24; ++c) o[c] = 0.0F;
+      continue;
+    }
+    const double scale =
+        tetra_gpu::TetraBlockScale(p.scales.centroids[hi16 >> 15], p.scales.row_scales[p.first_row + row], m);
+#pragma unroll
+    for (int c = 0; c < 24; ++c)
+      o[c] = tetra_gpu::TetraScaledCoord(static_cast<std::int8_t>(natural[c / 4] >> (8 * (c % 4)) & 0xFF),
+                                         scale);
+  }
+}
+
+// The tail columns: out[i * d_in + 24 * nblocks + c] = tail[i * tail_cols + c].
+__global__ void TetraTailKernel(const float* tail, std::uint64_t rows, std::uint64_t tail_cols,
+                                std::uint64_t d_in, float* out) {
+  const std::uint64_t n = rows * tail_cols;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    const std::uint64_t row = i / tail_cols, c = i - row * tail_cols;
+    out[row * d_in + (d_in - tail_cols) + c] = tail[i];
   }
 }
 
@@ -160,23 +218,39 @@ Result<DeviceTetraTables> DeviceTetraTables::Upload(CudaStreamView stream) {
   return std::move(out);  // nvcc's front end does not apply C++20 implicit move here
 }
 
-Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const DeviceTetraTables& tables,
-                         CudaStreamView stream) {
+namespace {
+
+// The checks LaunchTetraDecode and LaunchTetraReconstruct share. `out_align`
+// is the output's required alignment.
+Status CheckMatrix(const char* what, const TetraServedMatrix& m, const void* out, std::size_t out_align,
+                   const DeviceTetraTables& tables) {
   if (m.nblocks == 0 || m.nblocks > kMaxBlocks)
-    return InvalidArgumentError("LaunchTetraDecode: nblocks " + std::to_string(m.nblocks) +
+    return InvalidArgumentError(std::string(what) + ": nblocks " + std::to_string(m.nblocks) +
                                 " is outside 1..2^26");
   const std::uint64_t min_stride = tetra::ServedRowStride(m.nblocks);
   if (m.row_stride < min_stride || m.row_stride % 4 != 0)
-    return InvalidArgumentError("LaunchTetraDecode: row stride " + std::to_string(m.row_stride) +
+    return InvalidArgumentError(std::string(what) + ": row stride " + std::to_string(m.row_stride) +
                                 " is below " + std::to_string(min_stride) + " or not a multiple of 4");
-  if (m.d_out > (UINT64_MAX / 24) / m.nblocks || (m.d_out != 0 && m.d_out - 1 > UINT64_MAX / m.row_stride))
-    return InvalidArgumentError("LaunchTetraDecode: " + std::to_string(m.d_out) + " rows of " +
+  // 96 bytes per word covers both outputs (24 int8 or 24 f32 + the tail).
+  if (m.d_out > (UINT64_MAX / 128) / m.nblocks || (m.d_out != 0 && m.d_out - 1 > UINT64_MAX / m.row_stride))
+    return InvalidArgumentError(std::string(what) + ": " + std::to_string(m.d_out) + " rows of " +
                                 std::to_string(m.nblocks) + " blocks overflow the address range");
   if (m.d_out == 0) return Status::Ok();
   if (m.codes == nullptr || out == nullptr || tables.data() == nullptr)
-    return InvalidArgumentError("LaunchTetraDecode: null codes, output or tables");
-  if (reinterpret_cast<std::uintptr_t>(m.codes) % 4 != 0 || reinterpret_cast<std::uintptr_t>(out) % 8 != 0)
-    return InvalidArgumentError("LaunchTetraDecode: codes must be 4-byte and the output 8-byte aligned");
+    return InvalidArgumentError(std::string(what) + ": null codes, output or tables");
+  if (reinterpret_cast<std::uintptr_t>(m.codes) % 4 != 0 ||
+      reinterpret_cast<std::uintptr_t>(out) % out_align != 0)
+    return InvalidArgumentError(std::string(what) + ": codes must be 4-byte and the output " +
+                                std::to_string(out_align) + "-byte aligned");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const DeviceTetraTables& tables,
+                         CudaStreamView stream) {
+  EXLR8_RETURN_IF_ERROR(CheckMatrix("LaunchTetraDecode", m, out, 8, tables));
+  if (m.d_out == 0) return Status::Ok();
   EXLR8_ASSIGN_OR_RETURN(const int sms, SmCount());
   int per_sm = 0;
   EXLR8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraDecodeKernel, kThreads, 0));
@@ -194,6 +268,50 @@ Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const Dev
     const std::uint64_t wanted = (p.words + kThreads - 1) / kThreads;
     const std::uint64_t grid = std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(sms) * per_sm);
     TetraDecodeKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream.value()>>>(p);
+    EXLR8_CUDA_TRY(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+Status LaunchTetraReconstruct(const TetraServedMatrix& m, const TetraScales& scales, float* out,
+                              const DeviceTetraTables& tables, CudaStreamView stream) {
+  EXLR8_RETURN_IF_ERROR(CheckMatrix("LaunchTetraReconstruct", m, out, 4, tables));
+  if (scales.tail_cols > 23)
+    return InvalidArgumentError("LaunchTetraReconstruct: tail_cols " + std::to_string(scales.tail_cols) +
+                                " is above 23");
+  if (m.d_out == 0) return Status::Ok();
+  if (scales.centroids == nullptr || scales.row_scales == nullptr ||
+      (scales.tail_cols > 0 && scales.tail == nullptr))
+    return InvalidArgumentError("LaunchTetraReconstruct: null centroids, row scales or tail");
+  EXLR8_ASSIGN_OR_RETURN(const int sms, SmCount());
+  int per_sm = 0;
+  EXLR8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraReconstructKernel, kThreads, 0));
+  if (per_sm < 1) return InternalError("TetraReconstructKernel: no block fits on a multiprocessor");
+  const std::uint64_t d_in = 24 * m.nblocks + scales.tail_cols;
+  const std::uint64_t rows_per_launch = std::max<std::uint64_t>(1, kMaxLaunchWords / m.nblocks);
+  for (std::uint64_t first = 0; first < m.d_out; first += rows_per_launch) {
+    const std::uint64_t rows = std::min(rows_per_launch, m.d_out - first);
+    ReconstructParams p{};
+    p.d.codes = m.codes + first * m.row_stride;
+    p.d.row_stride = m.row_stride;
+    p.d.nblocks = static_cast<std::uint32_t>(m.nblocks);
+    p.d.words = static_cast<std::uint32_t>(rows * m.nblocks);
+    p.d.tables = reinterpret_cast<const uint4*>(tables.data());
+    p.first_row = first;
+    p.scales = scales;
+    p.d_in = d_in;
+    p.out = out + first * d_in;
+    const std::uint64_t wanted = (p.d.words + kThreads - 1) / kThreads;
+    const std::uint64_t grid = std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(sms) * per_sm);
+    TetraReconstructKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream.value()>>>(p);
+    EXLR8_CUDA_TRY(cudaGetLastError());
+  }
+  if (scales.tail_cols > 0) {
+    const std::uint64_t n = m.d_out * scales.tail_cols;
+    const std::uint64_t grid =
+        std::clamp<std::uint64_t>((n + 255) / 256, 1, static_cast<std::uint64_t>(sms) * 8);
+    TetraTailKernel<<<static_cast<unsigned>(grid), 256, 0, stream.value()>>>(scales.tail, m.d_out,
+                                                                             scales.tail_cols, d_in, out);
     EXLR8_CUDA_TRY(cudaGetLastError());
   }
   return Status::Ok();

@@ -9,6 +9,10 @@
 //                       stride >= ServedRowStride(nblocks)) -> int8
 //                       coordinates in natural order, [d_out][nblocks][24]:
 //                       the bytes DecodeDiskWords gives for the disk stream.
+//   LaunchTetraReconstruct  a served matrix -> f32 rows in the rotated basis
+//                       as golden.json and tetra::ReconstructBlock compute
+//                       them: per row the 24 * nblocks block values, then the
+//                       d_in mod 24 tail values (spec 2.4; f64 as the CPU).
 //   LaunchCompareBytes  two byte buffers: how many bytes differ, the first.
 //
 // The kernel reads each word with spec 2.7's two aligned u32 loads, does the
@@ -71,6 +75,25 @@ struct TetraServedMatrix {
 // overflows; Internal for a failed launch.
 Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const DeviceTetraTables& tables,
                          CudaStreamView stream);
+
+// The per-matrix inputs of a reconstruction, device memory.
+struct TetraScales {
+  const double* centroids = nullptr;   // [2], indexed by the gain bit
+  const double* row_scales = nullptr;  // [d_out]
+  const float* tail = nullptr;         // [d_out][tail_cols]; may be null when tail_cols == 0
+  std::uint64_t tail_cols = 0;         // d_in mod 24: 0..23
+};
+
+// Enqueues the reconstruction of `m` into out[i * d_in + c] (f32), d_in =
+// 24 * nblocks + tail_cols: block j of row i is (float)(y * scale) with
+// scale = (centroids[gain] * row_scales[i]) / sqrt(16m) in f64, each
+// operation rounded on its own (no contraction), zeros for m = 0; then the
+// row's tail values as they are. Bit for bit tetra::ReconstructBlock.
+// REQUIRES and errors: as LaunchTetraDecode, plus InvalidArgument for null
+// centroids or row scales, tail_cols > 23, a null tail with tail_cols > 0, or
+// out not 4-byte aligned.
+Status LaunchTetraReconstruct(const TetraServedMatrix& m, const TetraScales& scales, float* out,
+                              const DeviceTetraTables& tables, CudaStreamView stream);
 
 // Enqueues a byte comparison of a[0, n) and b[0, n): out->mismatches counts
 // the bytes that differ and out->first is the lowest such index (UINT64_MAX

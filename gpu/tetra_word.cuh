@@ -12,6 +12,11 @@
 //                     the pattern bits (spec 2.7, unbiased int8 operands),
 //                     then the trio -> natural permutation, fixed at compile
 //                     time from tetra::kTrioOctads.
+//   TetraShell, TetraBlockScale, TetraScaledCoord
+//                     one block's f32 weights exactly as tetra::
+//                     ReconstructBlock computes them (golden.json's recipe:
+//                     f64 products and quotient, each rounded on its own
+//                     (explicit _rn intrinsics on the device), narrowed last).
 //
 // Everything is __host__ __device__ (plain inline C++ without nvcc; the host
 // emulates __byte_perm), so the CPU tests run exactly the kernel's code.
@@ -20,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -156,6 +162,35 @@ EXLR8_HD void DecodeTetraWord(const TetraTableView& t, std::uint32_t lo, std::ui
   natural[3] = NaturalWord<3>(trio, kBytes);
   natural[4] = NaturalWord<4>(trio, kBytes);
   natural[5] = NaturalWord<5>(trio, kBytes);
+}
+
+// m = sum(y_j^2) / 16 of the 24 natural coordinates in natural[0..5].
+EXLR8_HD std::uint32_t TetraShell(const std::uint32_t (&natural)[6]) {
+  std::uint32_t sum = 0;
+  for (int k = 0; k < 6; ++k)
+    for (int b = 0; b < 4; ++b) {
+      const int y = static_cast<std::int8_t>(natural[k] >> (8 * b) & 0xFF);
+      sum += static_cast<std::uint32_t>(y * y);
+    }
+  return sum / 16;
+}
+
+// (centroid * row_scale) / sqrt(16m) in f64. REQUIRES: m > 0.
+EXLR8_HD double TetraBlockScale(double centroid, double row_scale, std::uint32_t m) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(__dmul_rn(centroid, row_scale), __dsqrt_rn(__dmul_rn(16.0, static_cast<double>(m))));
+#else
+  return (centroid * row_scale) / std::sqrt(16.0 * static_cast<double>(m));
+#endif
+}
+
+// (float)(y * scale), the product in f64.
+EXLR8_HD float TetraScaledCoord(int y, double scale) {
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(__dmul_rn(static_cast<double>(y), scale));
+#else
+  return static_cast<float>(static_cast<double>(y) * scale);
+#endif
 }
 
 }  // namespace exlr8::tetra_gpu

@@ -3,7 +3,8 @@
 // fixture's 4,096 words, millions of seeded random words in matrices of
 // several geometries (odd and even nblocks, d_out not a multiple of 8,
 // garbage in the row padding, a stride above the minimum), a word flipped
-// on the device found and named by (row, block), and the byte comparison.
+// on the device found and named by (row, block), the f32 reconstruction
+// against ReconstructBlock bit for bit, and the byte comparison.
 // Tests that need a GPU skip without one; the argument checks run everywhere.
 #include "gpu/tetra_decode.cuh"
 
@@ -150,6 +151,14 @@ TEST(GpuTetraDecode, RefusesBadArgumentsWithoutTouchingTheDevice) {
   EXPECT_EQ(launch({nullptr, 1, 3, 24}), StatusCode::kInvalidArgument);
   EXPECT_EQ(launch({codes, 1, 3, 24}), StatusCode::kInvalidArgument);  // tables not uploaded
   EXPECT_EQ(LaunchCompareBytes(codes, codes, 4, nullptr, stream).code(), StatusCode::kInvalidArgument);
+  alignas(8) float f32[24];
+  double d[2] = {};
+  EXPECT_EQ(LaunchTetraReconstruct({codes, 1, 1, 8}, {d, d, nullptr, 24}, f32, none, stream).code(),
+            StatusCode::kInvalidArgument);  // tail_cols above 23
+  EXPECT_EQ(LaunchTetraReconstruct({codes, 1, 1, 8}, {d, d, nullptr, 3}, f32, none, stream).code(),
+            StatusCode::kInvalidArgument);  // tables not uploaded (and no tail)
+  EXPECT_EQ(LaunchTetraReconstruct({codes, 1, 0, 8}, {d, d, nullptr, 0}, f32, none, stream).code(),
+            StatusCode::kInvalidArgument);  // nblocks 0
 }
 
 TEST(GpuTetraDecode, UploadsTheBuiltTables) {
@@ -271,6 +280,78 @@ TEST(GpuTetraDecode, AWordFlippedOnTheDeviceIsFoundAndNamed) {
     const TetraCoordIndex where = LocateTetraCoord(r.first, m.nblocks);
     EXPECT_EQ(where.row, f.row) << Where(r.first, m.nblocks);
     EXPECT_EQ(where.block, f.block) << Where(r.first, m.nblocks);
+  }
+}
+
+// The f32 reconstruction against ReconstructBlock and the tail, bit for
+// bit, with centroids and row scales of both signs and every tail width
+// class (none, short, 23).
+TEST(GpuTetraDecode, ReconstructionMatchesTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::Create();
+  ASSERT_TRUE(stream.ok());
+  const CudaStreamView sv = stream->view();
+  auto tables = DeviceTetraTables::Upload(sv);
+  ASSERT_TRUE(tables.ok()) << tables.status().ToString();
+  std::mt19937_64 rng(0x24);
+  std::normal_distribution<double> gauss(0.0, 0.05);
+  struct Shape {
+    std::uint64_t d_out, nblocks, tail_cols;
+  };
+  for (const Shape s :
+       {Shape{13, 11, 16}, Shape{250, 106, 0}, Shape{3, 1, 23}, Shape{1001, 7, 5}, Shape{4099, 64, 1}}) {
+    SCOPED_TRACE(std::to_string(s.d_out) + " x " + std::to_string(s.nblocks) + " blocks + " +
+                 std::to_string(s.tail_cols) + " tail columns");
+    const Matrix m = MakeMatrix(s.d_out, s.nblocks, rng, 0, true);
+    const double centroids[2] = {gauss(rng) * 20, -gauss(rng) * 20};
+    std::vector<double> row_scales(s.d_out);
+    for (double& r : row_scales) r = gauss(rng);
+    std::vector<float> tail(s.d_out * s.tail_cols);
+    for (float& t : tail) t = static_cast<float>(gauss(rng));
+    const std::uint64_t d_in = 24 * s.nblocks + s.tail_cols;
+    std::vector<float> want(s.d_out * d_in);
+    for (std::uint64_t i = 0; i < s.d_out; ++i) {
+      for (std::uint64_t j = 0; j < s.nblocks; ++j) {
+        const std::uint64_t word = i * s.nblocks + j;
+        const std::uint64_t gain = tetra::WordFromDisk(m.disk.data() + 6 * word) >> 47;
+        tetra::ReconstructBlock(m.want.data() + 24 * word, centroids[gain], row_scales[i],
+                                want.data() + i * d_in + 24 * j);
+      }
+      std::copy_n(tail.begin() + i * s.tail_cols, s.tail_cols, want.begin() + i * d_in + 24 * s.nblocks);
+    }
+    DeviceBuffer codes = UploadBytes(m.served, sv);
+    DeviceBuffer d_centroids = UploadBytes(std::as_bytes(std::span(centroids)), sv);
+    DeviceBuffer d_rows = UploadBytes(std::as_bytes(std::span(row_scales)), sv);
+    DeviceBuffer d_tail = UploadBytes(std::as_bytes(std::span(tail)), sv);
+    DeviceBuffer d_want = UploadBytes(std::as_bytes(std::span(want)), sv);
+    const std::size_t out_bytes = want.size() * sizeof(float);
+    auto out = DeviceBuffer::Allocate(out_bytes + kGuard);
+    ASSERT_TRUE(out.ok());
+    ASSERT_TRUE(out->MemsetAsync(kSentinel, sv).ok());
+    const TetraScales scales{d_centroids.data_as<double>(), d_rows.data_as<double>(),
+                             s.tail_cols > 0 ? d_tail.data_as<float>() : nullptr, s.tail_cols};
+    const Status st = LaunchTetraReconstruct({codes.data_as<std::byte>(), m.d_out, m.nblocks, m.stride},
+                                             scales, out->data_as<float>(), *tables, sv);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto res = DeviceBuffer::Allocate(sizeof(CompareResult));
+    ASSERT_TRUE(res.ok());
+    ASSERT_TRUE(LaunchCompareBytes(out->data_as<std::byte>(), d_want.data_as<std::byte>(), out_bytes,
+                                   res->data_as<CompareResult>(), sv)
+                    .ok());
+    CompareResult r;
+    ASSERT_TRUE(res->CopyToHostAsync(0, std::as_writable_bytes(std::span(&r, 1)), sv).ok());
+    const std::vector<std::byte> got = Download(*out, out_bytes + kGuard, sv);
+    if (r.mismatches != 0) {
+      const std::uint64_t f = r.first / sizeof(float), row = f / d_in, col = f % d_in;
+      float g;
+      std::memcpy(&g, got.data() + 4 * f, 4);
+      ADD_FAILURE() << r.mismatches << " bytes differ; first at row " << row << ", column " << col
+                    << (col >= 24 * s.nblocks ? " (tail)" : " (block " + std::to_string(col / 24) + ")")
+                    << ": GPU " << g << ", CPU " << want[f];
+    }
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), out_bytes), 0);
+    for (std::size_t i = out_bytes; i < out_bytes + kGuard; ++i)
+      ASSERT_EQ(static_cast<std::uint8_t>(got[i]), kSentinel) << "wrote past the output at byte " << i;
   }
 }
 

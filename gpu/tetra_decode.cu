@@ -17,24 +17,24 @@ namespace exlr8 {
 namespace {
 
 // Device table layout (byte offsets into DeviceTetraTables' buffer).
-constexpr std::size_t kRowsOff = 0;
-constexpr std::size_t kBranchesOff = kRowsOff + sizeof(tetra::Tables::rows);
-constexpr std::size_t kPrefixesOff = kBranchesOff + sizeof(tetra::Tables::branches);
-constexpr std::size_t kSuffixesOff = kPrefixesOff + sizeof(tetra::Tables::prefixes);
-constexpr std::size_t kInvnormOff = kSuffixesOff + sizeof(tetra::Tables::suffixes);
-constexpr std::size_t kOrderOff = kInvnormOff + sizeof(tetra::Tables::invnorm);
-static_assert(kOrderOff == tetra::kDecodeTableBytes);
-static_assert(kOrderOff + sizeof(tetra::Tables::order) <= kTetraDeviceTableBytes &&
-              kTetraDeviceTableBytes % 16 == 0 && kTetraDeviceTableBytes - 16 < kOrderOff + 24);
+constexpr std::size_t kTetraRowsOff = 0;
+constexpr std::size_t kTetraBranchesOff = kTetraRowsOff + sizeof(tetra::Tables::rows);
+constexpr std::size_t kTetraPrefixesOff = kTetraBranchesOff + sizeof(tetra::Tables::branches);
+constexpr std::size_t kTetraSuffixesOff = kTetraPrefixesOff + sizeof(tetra::Tables::prefixes);
+constexpr std::size_t kTetraInvnormOff = kTetraSuffixesOff + sizeof(tetra::Tables::suffixes);
+constexpr std::size_t kTetraOrderOff = kTetraInvnormOff + sizeof(tetra::Tables::invnorm);
+static_assert(kTetraOrderOff == tetra::kDecodeTableBytes);
+static_assert(kTetraOrderOff + sizeof(tetra::Tables::order) <= kTetraDeviceTableBytes &&
+              kTetraDeviceTableBytes % 16 == 0 && kTetraDeviceTableBytes - 16 < kTetraOrderOff + 24);
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kStageWords = 32 * 6;  // one warp's 32 decoded words as u32
+constexpr int kTetraThreads = 256;
+constexpr int kTetraWarps = kTetraThreads / 32;
+constexpr int kTetraStageWords = 32 * 6;  // one warp's 32 decoded words as u32
 // Words per launch: keeps the word index and the row division in 32 bits.
-constexpr std::uint64_t kMaxLaunchWords = std::uint64_t{1} << 31;
-constexpr std::uint64_t kMaxBlocks = std::uint64_t{1} << 26;
+constexpr std::uint64_t kTetraMaxLaunchWords = std::uint64_t{1} << 31;
+constexpr std::uint64_t kTetraMaxBlocks = std::uint64_t{1} << 26;
 
-struct DecodeParams {
+struct TetraDecodeParams {
   const std::byte* codes;    // the launch's first row
   std::uint64_t row_stride;  // bytes
   std::uint32_t nblocks;
@@ -45,42 +45,43 @@ struct DecodeParams {
 
 // Copies the device tables into the block's shared memory `tables` and
 // returns the view of them. A barrier: every thread of the block calls it.
-__device__ tetra_gpu::TetraTableView LoadTables(const uint4* src, unsigned char* tables) {
+__device__ tetra_gpu::TetraTableView LoadTetraTables(const uint4* src, unsigned char* tables) {
   for (int i = threadIdx.x; i < static_cast<int>(kTetraDeviceTableBytes / 16); i += blockDim.x)
     reinterpret_cast<uint4*>(tables)[i] = __ldg(src + i);
   __syncthreads();
-  return {reinterpret_cast<const std::uint32_t*>(tables + kRowsOff),
-          reinterpret_cast<const std::uint16_t*>(tables + kBranchesOff),
-          reinterpret_cast<const std::uint8_t*>(tables + kPrefixesOff),
-          reinterpret_cast<const std::uint8_t*>(tables + kSuffixesOff)};
+  return {reinterpret_cast<const std::uint32_t*>(tables + kTetraRowsOff),
+          reinterpret_cast<const std::uint16_t*>(tables + kTetraBranchesOff),
+          reinterpret_cast<const std::uint8_t*>(tables + kTetraPrefixesOff),
+          reinterpret_cast<const std::uint8_t*>(tables + kTetraSuffixesOff)};
 }
 
 // W of block j of `row` (spec 2.7: the two aligned u32 at index (3j) >> 1).
-__device__ __forceinline__ void LoadWord(const std::byte* codes, std::uint64_t row_stride, std::uint32_t row,
-                                         std::uint32_t j, std::uint32_t& lo, std::uint32_t& hi16) {
+__device__ __forceinline__ void LoadTetraWord(const std::byte* codes, std::uint64_t row_stride,
+                                              std::uint32_t row, std::uint32_t j, std::uint32_t& lo,
+                                              std::uint32_t& hi16) {
   const auto* r32 = reinterpret_cast<const std::uint32_t*>(codes + row * row_stride) + ((3 * j) >> 1);
   tetra_gpu::ServedWindow(__ldg(r32), __ldg(r32 + 1), j, lo, hi16);
 }
 
-__global__ void __launch_bounds__(kThreads) TetraDecodeKernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kTetraThreads) TetraDecodeKernel(const TetraDecodeParams p) {
   __shared__ __align__(16) unsigned char tables[kTetraDeviceTableBytes];
-  __shared__ __align__(16) std::uint32_t stage[kWarps][kStageWords];
-  const tetra_gpu::TetraTableView view = LoadTables(p.tables, tables);
+  __shared__ __align__(16) std::uint32_t stage[kTetraWarps][kTetraStageWords];
+  const tetra_gpu::TetraTableView view = LoadTetraTables(p.tables, tables);
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   std::uint32_t* st = stage[warp];
-  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * kWarps * 32;
+  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * kTetraWarps * 32;
   // Warp-uniform loop: every lane runs the same iterations (__syncwarp below).
-  for (std::uint64_t base = (static_cast<std::uint64_t>(blockIdx.x) * kWarps + warp) * 32; base < p.words;
-       base += step) {
+  for (std::uint64_t base = (static_cast<std::uint64_t>(blockIdx.x) * kTetraWarps + warp) * 32;
+       base < p.words; base += step) {
     const std::uint64_t g = base + lane;
     if (g < p.words) {
       const std::uint32_t gi = static_cast<std::uint32_t>(g);
       const std::uint32_t row = gi / p.nblocks;
       const std::uint32_t j = gi - row * p.nblocks;
       std::uint32_t lo, hi16;
-      LoadWord(p.codes, p.row_stride, row, j, lo, hi16);
+      LoadTetraWord(p.codes, p.row_stride, row, j, lo, hi16);
       std::uint32_t natural[6];
       tetra_gpu::DecodeTetraWord(view, lo, hi16, natural);
       std::uint32_t* mine = st + 6 * lane;
@@ -98,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) TetraDecodeKernel(const DecodeParams
   }
 }
 
-struct ReconstructParams {
-  DecodeParams d;  // out unused
+struct TetraReconstructParams {
+  TetraDecodeParams d;  // out unused
   std::uint64_t first_row;
   TetraScales scales;
   std::uint64_t d_in;  // floats per output row
@@ -107,16 +108,16 @@ struct ReconstructParams {
 };
 
 // One thread per word: decode, then the f64 scale of spec 2.4 / golden.json.
-__global__ void __launch_bounds__(kThreads) TetraReconstructKernel(const ReconstructParams p) {
+__global__ void __launch_bounds__(kTetraThreads) TetraReconstructKernel(const TetraReconstructParams p) {
   __shared__ __align__(16) unsigned char tables[kTetraDeviceTableBytes];
-  const tetra_gpu::TetraTableView view = LoadTables(p.d.tables, tables);
-  for (std::uint64_t g = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x; g < p.d.words;
-       g += static_cast<std::uint64_t>(gridDim.x) * kThreads) {
+  const tetra_gpu::TetraTableView view = LoadTetraTables(p.d.tables, tables);
+  for (std::uint64_t g = static_cast<std::uint64_t>(blockIdx.x) * kTetraThreads + threadIdx.x; g < p.d.words;
+       g += static_cast<std::uint64_t>(gridDim.x) * kTetraThreads) {
     const std::uint32_t gi = static_cast<std::uint32_t>(g);
     const std::uint32_t row = gi / p.d.nblocks;
     const std::uint32_t j = gi - row * p.d.nblocks;
     std::uint32_t lo, hi16;
-    LoadWord(p.d.codes, p.d.row_stride, row, j, lo, hi16);
+    LoadTetraWord(p.d.codes, p.d.row_stride, row, j, lo, hi16);
     std::uint32_t natural[6];
     tetra_gpu::DecodeTetraWord(view, lo, hi16, natural);
     const std::uint32_t m = tetra_gpu::TetraShell(natural);
@@ -146,12 +147,12 @@ __global__ void TetraTailKernel(const float* tail, std::uint64_t rows, std::uint
   }
 }
 
-__global__ void ResetKernel(CompareResult* out) { *out = CompareResult{}; }
+__global__ void TetraResetKernel(CompareResult* out) { *out = CompareResult{}; }
 
 // Each thread counts its differing bytes and keeps its first (its chunks
 // ascend), then adds them with one atomic pair at the end.
-__global__ void CompareBytesKernel(const std::uint8_t* a, const std::uint8_t* b, std::uint64_t n, bool vec,
-                                   CompareResult* out) {
+__global__ void TetraCompareBytesKernel(const std::uint8_t* a, const std::uint8_t* b, std::uint64_t n,
+                                        bool vec, CompareResult* out) {
   const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long count = 0, first = ~0ull;
@@ -185,7 +186,7 @@ __global__ void CompareBytesKernel(const std::uint8_t* a, const std::uint8_t* b,
   }
 }
 
-Result<int> SmCount() {
+Result<int> TetraSmCount() {
   int device = 0, sms = 0;
   EXLR8_CUDA_TRY(cudaGetDevice(&device));
   EXLR8_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -205,12 +206,12 @@ Result<DeviceTetraTables> DeviceTetraTables::Upload(CudaStreamView stream) {
     return InternalError("DeviceTetraTables: built n0 " + std::to_string(t.n0) + " is not " +
                          std::to_string(tetra::kN0));
   std::array<std::byte, kTetraDeviceTableBytes> host{};
-  std::memcpy(host.data() + kRowsOff, t.rows.data(), sizeof t.rows);
-  std::memcpy(host.data() + kBranchesOff, t.branches.data(), sizeof t.branches);
-  std::memcpy(host.data() + kPrefixesOff, t.prefixes.data(), sizeof t.prefixes);
-  std::memcpy(host.data() + kSuffixesOff, t.suffixes.data(), sizeof t.suffixes);
-  std::memcpy(host.data() + kInvnormOff, t.invnorm.data(), sizeof t.invnorm);
-  std::memcpy(host.data() + kOrderOff, t.order.data(), sizeof t.order);
+  std::memcpy(host.data() + kTetraRowsOff, t.rows.data(), sizeof t.rows);
+  std::memcpy(host.data() + kTetraBranchesOff, t.branches.data(), sizeof t.branches);
+  std::memcpy(host.data() + kTetraPrefixesOff, t.prefixes.data(), sizeof t.prefixes);
+  std::memcpy(host.data() + kTetraSuffixesOff, t.suffixes.data(), sizeof t.suffixes);
+  std::memcpy(host.data() + kTetraInvnormOff, t.invnorm.data(), sizeof t.invnorm);
+  std::memcpy(host.data() + kTetraOrderOff, t.order.data(), sizeof t.order);
   DeviceTetraTables out;
   EXLR8_ASSIGN_OR_RETURN(out.buf_, DeviceBuffer::Allocate(kTetraDeviceTableBytes));
   EXLR8_RETURN_IF_ERROR(out.buf_.CopyFromHostAsync(host, 0, stream));
@@ -222,9 +223,9 @@ namespace {
 
 // The checks LaunchTetraDecode and LaunchTetraReconstruct share. `out_align`
 // is the output's required alignment.
-Status CheckMatrix(const char* what, const TetraServedMatrix& m, const void* out, std::size_t out_align,
-                   const DeviceTetraTables& tables) {
-  if (m.nblocks == 0 || m.nblocks > kMaxBlocks)
+Status CheckTetraMatrix(const char* what, const TetraServedMatrix& m, const void* out, std::size_t out_align,
+                        const DeviceTetraTables& tables) {
+  if (m.nblocks == 0 || m.nblocks > kTetraMaxBlocks)
     return InvalidArgumentError(std::string(what) + ": nblocks " + std::to_string(m.nblocks) +
                                 " is outside 1..2^26");
   const std::uint64_t min_stride = tetra::ServedRowStride(m.nblocks);
@@ -249,25 +250,25 @@ Status CheckMatrix(const char* what, const TetraServedMatrix& m, const void* out
 
 Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const DeviceTetraTables& tables,
                          CudaStreamView stream) {
-  EXLR8_RETURN_IF_ERROR(CheckMatrix("LaunchTetraDecode", m, out, 8, tables));
+  EXLR8_RETURN_IF_ERROR(CheckTetraMatrix("LaunchTetraDecode", m, out, 8, tables));
   if (m.d_out == 0) return Status::Ok();
-  EXLR8_ASSIGN_OR_RETURN(const int sms, SmCount());
+  EXLR8_ASSIGN_OR_RETURN(const int sms, TetraSmCount());
   int per_sm = 0;
-  EXLR8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraDecodeKernel, kThreads, 0));
+  EXLR8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraDecodeKernel, kTetraThreads, 0));
   if (per_sm < 1) return InternalError("TetraDecodeKernel: no block fits on a multiprocessor");
-  const std::uint64_t rows_per_launch = std::max<std::uint64_t>(1, kMaxLaunchWords / m.nblocks);
+  const std::uint64_t rows_per_launch = std::max<std::uint64_t>(1, kTetraMaxLaunchWords / m.nblocks);
   for (std::uint64_t first = 0; first < m.d_out; first += rows_per_launch) {
     const std::uint64_t rows = std::min(rows_per_launch, m.d_out - first);
-    DecodeParams p{};
+    TetraDecodeParams p{};
     p.codes = m.codes + first * m.row_stride;
     p.row_stride = m.row_stride;
     p.nblocks = static_cast<std::uint32_t>(m.nblocks);
     p.words = static_cast<std::uint32_t>(rows * m.nblocks);
     p.tables = reinterpret_cast<const uint4*>(tables.data());
     p.out = out + first * m.nblocks * 24;
-    const std::uint64_t wanted = (p.words + kThreads - 1) / kThreads;
+    const std::uint64_t wanted = (p.words + kTetraThreads - 1) / kTetraThreads;
     const std::uint64_t grid = std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(sms) * per_sm);
-    TetraDecodeKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream.value()>>>(p);
+    TetraDecodeKernel<<<static_cast<unsigned>(grid), kTetraThreads, 0, stream.value()>>>(p);
     EXLR8_CUDA_TRY(cudaGetLastError());
   }
   return Status::Ok();
@@ -275,7 +276,7 @@ Status LaunchTetraDecode(const TetraServedMatrix& m, std::int8_t* out, const Dev
 
 Status LaunchTetraReconstruct(const TetraServedMatrix& m, const TetraScales& scales, float* out,
                               const DeviceTetraTables& tables, CudaStreamView stream) {
-  EXLR8_RETURN_IF_ERROR(CheckMatrix("LaunchTetraReconstruct", m, out, 4, tables));
+  EXLR8_RETURN_IF_ERROR(CheckTetraMatrix("LaunchTetraReconstruct", m, out, 4, tables));
   if (scales.tail_cols > 23)
     return InvalidArgumentError("LaunchTetraReconstruct: tail_cols " + std::to_string(scales.tail_cols) +
                                 " is above 23");
@@ -283,15 +284,16 @@ Status LaunchTetraReconstruct(const TetraServedMatrix& m, const TetraScales& sca
   if (scales.centroids == nullptr || scales.row_scales == nullptr ||
       (scales.tail_cols > 0 && scales.tail == nullptr))
     return InvalidArgumentError("LaunchTetraReconstruct: null centroids, row scales or tail");
-  EXLR8_ASSIGN_OR_RETURN(const int sms, SmCount());
+  EXLR8_ASSIGN_OR_RETURN(const int sms, TetraSmCount());
   int per_sm = 0;
-  EXLR8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraReconstructKernel, kThreads, 0));
+  EXLR8_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TetraReconstructKernel, kTetraThreads, 0));
   if (per_sm < 1) return InternalError("TetraReconstructKernel: no block fits on a multiprocessor");
   const std::uint64_t d_in = 24 * m.nblocks + scales.tail_cols;
-  const std::uint64_t rows_per_launch = std::max<std::uint64_t>(1, kMaxLaunchWords / m.nblocks);
+  const std::uint64_t rows_per_launch = std::max<std::uint64_t>(1, kTetraMaxLaunchWords / m.nblocks);
   for (std::uint64_t first = 0; first < m.d_out; first += rows_per_launch) {
     const std::uint64_t rows = std::min(rows_per_launch, m.d_out - first);
-    ReconstructParams p{};
+    TetraReconstructParams p{};
     p.d.codes = m.codes + first * m.row_stride;
     p.d.row_stride = m.row_stride;
     p.d.nblocks = static_cast<std::uint32_t>(m.nblocks);
@@ -301,9 +303,9 @@ Status LaunchTetraReconstruct(const TetraServedMatrix& m, const TetraScales& sca
     p.scales = scales;
     p.d_in = d_in;
     p.out = out + first * d_in;
-    const std::uint64_t wanted = (p.d.words + kThreads - 1) / kThreads;
+    const std::uint64_t wanted = (p.d.words + kTetraThreads - 1) / kTetraThreads;
     const std::uint64_t grid = std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(sms) * per_sm);
-    TetraReconstructKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream.value()>>>(p);
+    TetraReconstructKernel<<<static_cast<unsigned>(grid), kTetraThreads, 0, stream.value()>>>(p);
     EXLR8_CUDA_TRY(cudaGetLastError());
   }
   if (scales.tail_cols > 0) {
@@ -322,17 +324,17 @@ Status LaunchCompareBytes(const std::byte* a, const std::byte* b, std::uint64_t 
   if (out == nullptr) return InvalidArgumentError("LaunchCompareBytes: null result");
   if (n != 0 && (a == nullptr || b == nullptr))
     return InvalidArgumentError("LaunchCompareBytes: null pointer");
-  ResetKernel<<<1, 1, 0, stream.value()>>>(out);
+  TetraResetKernel<<<1, 1, 0, stream.value()>>>(out);
   EXLR8_CUDA_TRY(cudaGetLastError());
   if (n == 0) return Status::Ok();
   const bool vec =
       reinterpret_cast<std::uintptr_t>(a) % 16 == 0 && reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
-  EXLR8_ASSIGN_OR_RETURN(const int sms, SmCount());
+  EXLR8_ASSIGN_OR_RETURN(const int sms, TetraSmCount());
   constexpr unsigned kCompareThreads = 256;
   const std::uint64_t units = vec ? n / 16 + 16 : n;
   const std::uint64_t grid = std::clamp<std::uint64_t>((units + kCompareThreads - 1) / kCompareThreads, 1,
                                                        static_cast<std::uint64_t>(sms) * 8);
-  CompareBytesKernel<<<static_cast<unsigned>(grid), kCompareThreads, 0, stream.value()>>>(
+  TetraCompareBytesKernel<<<static_cast<unsigned>(grid), kCompareThreads, 0, stream.value()>>>(
       reinterpret_cast<const std::uint8_t*>(a), reinterpret_cast<const std::uint8_t*>(b), n, vec, out);
   EXLR8_CUDA_TRY(cudaGetLastError());
   return Status::Ok();

@@ -50,7 +50,11 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2> /dev/null || true; done
-  if [[ ${MIRROR_KEEP:-0} == 1 ]]; then echo "mirror_test: kept $w"; else rm -rf "$w"; fi
+  if [[ ${MIRROR_KEEP:-0} == 1 ]]; then
+    echo "mirror_test: kept $w"
+  else  # nginx's workers may still be closing cache files
+    for _ in 1 2 3 4 5; do rm -rf "$w" 2> /dev/null && break; sleep 0.5; done
+  fi
 }
 trap cleanup EXIT
 
@@ -274,6 +278,77 @@ read -r cdn1 auth1 signed1 < <(stats)
 wave 2
 t2=$(date +%s.%N)
 read -r cdn2 auth2 signed2 < <(stats)
+
+# Upstream answers are checked. While the CDN ignores Range (a 200 with the
+# whole file) or answers a 206 whose Content-Range is off by one, a range
+# through the mirror is the right bytes or an error, never other bytes, and
+# nothing of the bad answer is cached: once the CDN is right again the same
+# range is fetched from it again and is right. The ranges are inside rank
+# 3's halves, which no node pulled.
+command -v curl > /dev/null || fail "needs curl"
+"$bin/exlr8" plan "$rel" --manifest home --tp 4 --rank 3 --json > "$w/plan3.json"
+mapfile -t probes < <(python3 - "$w"/plan{3,0,1,2}.json << 'EOF'
+import json, sys
+plans = [json.load(open(p)) for p in sys.argv[1:]]
+taken = {}
+for plan in plans[1:]:
+    for f in plan["files"]:
+        taken.setdefault(f["path"], []).extend(f["requests"])
+found = []
+for f in plans[0]["files"]:
+    runs = []  # rank 3's adjacent ranges (halves) merged
+    for a, n in sorted(f["requests"]):
+        if runs and runs[-1][1] == a:
+            runs[-1][1] = a + n
+        else:
+            runs.append([a, a + n])
+    for a, e in runs:
+        m = (a + e) // 2 // 4096 * 4096
+        if all(b + k <= m - 131072 or b >= m + 4096 + 131072 for b, k in taken.get(f["path"], [])):
+            taken.setdefault(f["path"], []).append((m, 4096))  # the next probe far from this one
+            found.append(f"{f['path']} {m}")
+            if len(found) == 2:
+                print("\n".join(found))
+                sys.exit(0)
+sys.exit("no two ranges of rank 3 far from ranks 0-2")
+EOF
+)
+((${#probes[@]} == 2)) || fail "found no ranges to probe the mirror's checks with"
+curl_m() { curl -s --cacert "$pki/ca.pem" "$@"; }
+faults() { curl -s -o /dev/null -X POST --data "$1" "$sim_hub/_sim/faults" || fail "cannot set the simulator's faults"; }
+sim_stat() { python3 -c 'import json, sys, urllib.request
+s = json.load(urllib.request.urlopen(sys.argv[1] + "/_sim/stats"))
+print(s["cdn"]["bytes_served"] if sys.argv[2] == "bytes" else s["faults"][sys.argv[2]])' "$sim_hub" "$1"; }
+i=0
+for fault in ignore_range wrong_content_range; do
+  read -r probe_path probe_off <<< "${probes[$i]}"
+  i=$((i + 1))
+  probe_end=$((probe_off + 4095))
+  probe_url=$(curl_m -o /dev/null -I -w '%{redirect_url}' -H "Authorization: Bearer $token" \
+    "$endpoint/$repo/resolve/main/$probe_path")
+  [[ $probe_url == "https://127.0.0.5:$mirror_cdn/_cdn/cdn.hubsim.test/"* ]] ||
+    fail "the mirror's /resolve/ redirect of $probe_path is '$probe_url', not to its CDN port"
+  python3 -c 'import sys; f = open(sys.argv[1], "rb"); f.seek(int(sys.argv[2])); sys.stdout.buffer.write(f.read(4096))' \
+    "$rel/$probe_path" "$probe_off" > "$w/probe.want"
+  injected=$(sim_stat "$fault")
+  faults "{\"$fault\":1,\"hosts\":\"cdn\"}"
+  code=$(curl_m -o "$w/probe.got" -r "$probe_off-$probe_end" -w '%{http_code}' "$probe_url" || true)
+  faults '{"hosts":"cdn"}'
+  (($(sim_stat "$fault") > injected)) || fail "the simulator's CDN injected no $fault"
+  if [[ $code == 206 ]] && cmp -s "$w/probe.got" "$w/probe.want"; then
+    outcome="the right bytes"
+  elif [[ $code == 206 || $code == 200 ]]; then
+    fail "with the CDN's fault $fault the mirror answered $code with other bytes"
+  else
+    outcome="no range (${code:-no answer})"
+  fi
+  before=$(sim_stat bytes)
+  code=$(curl_m -o "$w/probe.got" -r "$probe_off-$probe_end" -w '%{http_code}' "$probe_url" || true)
+  [[ $code == 206 ]] && cmp -s "$w/probe.got" "$w/probe.want" ||
+    fail "after the CDN's $fault the mirror answered $code and other bytes: it cached a bad answer"
+  (($(sim_stat bytes) > before)) || fail "after the CDN's $fault the mirror answered from its cache: it kept a bad answer"
+  echo "mirror_test: the CDN's $fault: the mirror gave $outcome and cached none of it"
+done
 
 up1=$((cdn1 - cdn0))
 up2=$((cdn2 - cdn1))

@@ -180,6 +180,7 @@ template /etc/nginx/hf-mirror/ "$pki/"
 template /etc/ssl/certs/ca-certificates.crt "$pki/ca.pem"
 template "listen 443 " "listen 127.0.0.5:$mirror_hub "
 template "listen 8443 " "listen 127.0.0.5:$mirror_cdn "
+# shellcheck disable=SC2016 # nginx's $host, not the shell's
 template 'https://$host:8443/' "https://\$host:$mirror_cdn/"
 template "server huggingface.co:443;" "server 127.0.0.3:$front_hub;"
 template "    cdn-lfs.huggingface.co   hf_cdn_lfs;" "    cdn-lfs.huggingface.co   hf_cdn_lfs;
@@ -274,7 +275,7 @@ read -r cdn0 auth0 signed0 < <(stats)
 t0=$(date +%s.%N)
 wave 1
 t1=$(date +%s.%N)
-read -r cdn1 auth1 signed1 < <(stats)
+read -r cdn1 _ signed1 < <(stats)
 wave 2
 t2=$(date +%s.%N)
 read -r cdn2 auth2 signed2 < <(stats)
@@ -319,6 +320,9 @@ faults() { curl -s -o /dev/null -X POST --data "$1" "$sim_hub/_sim/faults" || fa
 sim_stat() { python3 -c 'import json, sys, urllib.request
 s = json.load(urllib.request.urlopen(sys.argv[1] + "/_sim/stats"))
 print(s["cdn"]["bytes_served"] if sys.argv[2] == "bytes" else s["faults"][sys.argv[2]])' "$sim_hub" "$1"; }
+# A CDN host outside the allowlist is refused: the mirror is no open proxy.
+code=$(curl_m -o /dev/null -w '%{http_code}' "https://127.0.0.5:$mirror_cdn/_cdn/127.0.0.4:$front_cdn/$repo/x" || true)
+[[ $code == 403 ]] || fail "the mirror answered $code, not 403, for a CDN host outside its allowlist"
 i=0
 for fault in ignore_range wrong_content_range; do
   read -r probe_path probe_off <<< "${probes[$i]}"
@@ -344,8 +348,9 @@ for fault in ignore_range wrong_content_range; do
   fi
   before=$(sim_stat bytes)
   code=$(curl_m -o "$w/probe.got" -r "$probe_off-$probe_end" -w '%{http_code}' "$probe_url" || true)
-  [[ $code == 206 ]] && cmp -s "$w/probe.got" "$w/probe.want" ||
+  if [[ $code != 206 ]] || ! cmp -s "$w/probe.got" "$w/probe.want"; then
     fail "after the CDN's $fault the mirror answered $code and other bytes: it cached a bad answer"
+  fi
   (($(sim_stat bytes) > before)) || fail "after the CDN's $fault the mirror answered from its cache: it kept a bad answer"
   echo "mirror_test: the CDN's $fault: the mirror gave $outcome and cached none of it"
 done

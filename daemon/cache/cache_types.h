@@ -92,7 +92,7 @@ struct PullCounters {
 
 struct PullSpec {
   FilesetId fileset = 0;
-  std::string manifest;  // repo path of the manifest
+  std::string manifest;  // repo path of the manifest; empty: the whole fileset (no ranks)
   int tp = 1;
   int rank = 0;
   std::string plan_summary_json = "{}";

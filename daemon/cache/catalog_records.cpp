@@ -211,7 +211,7 @@ Result<PullId> Catalog::StartPull(const PullSpec& spec) {
     return InvalidArgumentError("pull of '" + EscapeForMessage(spec.manifest) + "': rank " +
                                 std::to_string(spec.rank) + " is not in [0, tp = " + std::to_string(spec.tp) +
                                 ")");
-  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(spec.manifest));
+  if (!spec.manifest.empty()) EXLR8_RETURN_IF_ERROR(ValidateRepoPath(spec.manifest));
   EXLR8_RETURN_IF_ERROR(CheckFilesetExists(spec.fileset));
   const std::int64_t now = Now();
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db_.get()));

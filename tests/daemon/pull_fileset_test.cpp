@@ -1,0 +1,199 @@
+// `exlr8d pull` without a manifest: the whole fileset of a repository
+// (LVQ5 files and the others), each file verified whole, against the hub
+// simulator on loopback and a real cache; the crash test kills the real
+// binary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "daemon/base/sqlite_db.h"
+#include "tests/daemon/cache_test_util.h"
+#include "tests/daemon/pull_test_util.h"
+
+namespace exlr8 {
+namespace {
+
+using ::exlr8::testing::TempDir;
+
+fs::path Lvq5Tiny() { return fs::path(EXLR8_SHARED_DIR) / "fixtures" / "lvq5-tiny"; }
+
+// A writable copy of the fixture in `to`.
+void CopyLvq5Tiny(const fs::path& to) {
+  fs::copy(Lvq5Tiny(), to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  for (const auto& e : fs::recursive_directory_iterator(to))
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+}
+
+// Overwrites one byte of `path` in place (same inode: a hub that opened it
+// at start-up lists the old content's hash and serves the new bytes).
+void FlipByteInPlace(const fs::path& path, std::uint64_t at) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+PullOptions FilesetOptions(const hubsim::HubSim& sim) {
+  PullOptions o = Options(sim, "", 1, 0);
+  o.repo = "lvq5/tiny";
+  return o;
+}
+
+std::unique_ptr<hubsim::HubSim> StartLvq5Sim(const fs::path& dir, hubsim::FaultConfig faults = {}) {
+  return StartSim(dir, "", faults, {"lvq5/tiny"});
+}
+
+// Every file of `source` is in the cache's only fileset, whole-verified,
+// byte for byte.
+void ExpectWholeFilesetCached(const fs::path& cache_dir, const fs::path& source) {
+  auto cache = Cache::Open(cache_dir);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  auto sets = (*cache)->ListFilesets();
+  ASSERT_TRUE(sets.ok());
+  ASSERT_EQ(sets->size(), 1u);
+  auto files = (*cache)->ListFiles((*sets)[0].id);
+  ASSERT_TRUE(files.ok());
+  std::size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(source)) n += e.is_regular_file() ? 1 : 0;
+  ASSERT_EQ(files->size(), n);
+  for (const FileInfo& f : *files) {
+    EXPECT_TRUE(f.whole_verified) << f.path;
+    EXPECT_EQ(f.bytes_cached, f.size) << f.path;
+    auto path = (*cache)->DataPath(f.id);
+    ASSERT_TRUE(path.ok());
+    EXPECT_EQ(ReadAll(*path), ReadAll(source / f.path)) << f.path;
+  }
+}
+
+TEST(PullFilesetTest, PullsEveryFileOfTheRevisionByteExact) {
+  TempDir cache;
+  auto sim = StartLvq5Sim(Lvq5Tiny());
+  auto s = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  EXPECT_EQ(s->bytes_missing, 0u);
+  ExpectWholeFilesetCached(cache.path(), Lvq5Tiny());
+  // A second run reuses everything.
+  auto again = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->complete);
+  EXPECT_EQ(again->bytes_fetched, 0u);
+  EXPECT_EQ(again->bytes_reused, again->bytes_planned);
+}
+
+TEST(PullFilesetTest, TpOrRankWithoutAManifestIsRefused) {
+  TempDir cache;
+  auto sim = StartLvq5Sim(Lvq5Tiny());
+  PullOptions o = FilesetOptions(*sim);
+  o.tp = 2;
+  auto s = Pull(cache.path(), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PullFilesetTest, AFileWhoseBytesDoNotMatchTheHubsSha256IsRefusedAndNotPresent) {
+  TempDir release, cache;
+  CopyLvq5Tiny(release.path());
+  auto sim = StartLvq5Sim(release.path());
+  // The hub lists the good file's SHA-256 and now serves other bytes.
+  FlipByteInPlace(release.path() / "tiny-sealed.bin", 1000);
+  if (HasFatalFailure()) return;
+  auto s = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("tiny-sealed.bin"), std::string::npos) << s.status().ToString();
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  auto sets = (*c)->ListFilesets();
+  ASSERT_TRUE(sets.ok());
+  ASSERT_EQ(sets->size(), 1u);
+  auto f = (*c)->FindFile((*sets)[0].id, "tiny-sealed.bin");
+  ASSERT_TRUE(f.ok());
+  auto info = (*c)->GetFile(*f);
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->whole_verified);
+  EXPECT_EQ(info->bytes_cached, 0u);
+}
+
+pid_t SpawnFilesetPull(const std::string& hub, const fs::path& cache, const fs::path& log) {
+  const std::string bin = std::string(EXLR8_BIN_DIR) + "/exlr8d";
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "a", stdout);
+    (void)f;
+    dup2(fileno(stdout), 2);
+    execl(bin.c_str(), bin.c_str(), "pull", "--repo", "lvq5/tiny", "--endpoint", hub.c_str(), "--cache",
+          cache.c_str(), "--jobs", "4", "--commit-interval-ms", "100", "--write-behind", "64K",
+          "--no-progress", "--json", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+std::uint64_t LargestDurablePrefix(const fs::path& cache) {
+  if (!fs::exists(cache / "exlr8d.db")) return 0;
+  auto db = SqliteDb::Open((cache / "exlr8d.db").string());
+  if (!db.ok()) return 0;
+  auto q = (*db)->Prepare("SELECT max(durable_prefix) FROM files");
+  if (!q.ok()) return 0;
+  auto row = q->Step();
+  if (!row.ok() || !*row) return 0;
+  return static_cast<std::uint64_t>(q->Int(0));
+}
+
+TEST(PullFilesetTest, AKilledPullResumesFromTheDurablePrefixAndCompletes) {
+  TempDir release, cache, logs;
+  CopyLvq5Tiny(release.path());
+  {  // a file large enough to be killed in the middle of (2 MB/s)
+    std::mt19937_64 rng(7);
+    std::vector<std::uint64_t> words((8u << 20) / 8);
+    for (auto& w : words) w = rng();
+    std::ofstream out(release.path() / "large.bin", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 8));
+  }
+  hubsim::FaultConfig f;
+  f.throttle_bps = 2'000'000;
+  f.on_hub = false;
+  auto sim = StartLvq5Sim(release.path(), f);
+  const pid_t pid = SpawnFilesetPull(sim->hub_url(), cache.path(), logs.path() / "pull.log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::uint64_t prefix = 0;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (prefix = LargestDurablePrefix(cache.path())) < 2'000'000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_GE(prefix, 2'000'000u) << "no file became 2 MB durable in time";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the pull ended before the kill";
+  {  // nothing of the interrupted file is reported present
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    auto sets = (*c)->ListFilesets();
+    ASSERT_TRUE(sets.ok() && sets->size() == 1);
+    auto large = (*c)->GetFile(*(*c)->FindFile((*sets)[0].id, "large.bin"));
+    ASSERT_TRUE(large.ok());
+    EXPECT_FALSE(large->whole_verified);
+    EXPECT_EQ(large->bytes_cached, 0u);
+  }
+  PullOptions o = FilesetOptions(*sim);
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  EXPECT_GE(s->bytes_resumed, prefix);
+  ExpectWholeFilesetCached(cache.path(), release.path());
+}
+
+}  // namespace
+}  // namespace exlr8

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,17 @@ struct NewFile {
   std::optional<std::string> git_sha1;
 };
 
+// One record of a file whose structure the caller checked (an LVQ5
+// container's matrix records, raw tensors and blobs), as the cache's
+// record index keeps it (schema 004_lvq5_records.sql).
+struct FileRecord {
+  std::string name;
+  std::string kind;                      // "tetra", "ball", "int4g128", "f16", "quant", "blob"
+  std::string shape;                     // "256x264"; raw tensors: their dims joined by 'x'; blobs: ""
+  std::uint64_t offset = 0, length = 0;  // the record's bytes in the file
+  std::uint64_t xxh64 = 0;               // XXH64 (seed 0) of those bytes
+};
+
 // Verified bytes [offset, offset + length) of one file.
 struct VerifiedExtent {
   FileId file = 0;
@@ -35,6 +47,10 @@ struct VerifiedExtent {
   // transaction that records it sets the file's whole_verified, so no crash
   // can leave the bytes recorded with the flag unset.
   bool whole_file = false;
+  // With whole_file: the file's record index, computed from the verified
+  // bytes; it replaces the file's rows in the same transaction. Null: the
+  // file has no record index (any rows it had are removed).
+  std::shared_ptr<const std::vector<FileRecord>> records;
 };
 
 // Bytes [0, bytes) of a file being downloaded whole arrived in order: once

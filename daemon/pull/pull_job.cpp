@@ -443,6 +443,7 @@ Result<PullSummary> PullJob::Rep::RunBody() {
 // LVQ5 file also by its structure before it is recorded (WholeFileConsumer);
 // an interrupted download resumes from its durable prefix.
 Result<PullSummary> PullJob::Rep::RunFileset(PullSummary sum) {
+  files.CheckLvq5Files();
   sum.root = cache.dir() / FilesetDir(opt.repo, commit);
   Plan plan;
   std::vector<std::string> paths;

@@ -14,6 +14,10 @@
 #include <thread>
 
 #include "daemon/base/sqlite_db.h"
+#include "format/byte_source.h"
+#include "format/checksum.h"
+#include "format/lvq5/index.h"
+#include "format/lvq5/writer.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 
@@ -54,8 +58,43 @@ std::unique_ptr<hubsim::HubSim> StartLvq5Sim(const fs::path& dir, hubsim::FaultC
   return StartSim(dir, "", faults, {"lvq5/tiny"});
 }
 
+std::vector<std::byte> Bytes(const fs::path& p) {
+  const std::vector<char> c = ReadAll(p);
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+// The record index a file of `source` must have in the cache: computed here
+// from the source with the reader alone (kinds, shapes, ranges, XXH64 of
+// the source's bytes); empty for a file that is not LVQ5.
+std::vector<FileRecord> ExpectedRecords(const fs::path& file) {
+  const std::vector<std::byte> bytes = Bytes(file);
+  if (file.extension() != ".bin" || bytes.size() < 4 || std::memcmp(bytes.data(), "LVQ5", 4) != 0) return {};
+  SpanByteSource src(bytes, file.filename().string());
+  auto index = lvq5::ReadIndex(src);
+  EXPECT_TRUE(index.ok()) << index.status().ToString();
+  if (!index.ok()) return {};
+  std::vector<FileRecord> out;
+  auto add = [&](const std::string& name, std::string kind, std::string shape, std::uint64_t begin,
+                 std::uint64_t end) {
+    out.push_back({name, std::move(kind), std::move(shape), begin, end - begin,
+                   Xxh64::Hash(std::span<const std::byte>(bytes).subspan(begin, end - begin))});
+  };
+  for (const auto& m : index->matrices)
+    add(m.name, lvq5::KindName(static_cast<std::uint32_t>(m.kind)),
+        std::to_string(m.d_out) + "x" + std::to_string(m.d_in), m.offset, m.end);
+  for (const auto& t : index->raw) {
+    std::string dims;
+    for (std::uint64_t d : t.dims) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    add(t.name, t.tag == lvq5::RawTag::kF16 ? "f16" : "quant", dims, t.offset, t.end);
+  }
+  for (const auto& b : index->blobs) add(b.name, "blob", "", b.offset, b.end);
+  return out;
+}
+
 // Every file of `source` is in the cache's only fileset, whole-verified,
-// byte for byte.
+// byte for byte, with the record index its LVQ5 structure gives.
 void ExpectWholeFilesetCached(const fs::path& cache_dir, const fs::path& source) {
   auto cache = Cache::Open(cache_dir);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
@@ -73,7 +112,47 @@ void ExpectWholeFilesetCached(const fs::path& cache_dir, const fs::path& source)
     auto path = (*cache)->DataPath(f.id);
     ASSERT_TRUE(path.ok());
     EXPECT_EQ(ReadAll(*path), ReadAll(source / f.path)) << f.path;
+    const std::vector<FileRecord> want = ExpectedRecords(source / f.path);
+    auto got = (*cache)->Records(f.id);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), want.size()) << f.path;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ((*got)[i].name, want[i].name) << f.path << " record " << i;
+      EXPECT_EQ((*got)[i].kind, want[i].kind) << f.path << " record " << i;
+      EXPECT_EQ((*got)[i].shape, want[i].shape) << f.path << " record " << i;
+      EXPECT_EQ((*got)[i].offset, want[i].offset) << f.path << " record " << i;
+      EXPECT_EQ((*got)[i].length, want[i].length) << f.path << " record " << i;
+      EXPECT_EQ((*got)[i].xxh64, want[i].xxh64) << f.path << " record " << i;
+    }
   }
+}
+
+// A generated LVQ5 file of another geometry than the fixture's, `records`
+// Tetra records of d_out x d_in (random words), an f16 raw tensor and a
+// blob, written at `path`.
+void WriteLvq5(const fs::path& path, std::uint32_t records, std::uint32_t d_out, std::uint32_t d_in) {
+  std::ofstream out(path, std::ios::binary);
+  ASSERT_TRUE(out.good()) << path;
+  lvq5::Writer w([&](std::span<const std::byte> b) -> Status {
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    return out.good() ? Status::Ok() : IOError("write failed");
+  });
+  lvq5::Header h;
+  h.matrices = records;
+  h.ball_fingerprint = lvq5::kBallFingerprint;
+  h.tetra_fingerprint = *lvq5::ExpectedTetraFingerprint();
+  h.default_kind = 1;
+  h.kinds_mask = 6;
+  ASSERT_TRUE(w.WriteHeader(h).ok());
+  for (std::uint32_t i = 0; i < records; ++i)
+    ASSERT_TRUE(w.WriteRandomTetraRecord("layers." + std::to_string(i) + ".w", d_out, d_in, 100 + i).ok());
+  const auto norm = lvq5::RandomRawF16("norm.weight", {d_in}, 5);
+  ASSERT_TRUE(w.BeginRaw(1).ok());
+  ASSERT_TRUE(w.WriteRaw(norm).ok());
+  ASSERT_TRUE(w.BeginBlobs(1).ok());
+  const std::string cfg = "{\"x\": 1}";
+  ASSERT_TRUE(w.WriteBlob("config.json", std::as_bytes(std::span(cfg))).ok());
+  ASSERT_TRUE(w.Finish().ok());
 }
 
 TEST(PullFilesetTest, PullsEveryFileOfTheRevisionByteExact) {
@@ -90,6 +169,55 @@ TEST(PullFilesetTest, PullsEveryFileOfTheRevisionByteExact) {
   EXPECT_TRUE(again->complete);
   EXPECT_EQ(again->bytes_fetched, 0u);
   EXPECT_EQ(again->bytes_reused, again->bytes_planned);
+}
+
+TEST(PullFilesetTest, AnotherGeometryGetsItsOwnRecordIndex) {
+  TempDir release, cache;
+  WriteLvq5(release.path() / "model-a.bin", 3, 7, 53);
+  fs::create_directories(release.path() / "sub");
+  WriteLvq5(release.path() / "sub/model-b.bin", 1, 2, 24);
+  if (HasFatalFailure()) return;
+  auto sim = StartLvq5Sim(release.path());
+  auto s = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->complete);
+  ExpectWholeFilesetCached(cache.path(), release.path());
+}
+
+TEST(PullFilesetTest, AStructurallyBadLvq5FileIsRefusedThoughItsSha256Matches) {
+  TempDir release, cache;
+  CopyLvq5Tiny(release.path());
+  // shell_cap of the first matrix record becomes 13: the hub lists the
+  // SHA-256 of these bytes, so only the structure check can refuse it.
+  const std::vector<std::byte> good = Bytes(release.path() / "tiny-sealed.bin");
+  SpanByteSource src(good, "tiny-sealed.bin");
+  auto index = lvq5::ReadIndex(src);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  ASSERT_FALSE(index->matrices.empty());
+  const auto& m = index->matrices[0];
+  const std::uint64_t shell_cap_at = m.offset + 4 + m.name.size() + 8;
+  {
+    std::fstream f(release.path() / "tiny-sealed.bin", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(shell_cap_at));
+    const char thirteen[4] = {13, 0, 0, 0};
+    f.write(thirteen, 4);
+    ASSERT_TRUE(f.good());
+  }
+  auto sim = StartLvq5Sim(release.path());
+  auto s = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kCorruption) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("tiny-sealed.bin"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("shell_cap"), std::string::npos) << s.status().ToString();
+  auto c = Cache::Open(cache.path());
+  ASSERT_TRUE(c.ok());
+  auto sets = (*c)->ListFilesets();
+  ASSERT_TRUE(sets.ok() && sets->size() == 1);
+  auto info = (*c)->GetFile(*(*c)->FindFile((*sets)[0].id, "tiny-sealed.bin"));
+  ASSERT_TRUE(info.ok());
+  EXPECT_FALSE(info->whole_verified);
+  EXPECT_EQ(info->bytes_cached, 0u);
+  EXPECT_TRUE((*c)->Records(info->id)->empty());
 }
 
 TEST(PullFilesetTest, TpOrRankWithoutAManifestIsRefused) {
@@ -155,13 +283,10 @@ std::uint64_t LargestDurablePrefix(const fs::path& cache) {
 TEST(PullFilesetTest, AKilledPullResumesFromTheDurablePrefixAndCompletes) {
   TempDir release, cache, logs;
   CopyLvq5Tiny(release.path());
-  {  // a file large enough to be killed in the middle of (2 MB/s)
-    std::mt19937_64 rng(7);
-    std::vector<std::uint64_t> words((8u << 20) / 8);
-    for (auto& w : words) w = rng();
-    std::ofstream out(release.path() / "large.bin", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 8));
-  }
+  // An LVQ5 file large enough to be killed in the middle of (about 7.4 MB
+  // at 2 MB/s).
+  WriteLvq5(release.path() / "large.bin", 3, 4096, 2400);
+  if (HasFatalFailure()) return;
   hubsim::FaultConfig f;
   f.throttle_bps = 2'000'000;
   f.on_hub = false;

@@ -75,6 +75,13 @@ struct FilesetInfo {
   std::uint64_t file_count = 0;
   std::uint64_t bytes_total = 0;   // sum of remote file sizes
   std::uint64_t bytes_cached = 0;  // sum of verified extents
+  // Files verified whole; LVQ5 files among them (those with a record
+  // index) and their records (a whole-fileset pull, issue 28).
+  std::uint64_t files_verified = 0;
+  std::uint64_t lvq5_files = 0;
+  std::uint64_t records = 0;
+  // "lvq5" when any verified file has a record index, else "exlr8".
+  std::string_view kind() const { return lvq5_files > 0 ? "lvq5" : "exlr8"; }
   // When a scrub (exlr8d verify) last checked every recorded byte and
   // forgot what failed; nullopt = never. verify_failures: checks that failed
   // then.

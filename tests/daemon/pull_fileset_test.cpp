@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "daemon/base/sqlite_db.h"
+#include "daemon/scrub/scrub.h"
 #include "format/byte_source.h"
 #include "format/checksum.h"
 #include "format/lvq5/index.h"
 #include "format/lvq5/writer.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
+#include "tests/daemon/shell_util.h"
 
 namespace exlr8 {
 namespace {
@@ -318,6 +320,117 @@ TEST(PullFilesetTest, AKilledPullResumesFromTheDurablePrefixAndCompletes) {
   EXPECT_TRUE(s->complete);
   EXPECT_GE(s->bytes_resumed, prefix);
   ExpectWholeFilesetCached(cache.path(), release.path());
+}
+
+std::uint64_t RecordCount(const fs::path& source) {
+  std::uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(source))
+    if (e.is_regular_file()) n += ExpectedRecords(e.path()).size();
+  return n;
+}
+
+// Damages one byte in the middle of record `k` of `path` in the cache.
+FileRecord DamageRecord(const fs::path& cache_dir, const std::string& path, std::size_t k) {
+  auto cache = Cache::Open(cache_dir);
+  EXPECT_TRUE(cache.ok());
+  auto sets = (*cache)->ListFilesets();
+  auto id = (*cache)->FindFile((*sets)[0].id, path);
+  EXPECT_TRUE(id.ok());
+  auto records = (*cache)->Records(*id);
+  EXPECT_TRUE(records.ok() && records->size() > k);
+  const FileRecord r = (*records)[k];
+  FlipByteInPlace(*(*cache)->DataPath(*id), r.offset + r.length / 2);
+  return r;
+}
+
+TEST(PullFilesetTest, VerifyChecksEveryRecordAndNamesADamagedOne) {
+  TempDir cache;
+  auto sim = StartLvq5Sim(Lvq5Tiny());
+  auto s = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    auto report = ScrubFileset(**c, (*(*c)->ListFilesets())[0].id);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->clean());
+    EXPECT_EQ(report->records, RecordCount(Lvq5Tiny()));
+    EXPECT_EQ(report->bytes_checked, report->bytes_recorded);
+  }
+  const FileRecord damaged = DamageRecord(cache.path(), "tiny-sealed.bin", 2);
+  if (HasFatalFailure()) return;
+  {
+    auto c = Cache::Open(cache.path());
+    ASSERT_TRUE(c.ok());
+    auto report = ScrubFileset(**c, (*(*c)->ListFilesets())[0].id);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->checks_failed, 1u);
+    ASSERT_EQ(report->failures.size(), 1u);
+    EXPECT_EQ(report->failures[0].file, "tiny-sealed.bin");
+    EXPECT_NE(report->failures[0].error.find("'" + damaged.name + "'"), std::string::npos)
+        << report->failures[0].error;
+    EXPECT_TRUE(report->repaired);
+    auto f = (*c)->GetFile(*(*c)->FindFile((*(*c)->ListFilesets())[0].id, "tiny-sealed.bin"));
+    EXPECT_FALSE(f->whole_verified);
+    EXPECT_EQ(f->bytes_cached, 0u);
+  }
+  // The next pull fetches it again, checks and indexes it anew.
+  auto again = Pull(cache.path(), FilesetOptions(*sim));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->complete);
+  ExpectWholeFilesetCached(cache.path(), Lvq5Tiny());
+}
+
+TEST(PullFilesetTest, TheCommandLinePullsShowsVerifiesAndEvictsAWholeFileset) {
+  TempDir cache;
+  auto sim = StartLvq5Sim(Lvq5Tiny());
+  const std::string c = " --cache " + Quote(cache.path().string());
+  ShellRun r =
+      Shell(Exlr8d() + " pull --repo lvq5/tiny --endpoint " + sim->hub_url() + c + " --no-progress --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto pulled = ParseJson(r.out.substr(r.out.find('{')));
+  ASSERT_TRUE(pulled.ok()) << r.out;
+  EXPECT_TRUE(pulled->Find("complete")->as_bool()) << r.out;
+
+  r = Shell(Exlr8d() + " status --repo lvq5/tiny --json" + c);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto st = ParseJson(r.out);
+  ASSERT_TRUE(st.ok()) << r.out;
+  std::size_t n_files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(Lvq5Tiny())) n_files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(st->Find("kind")->as_string(), "lvq5") << r.out;
+  EXPECT_EQ(st->Find("files_verified")->as_uint64().value_or(0), n_files) << r.out;
+  EXPECT_EQ(st->Find("records")->as_uint64().value_or(0), RecordCount(Lvq5Tiny())) << r.out;
+  EXPECT_TRUE(st->Find("complete")->as_bool()) << r.out;
+
+  r = Shell(Exlr8d() + " list --json" + c);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto list = ParseJson(r.out);
+  ASSERT_TRUE(list.ok()) << r.out;
+  const JsonValue& set = list->Find("filesets")->as_array()[0];
+  EXPECT_EQ(set.Find("kind")->as_string(), "lvq5") << r.out;
+  EXPECT_EQ(set.Find("files_verified")->as_uint64().value_or(0), n_files) << r.out;
+  EXPECT_EQ(set.Find("records")->as_uint64().value_or(0), RecordCount(Lvq5Tiny())) << r.out;
+  r = Shell(Exlr8d() + " list" + c);
+  EXPECT_NE(r.out.find("whole fileset: done"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lvq5: "), std::string::npos) << r.out;
+
+  r = Shell(Exlr8d() + " verify --json" + c);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"records\":" + std::to_string(RecordCount(Lvq5Tiny()))), std::string::npos) << r.out;
+  DamageRecord(cache.path(), "tiny-sealed.bin", 0);
+  r = Shell(Exlr8d() + " verify" + c);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("tiny-sealed.bin"), std::string::npos) << r.out;
+  r = Shell(Exlr8d() + " status --repo lvq5/tiny" + c);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("first missing  tiny-sealed.bin"), std::string::npos) << r.out;
+
+  r = Shell(Exlr8d() + " gc --repo lvq5/tiny" + c);
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = Shell(Exlr8d() + " list --json" + c);
+  EXPECT_TRUE(ParseJson(r.out)->Find("filesets")->as_array().empty()) << r.out;
+  EXPECT_FALSE(fs::exists(cache.path() / "lvq5" / "tiny"));
 }
 
 }  // namespace

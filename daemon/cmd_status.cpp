@@ -56,66 +56,43 @@ the manifest or an index file is not in the cache.
 
 // The whole fileset of `repo`@`revision`: every listed file verified whole
 // and still at its listed size.
-int WholeFilesetStatus(Cache& cache, const std::string& repo, const std::string& revision, bool json) {
-  Result<std::string> commit = cache.LookupCommit(repo, revision);
-  if (!commit.ok())
-    return ReportError(kProg, NotFoundError(repo + "@" + revision + " was never pulled into " +
-                                            cache.dir().string() + " (" + commit.status().message() + ")"));
-  Result<std::vector<FilesetInfo>> sets = cache.ListFilesets();
-  if (!sets.ok()) return ReportError(kProg, sets.status());
-  const FilesetInfo* set = nullptr;
-  for (const FilesetInfo& s : *sets)
-    if (s.repo == repo && s.commit == *commit) set = &s;
-  if (set == nullptr) return ReportError(kProg, NotFoundError(repo + "@" + *commit + " is not in the cache"));
-  Result<std::vector<FileInfo>> files = cache.ListFiles(set->id);
-  if (!files.ok()) return ReportError(kProg, files.status());
-  std::uint64_t verified = 0, changed = 0, bytes_verified = 0;
-  std::string first_missing;
-  for (const FileInfo& f : *files) {
-    Result<std::optional<std::uint64_t>> size = cache.SizeOnDisk(f.id);
-    if (!size.ok()) return ReportError(kProg, size.status());
-    const bool intact = f.size == 0 || (size->has_value() && **size == f.size);
-    if (f.whole_verified && !intact) ++changed;
-    if (f.whole_verified && intact) {
-      ++verified;
-      bytes_verified += f.size;
-    } else if (first_missing.empty()) {
-      first_missing = f.path + (f.whole_verified ? " (not at its listed size any more)" : "");
-    }
-  }
-  const bool complete = verified == files->size();
+int PrintWholeFilesetStatus(Cache& cache, const std::string& repo, const std::string& revision, bool json) {
+  Result<WholeFilesetStatus> st = CheckWholeFilesetStatus(cache, repo, revision);
+  if (!st.ok()) return ReportError(kProg, st.status());
+  const FilesetInfo& set = st->fileset;
   if (json) {
     const JsonValue out = JsonValue::Object({
         {"repo", JsonValue::String(repo)},
         {"revision", JsonValue::String(revision)},
-        {"commit", JsonValue::String(*commit)},
-        {"kind", JsonValue::String(std::string(set->kind()))},
-        {"complete", JsonValue::Bool(complete)},
-        {"files", JsonValue::UInt(files->size())},
-        {"files_verified", JsonValue::UInt(verified)},
-        {"records", JsonValue::UInt(set->records)},
-        {"bytes_total", JsonValue::UInt(set->bytes_total)},
-        {"bytes_verified", JsonValue::UInt(bytes_verified)},
-        {"files_changed", JsonValue::UInt(changed)},
-        {"first_missing", first_missing.empty() ? JsonValue::Null() : JsonValue::String(first_missing)},
+        {"commit", JsonValue::String(set.commit)},
+        {"kind", JsonValue::String(std::string(set.kind()))},
+        {"complete", JsonValue::Bool(st->complete())},
+        {"files", JsonValue::UInt(st->files)},
+        {"files_verified", JsonValue::UInt(st->files_verified)},
+        {"records", JsonValue::UInt(set.records)},
+        {"bytes_total", JsonValue::UInt(set.bytes_total)},
+        {"bytes_verified", JsonValue::UInt(st->bytes_verified)},
+        {"files_changed", JsonValue::UInt(st->files_changed)},
+        {"first_missing", st->complete() ? JsonValue::Null() : JsonValue::String(st->first_missing)},
     });
     std::printf("%s\n", out.Dump().c_str());
   } else {
     std::printf("%s@%s (commit %s), the whole fileset (%s): %s\n", repo.c_str(), revision.c_str(),
-                commit->substr(0, 8).c_str(), std::string(set->kind()).c_str(),
-                complete ? "complete" : "NOT complete");
-    std::printf("  %-14s %llu of %llu verified\n", "files", static_cast<unsigned long long>(verified),
-                static_cast<unsigned long long>(files->size()));
-    std::printf("  %-14s %llu in %llu LVQ5 files\n", "records", static_cast<unsigned long long>(set->records),
-                static_cast<unsigned long long>(set->lvq5_files));
-    std::printf("  %-14s %s of %s verified\n", "bytes", HumanBytes(bytes_verified).c_str(),
-                HumanBytes(set->bytes_total).c_str());
-    if (changed > 0)
+                set.commit.substr(0, 8).c_str(), std::string(set.kind()).c_str(),
+                st->complete() ? "complete" : "NOT complete");
+    std::printf("  %-14s %llu of %llu verified\n", "files",
+                static_cast<unsigned long long>(st->files_verified),
+                static_cast<unsigned long long>(st->files));
+    std::printf("  %-14s %llu in %llu LVQ5 files\n", "records", static_cast<unsigned long long>(set.records),
+                static_cast<unsigned long long>(set.lvq5_files));
+    std::printf("  %-14s %s of %s verified\n", "bytes", HumanBytes(st->bytes_verified).c_str(),
+                HumanBytes(set.bytes_total).c_str());
+    if (st->files_changed > 0)
       std::printf("  %-14s %llu file%s not as pulled (truncated, grown or deleted)\n", "changed",
-                  static_cast<unsigned long long>(changed), changed == 1 ? "" : "s");
-    if (!complete) std::printf("  first missing  %s\n", first_missing.c_str());
+                  static_cast<unsigned long long>(st->files_changed), st->files_changed == 1 ? "" : "s");
+    if (!st->complete()) std::printf("  first missing  %s\n", st->first_missing.c_str());
   }
-  return complete ? kExitOk : kExitVerifyFailed;
+  return st->complete() ? kExitOk : kExitVerifyFailed;
 }
 
 }  // namespace
@@ -152,7 +129,7 @@ int RunStatusCommand(const std::vector<std::string>& argv) {
     return ReportError(kProg, NotFoundError(q.repo + "@" + q.revision + " was never pulled into " + dir +
                                             " (nothing was)"));
   if (!cache.ok()) return ReportError(kProg, cache.status());
-  if (q.manifest.empty()) return WholeFilesetStatus(**cache, q.repo, q.revision, args.Flag("json"));
+  if (q.manifest.empty()) return PrintWholeFilesetStatus(**cache, q.repo, q.revision, args.Flag("json"));
   auto st = CheckRankStatus(**cache, q.repo, q.revision, q.manifest, q.tp, q.rank);
   // As for pull: a manifest the release does not have may be a local file
   // (a custom width mix): a rank that can be pulled can be checked.

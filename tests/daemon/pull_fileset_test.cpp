@@ -222,6 +222,22 @@ TEST(PullFilesetTest, AStructurallyBadLvq5FileIsRefusedThoughItsSha256Matches) {
   EXPECT_TRUE((*c)->Records(info->id)->empty());
 }
 
+TEST(PullFilesetTest, AHubOutageIsBridgedByAFilesetTheCacheHoldsWhole) {
+  TempDir cache;
+  auto sim = StartLvq5Sim(Lvq5Tiny());
+  PullOptions o = FilesetOptions(*sim);
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  sim.reset();  // the hub is down: connections are refused
+  o.hub.max_attempts = 2;
+  auto offline = Pull(cache.path(), o);
+  ASSERT_TRUE(offline.ok()) << offline.status().ToString();
+  EXPECT_TRUE(offline->complete);
+  EXPECT_TRUE(offline->served_from_cache);
+  EXPECT_FALSE(offline->hub_error.empty());
+  EXPECT_EQ(offline->bytes_fetched, 0u);
+}
+
 TEST(PullFilesetTest, TpOrRankWithoutAManifestIsRefused) {
   TempDir cache;
   auto sim = StartLvq5Sim(Lvq5Tiny());

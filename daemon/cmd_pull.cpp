@@ -160,10 +160,16 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
         "  hub              could not be asked what %s is now (%s); served from the cache: commit %s, what "
         "%s last resolved to here, where the rank is complete\n",
         s.revision.c_str(), s.hub_error.c_str(), s.commit.c_str(), s.revision.c_str());
-  std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
-              HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.totals.routed_halves),
-              static_cast<unsigned long long>(s.plan.totals.shared_halves),
-              static_cast<unsigned long long>(s.plan.files.size()), HumanBytes(s.plan.totals.release_bytes).c_str());
+  if (s.plan.manifest.empty())
+    std::printf("  planned          %s (%llu files, every file of the revision)\n",
+                HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.files.size()));
+  else
+    std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
+                HumanBytes(s.bytes_planned).c_str(),
+                static_cast<unsigned long long>(s.plan.totals.routed_halves),
+                static_cast<unsigned long long>(s.plan.totals.shared_halves),
+                static_cast<unsigned long long>(s.plan.files.size()),
+                HumanBytes(s.plan.totals.release_bytes).c_str());
   if (s.plan.totals.bytes > s.plan.totals.needed_bytes)
     std::printf("  requests span    %s (--coalesce-gap: %s of other ranks' bytes fetched and dropped, never "
                 "written)\n",
@@ -264,6 +270,17 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     progress.Stop();
   }
   if (!result.ok()) return ReportError("exlr8d pull", result.status());
+  if (opt.dry_run && !args->Flag("json") && opt.manifest.empty()) {
+    std::printf("dry run: %s@%s (commit %s), the whole fileset\n", result->repo.c_str(),
+                result->revision.c_str(), result->commit.c_str());
+    std::printf("  fileset          %s in %llu files\n",
+                HumanBytes(result->plan.totals.release_bytes).c_str(),
+                static_cast<unsigned long long>(result->plan.files.size()));
+    std::printf("  would fetch      %s in %llu files (the rest is verified in the cache)\n",
+                HumanBytes(result->bytes_missing).c_str(),
+                static_cast<unsigned long long>(result->ranges_missing));
+    return 0;
+  }
   if (opt.dry_run && !args->Flag("json")) {
     const PlanTotals& t = result->plan.totals;
     std::printf("dry run: %s@%s (commit %s), manifest %s, TP %d rank %d\n", result->repo.c_str(),

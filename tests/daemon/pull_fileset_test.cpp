@@ -401,8 +401,13 @@ TEST(PullFilesetTest, TheCommandLinePullsShowsVerifiesAndEvictsAWholeFileset) {
   TempDir cache;
   auto sim = StartLvq5Sim(Lvq5Tiny());
   const std::string c = " --cache " + Quote(cache.path().string());
-  ShellRun r =
-      Shell(Exlr8d() + " pull --repo lvq5/tiny --endpoint " + sim->hub_url() + c + " --no-progress --json");
+  ShellRun r = Shell(Exlr8d() + " pull --repo lvq5/tiny --dry-run --endpoint " + sim->hub_url() + c);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("the whole fileset"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("would fetch"), std::string::npos) << r.out;
+  r = Shell(Exlr8d() + " pull --repo lvq5/tiny --tp 2 --rank 0 --endpoint " + sim->hub_url() + c);
+  EXPECT_EQ(r.status, 2) << r.out;  // usage: tp and rank need a manifest
+  r = Shell(Exlr8d() + " pull --repo lvq5/tiny --endpoint " + sim->hub_url() + c + " --no-progress --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto pulled = ParseJson(r.out.substr(r.out.find('{')));
   ASSERT_TRUE(pulled.ok()) << r.out;

@@ -28,7 +28,9 @@ Lists the filesets in the cache, most recently used first: repo, the revision
 last resolved to the commit, how many of the release's bytes are verified in
 the cache, pins, when 'exlr8d verify' last checked it (and how many checks
 failed then), and the fileset's latest pull (manifest, TP rank, state;
-while it runs, its bytes done as of its last commit). Works while a pull owns
+while it runs, its bytes done as of its last commit). A fileset pulled whole
+that holds LVQ5 files gets a second line: files verified, LVQ5 files and
+their indexed records (JSON: kind "lvq5", files_verified, records). Works while a pull owns
 the cache (a read-only view of its index).
 )";
 
@@ -67,8 +69,10 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
     std::string pull = "-";
     if (const auto& latest = report.latest_pull[i]) {
       const PullInfo& p = *latest;
-      pull = p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " + std::to_string(p.spec.rank) + ": " +
-             std::string(PullStateName(p.state));
+      pull = (p.spec.manifest.empty() ? std::string("whole fileset")
+                                      : p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " +
+                                            std::to_string(p.spec.rank)) +
+             ": " + std::string(PullStateName(p.state));
       if (p.state == PullState::kRunning) {
         pull += ", " + HumanBytes(p.counters.bytes_fetched + p.counters.bytes_reused) + " of " +
                 HumanBytes(p.counters.bytes_planned);
@@ -83,6 +87,11 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
                 s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
                 static_cast<unsigned long long>(s.file_count), UtcTime(s.last_used_ms).c_str(),
                 JoinPins(s).c_str(), verified.c_str(), pull.c_str());
+    if (s.lvq5_files > 0)
+      std::printf("  lvq5: %llu of %llu files verified, %llu LVQ5 files with %llu records indexed\n",
+                  static_cast<unsigned long long>(s.files_verified),
+                  static_cast<unsigned long long>(s.file_count),
+                  static_cast<unsigned long long>(s.lvq5_files), static_cast<unsigned long long>(s.records));
   }
 }
 

@@ -21,7 +21,9 @@ namespace exlr8 {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: exlr8d pull --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+constexpr const char* kUsage =
+    R"(usage: exlr8d pull --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d pull --repo ORG/NAME [--revision REV] [options]
 
 Fetches exactly the bytes TP rank R of N needs under a manifest from a Hugging
 Face compatible hub, verifies every slice, and keeps them in the local cache
@@ -34,6 +36,11 @@ resumes where it stopped.
   --manifest NAME|PATH   manifest name (home, down1, up1, ...), a repo path, or a
                          local JSON file with a custom width mix
   --tp N --rank R        tensor-parallel degree and this node's rank
+                         Without --manifest (and --tp, --rank): the whole
+                         fileset, every file of the revision, each verified
+                         by the hub's SHA-256 (git blob SHA-1 for small
+                         regular files) and an LVQ5 file also by its
+                         structure, with a per-record index
   --endpoint URL         hub or mirror (default $HF_ENDPOINT, else https://huggingface.co)
   --cache DIR            cache directory (default $EXLR8_CACHE, else
                          $XDG_CACHE_HOME/exlr8, else ~/.cache/exlr8)
@@ -142,18 +149,28 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
     std::printf("%s\n", out.Dump().c_str());
     return;
   }
-  std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
-              s.commit.c_str(), s.plan.manifest.c_str(), s.plan.tp, s.plan.rank);
+  if (s.plan.manifest.empty())
+    std::printf("pulled %s@%s (commit %s), the whole fileset\n", s.repo.c_str(), s.revision.c_str(),
+                s.commit.c_str());
+  else
+    std::printf("pulled %s@%s (commit %s), manifest %s, TP %d rank %d\n", s.repo.c_str(), s.revision.c_str(),
+                s.commit.c_str(), s.plan.manifest.c_str(), s.plan.tp, s.plan.rank);
   std::printf("  cache            %s\n", s.root.c_str());
   if (!s.hub_error.empty())
     std::printf(
         "  hub              could not be asked what %s is now (%s); served from the cache: commit %s, what "
         "%s last resolved to here, where the rank is complete\n",
         s.revision.c_str(), s.hub_error.c_str(), s.commit.c_str(), s.revision.c_str());
-  std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
-              HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.totals.routed_halves),
-              static_cast<unsigned long long>(s.plan.totals.shared_halves),
-              static_cast<unsigned long long>(s.plan.files.size()), HumanBytes(s.plan.totals.release_bytes).c_str());
+  if (s.plan.manifest.empty())
+    std::printf("  planned          %s (%llu files, every file of the revision)\n",
+                HumanBytes(s.bytes_planned).c_str(), static_cast<unsigned long long>(s.plan.files.size()));
+  else
+    std::printf("  planned          %s (%llu routed + %llu shared halves, %llu files; release %s)\n",
+                HumanBytes(s.bytes_planned).c_str(),
+                static_cast<unsigned long long>(s.plan.totals.routed_halves),
+                static_cast<unsigned long long>(s.plan.totals.shared_halves),
+                static_cast<unsigned long long>(s.plan.files.size()),
+                HumanBytes(s.plan.totals.release_bytes).c_str());
   if (s.plan.totals.bytes > s.plan.totals.needed_bytes)
     std::printf("  requests span    %s (--coalesce-gap: %s of other ranks' bytes fetched and dropped, never "
                 "written)\n",
@@ -196,14 +213,20 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   CacheOptions cache_opt;
   auto parse = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(opt.repo, args->Require("repo"));
-    EXLR8_ASSIGN_OR_RETURN(opt.manifest, args->Require("manifest"));
+    opt.manifest = args->GetOr("manifest", "");
     opt.revision = args->GetOr("revision", "main");
-    EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args->GetInt("tp", -1, 1, 1 << 20));
-    if (tp < 0) return InvalidArgumentError("missing --tp");
-    EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
-    if (rank < 0) return InvalidArgumentError("missing --rank");
-    opt.tp = static_cast<int>(tp);
-    opt.rank = static_cast<int>(rank);
+    if (!args->Has("manifest") && (args->Has("tp") || args->Has("rank")))
+      return InvalidArgumentError(
+          "--tp and --rank need --manifest (without one, the whole fileset is pulled)");
+    if (args->Has("manifest")) {
+      if (opt.manifest.empty()) return InvalidArgumentError("--manifest must not be empty");
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args->GetInt("tp", -1, 1, 1 << 20));
+      if (tp < 0) return InvalidArgumentError("missing --tp");
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args->GetInt("rank", -1, 0, tp - 1));
+      if (rank < 0) return InvalidArgumentError("missing --rank");
+      opt.tp = static_cast<int>(tp);
+      opt.rank = static_cast<int>(rank);
+    }
     EXLR8_ASSIGN_OR_RETURN(std::int64_t jobs, args->GetInt("jobs", 16, 1, 1024));
     opt.fetch.max_parallel = static_cast<int>(jobs);
     opt.fetch.max_queued = std::max(64, 4 * static_cast<int>(jobs));
@@ -249,6 +272,17 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     progress.Stop();
   }
   if (!result.ok()) return ReportError("exlr8d pull", result.status());
+  if (opt.dry_run && !args->Flag("json") && opt.manifest.empty()) {
+    std::printf("dry run: %s@%s (commit %s), the whole fileset\n", result->repo.c_str(),
+                result->revision.c_str(), result->commit.c_str());
+    std::printf("  fileset          %s in %llu files\n",
+                HumanBytes(result->plan.totals.release_bytes).c_str(),
+                static_cast<unsigned long long>(result->plan.files.size()));
+    std::printf("  would fetch      %s in %llu files (the rest is verified in the cache)\n",
+                HumanBytes(result->bytes_missing).c_str(),
+                static_cast<unsigned long long>(result->ranges_missing));
+    return 0;
+  }
   if (opt.dry_run && !args->Flag("json")) {
     const PlanTotals& t = result->plan.totals;
     std::printf("dry run: %s@%s (commit %s), manifest %s, TP %d rank %d\n", result->repo.c_str(),

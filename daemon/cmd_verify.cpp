@@ -35,7 +35,8 @@ constexpr const char* kUsage = R"(usage: exlr8d verify [--repo ORG/NAME [--revis
 Checks every byte the cache records as verified against the release's own
 checksums again, as a pull checked it: whole files by their SHA-256 (or git
 blob SHA-1), expert halves by XXH64 with their index-file vectors, width-file
-headers by parsing them against the index. Bytes that no longer match (a disk
+headers by parsing them against the index, each record of an LVQ5 file by
+its XXH64 in the record index (in the pass that hashes the file). Bytes that no longer match (a disk
 that rots, a file edited by hand) are forgotten: nothing reports them present
 any more, and the next 'exlr8d pull' fetches exactly those bytes again.
 Without --repo, every fileset in the cache.
@@ -117,6 +118,9 @@ void PrintReport(const ScrubReport& r) {
               HumanBytes(r.bytes_recorded).c_str(), r.seconds, HumanBytes(rate).c_str(),
               static_cast<unsigned long long>(r.whole_files), static_cast<unsigned long long>(r.halves),
               static_cast<unsigned long long>(r.headers));
+  if (r.records > 0)
+    std::printf("  %llu LVQ5 records checked against the record index\n",
+                static_cast<unsigned long long>(r.records));
   for (std::size_t i = 0; i < r.failures.size() && i < kFailuresShown; ++i) {
     const ScrubFailure& f = r.failures[i];
     std::printf("  FAILED %s (%s, bytes %llu..%llu): %s\n", f.what.c_str(), f.file.c_str(),

@@ -77,7 +77,10 @@ std::string CacheReportJson(const CacheReport& r) {
         .Field("repo", s.repo)
         .Field("revision", s.revision)
         .Field("commit", s.commit)
+        .Field("kind", std::string(s.kind()))
         .Field("files", s.file_count)
+        .Field("files_verified", s.files_verified)
+        .Field("records", s.records)
         .Field("bytes_total", s.bytes_total)
         .Field("bytes_cached", s.bytes_cached)
         .Field("last_used", UtcTime(s.last_used_ms));

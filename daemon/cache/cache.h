@@ -258,6 +258,9 @@ class Cache {
   Result<bool> Covers(FileId file, std::uint64_t offset, std::uint64_t length);
   // Verified extents, sorted, merged.
   Result<std::vector<Extent>> VerifiedExtents(FileId file);
+  // The file's record index (VerifiedExtent::records), in its order; empty
+  // when it has none. Meaningful only while the file is whole_verified.
+  Result<std::vector<FileRecord>> Records(FileId file);
   // The holes of [offset, offset + length): what still needs fetching.
   Result<std::vector<Extent>> MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length);
   // A ByteSource over the file that serves only bytes verified when it was

@@ -56,6 +56,7 @@ Status Cache::CommitVerified(std::span<const VerifiedExtent> extents, std::span<
     if (e.length > 0) commit.extents[e.file].push_back({e.offset, e.length});
     if (e.whole_file) {
       commit.whole.insert(e.file);
+      commit.records[e.file] = e.records;
       commit.extents[e.file];
     }
   }
@@ -208,6 +209,13 @@ Result<std::vector<Extent>> Cache::VerifiedExtents(FileId file) {
   MutexLock l(&r.catalog.mu());
   EXLR8_RETURN_IF_ERROR(r.catalog.LoadFile(file).status());
   return r.catalog.AllExtents(file);
+}
+
+Result<std::vector<FileRecord>> Cache::Records(FileId file) {
+  Rep& r = *rep_;
+  MutexLock l(&r.catalog.mu());
+  EXLR8_RETURN_IF_ERROR(r.catalog.LoadFile(file).status());
+  return r.catalog.Records(file);
 }
 
 Result<std::vector<Extent>> Cache::MissingRanges(FileId file, std::uint64_t offset, std::uint64_t length) {

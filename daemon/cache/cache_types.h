@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,17 @@ struct NewFile {
   std::optional<std::string> git_sha1;
 };
 
+// One record of a file whose structure the caller checked (an LVQ5
+// container's matrix records, raw tensors and blobs), as the cache's
+// record index keeps it (schema 004_lvq5_records.sql).
+struct FileRecord {
+  std::string name;
+  std::string kind;                      // "tetra", "ball", "int4g128", "f16", "quant", "blob"
+  std::string shape;                     // "256x264"; raw tensors: their dims joined by 'x'; blobs: ""
+  std::uint64_t offset = 0, length = 0;  // the record's bytes in the file
+  std::uint64_t xxh64 = 0;               // XXH64 (seed 0) of those bytes
+};
+
 // Verified bytes [offset, offset + length) of one file.
 struct VerifiedExtent {
   FileId file = 0;
@@ -35,6 +47,10 @@ struct VerifiedExtent {
   // transaction that records it sets the file's whole_verified, so no crash
   // can leave the bytes recorded with the flag unset.
   bool whole_file = false;
+  // With whole_file: the file's record index, computed from the verified
+  // bytes; it replaces the file's rows in the same transaction. Null: the
+  // file has no record index (any rows it had are removed).
+  std::shared_ptr<const std::vector<FileRecord>> records;
 };
 
 // Bytes [0, bytes) of a file being downloaded whole arrived in order: once
@@ -59,6 +75,13 @@ struct FilesetInfo {
   std::uint64_t file_count = 0;
   std::uint64_t bytes_total = 0;   // sum of remote file sizes
   std::uint64_t bytes_cached = 0;  // sum of verified extents
+  // Files verified whole; LVQ5 files among them (those with a record
+  // index) and their records (a whole-fileset pull, issue 28).
+  std::uint64_t files_verified = 0;
+  std::uint64_t lvq5_files = 0;
+  std::uint64_t records = 0;
+  // "lvq5" when any verified file has a record index, else "exlr8".
+  std::string_view kind() const { return lvq5_files > 0 ? "lvq5" : "exlr8"; }
   // When a scrub (exlr8d verify) last checked every recorded byte and
   // forgot what failed; nullopt = never. verify_failures: checks that failed
   // then.
@@ -92,7 +115,7 @@ struct PullCounters {
 
 struct PullSpec {
   FilesetId fileset = 0;
-  std::string manifest;  // repo path of the manifest
+  std::string manifest;  // repo path of the manifest; empty: the whole fileset (no ranks)
   int tp = 1;
   int rank = 0;
   std::string plan_summary_json = "{}";

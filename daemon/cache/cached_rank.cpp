@@ -216,4 +216,24 @@ Result<RankStatus> CheckRankStatus(Cache& cache, const std::string& repo, const 
   return st;
 }
 
+Result<WholeFilesetStatus> CheckWholeFilesetStatus(Cache& cache, const std::string& repo,
+                                                   const std::string& revision) {
+  WholeFilesetStatus st;
+  EXLR8_ASSIGN_OR_RETURN(st.fileset, FindPulledFileset(cache, repo, revision));
+  EXLR8_ASSIGN_OR_RETURN(std::vector<FileInfo> files, cache.ListFiles(st.fileset.id));
+  st.files = files.size();
+  for (const FileInfo& f : files) {
+    EXLR8_ASSIGN_OR_RETURN(std::optional<std::uint64_t> size, cache.SizeOnDisk(f.id));
+    const bool intact = f.size == 0 || (size && *size == f.size);
+    if (f.whole_verified && !intact) ++st.files_changed;
+    if (f.whole_verified && intact) {
+      ++st.files_verified;
+      st.bytes_verified += f.size;
+    } else if (st.first_missing.empty()) {
+      st.first_missing = f.path + (f.whole_verified ? " (not at its listed size any more)" : "");
+    }
+  }
+  return st;
+}
+
 }  // namespace exlr8

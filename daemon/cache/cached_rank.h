@@ -53,6 +53,20 @@ Result<CachedRankPlan> PlanRankFromCache(Cache& cache, const FilesetInfo& filese
                                          int tp, int rank, bool check_index_hashes = true,
                                          const std::string* local_manifest = nullptr);
 
+// Whether the whole fileset of repo@revision (as `exlr8d pull` without a
+// manifest fetches it) is in the cache: every listed file verified whole
+// and still at its listed size (Cache::SizeOnDisk, as for a rank).
+struct WholeFilesetStatus {
+  FilesetInfo fileset;  // kind(), records, lvq5_files
+  std::uint64_t files = 0, files_verified = 0, files_changed = 0;
+  std::uint64_t bytes_verified = 0;
+  std::string first_missing;  // "" when complete
+  bool complete() const { return files_verified == files; }
+};
+// Errors as FindPulledFileset.
+Result<WholeFilesetStatus> CheckWholeFilesetStatus(Cache& cache, const std::string& repo,
+                                                   const std::string& revision);
+
 // How much of a rank's plan the cache holds as verified: the whole files
 // (dense, vocab, config, index files, manifests), the width files' headers
 // and the halves. Only recorded (verified) bytes count, and only those the

@@ -184,7 +184,12 @@ Result<std::vector<FilesetInfo>> Catalog::QueryFilesets(std::optional<FilesetId>
                    "(SELECT COALESCE(SUM(f.size), 0) FROM files f WHERE f.fileset_id = s.id), "
                    "(SELECT COALESCE(SUM(e.length), 0) FROM files f JOIN extents e ON e.file_id = f.id "
                    "  WHERE f.fileset_id = s.id), "
-                   "s.verified, s.verify_failures "
+                   "s.verified, s.verify_failures, "
+                   "(SELECT COUNT(*) FROM files f WHERE f.fileset_id = s.id AND f.whole_verified = 1), "
+                   "(SELECT COUNT(DISTINCT r.file_id) FROM files f JOIN records r ON r.file_id = f.id "
+                   "  WHERE f.fileset_id = s.id AND f.whole_verified = 1), "
+                   "(SELECT COUNT(*) FROM files f JOIN records r ON r.file_id = f.id "
+                   "  WHERE f.fileset_id = s.id AND f.whole_verified = 1) "
                    "FROM filesets s WHERE ?1 IS NULL OR s.id = ?1 ORDER BY s.last_used DESC, s.id DESC"));
   if (only) q.Bind(1, *only);
   std::vector<FilesetInfo> out;
@@ -204,6 +209,9 @@ Result<std::vector<FilesetInfo>> Catalog::QueryFilesets(std::optional<FilesetId>
     f.bytes_cached = static_cast<std::uint64_t>(q.Int(8));
     if (!q.IsNull(9)) f.verified_ms = q.Int(9);
     f.verify_failures = static_cast<std::uint64_t>(q.Int(10));
+    f.files_verified = static_cast<std::uint64_t>(q.Int(11));
+    f.lvq5_files = static_cast<std::uint64_t>(q.Int(12));
+    f.records = static_cast<std::uint64_t>(q.Int(13));
     index[f.id] = out.size();
     out.push_back(std::move(f));
   }

@@ -114,6 +114,8 @@ class Catalog {
   Result<std::uint64_t> RecordedBytes() EXLR8_REQUIRES(mu_);
   // A file's extents, sorted and merged.
   Result<std::vector<Extent>> AllExtents(FileId file) EXLR8_REQUIRES(mu_);
+  // The file's record index, in its order (empty when it has none).
+  Result<std::vector<FileRecord>> Records(FileId file) EXLR8_REQUIRES(mu_);
   // The extents of `file` that overlap or touch [offset, end].
   Result<std::vector<Extent>> ExtentsNear(FileId file, std::uint64_t offset, std::uint64_t end)
       EXLR8_REQUIRES(mu_);
@@ -125,6 +127,8 @@ class Catalog {
     std::map<FileId, std::vector<Extent>> extents;  // normalized, per file
     std::map<FileId, std::uint64_t> prefixes;       // durable prefixes
     std::set<FileId> whole;                         // checked whole: whole_verified, no prefix
+    // The record index of files in `whole` (VerifiedExtent::records).
+    std::map<FileId, std::shared_ptr<const std::vector<FileRecord>>> records;
     std::set<FilesetId> filesets;                   // whose last_used becomes now
   };
   Status RecordCommit(const Commit& commit) EXLR8_REQUIRES(mu_);

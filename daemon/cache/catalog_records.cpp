@@ -52,6 +52,20 @@ Result<std::vector<Extent>> Catalog::AllExtents(FileId file) {
   }
 }
 
+Result<std::vector<FileRecord>> Catalog::Records(FileId file) {
+  EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
+                         db_->Prepare("SELECT name, kind, shape, start, length, xxh64 FROM records "
+                                      "WHERE file_id = ? ORDER BY seq"));
+  q.Bind(1, file);
+  std::vector<FileRecord> out;
+  while (true) {
+    EXLR8_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    out.push_back({q.Text(0), q.Text(1), q.Text(2), static_cast<std::uint64_t>(q.Int(3)),
+                   static_cast<std::uint64_t>(q.Int(4)), static_cast<std::uint64_t>(q.Int(5))});
+  }
+}
+
 Result<std::vector<Extent>> Catalog::ExtentsNear(FileId file, std::uint64_t offset, std::uint64_t end) {
   std::vector<Extent> out;
   // The last extent starting at or before `offset` may reach into the range.
@@ -118,6 +132,32 @@ Status Catalog::RecordCommit(const Commit& commit) {
     for (FileId id : commit.whole) {
       up.Reset();
       EXLR8_RETURN_IF_ERROR(up.Bind(1, id).Run());
+    }
+    // The record index goes with the flag: replaced whole, so no moment
+    // exists at which the file is verified and its records are another
+    // download's.
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt del, db_->Prepare("DELETE FROM records WHERE file_id = ?"));
+    EXLR8_ASSIGN_OR_RETURN(SqliteStmt ins,
+                           db_->Prepare("INSERT INTO records (file_id, seq, name, kind, shape, "
+                                        "start, length, xxh64) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+    for (FileId id : commit.whole) {
+      del.Reset();
+      EXLR8_RETURN_IF_ERROR(del.Bind(1, id).Run());
+      auto it = commit.records.find(id);
+      if (it == commit.records.end() || !it->second) continue;
+      std::int64_t seq = 0;
+      for (const FileRecord& rec : *it->second) {
+        ins.Reset();
+        EXLR8_RETURN_IF_ERROR(ins.Bind(1, id)
+                                  .Bind(2, seq++)
+                                  .Bind(3, rec.name)
+                                  .Bind(4, rec.kind)
+                                  .Bind(5, rec.shape)
+                                  .Bind(6, static_cast<std::int64_t>(rec.offset))
+                                  .Bind(7, static_cast<std::int64_t>(rec.length))
+                                  .Bind(8, static_cast<std::int64_t>(rec.xxh64))
+                                  .Run());
+      }
     }
   }
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt touch, db_->Prepare("UPDATE filesets SET last_used = ? WHERE id = ?"));
@@ -211,7 +251,7 @@ Result<PullId> Catalog::StartPull(const PullSpec& spec) {
     return InvalidArgumentError("pull of '" + EscapeForMessage(spec.manifest) + "': rank " +
                                 std::to_string(spec.rank) + " is not in [0, tp = " + std::to_string(spec.tp) +
                                 ")");
-  EXLR8_RETURN_IF_ERROR(ValidateRepoPath(spec.manifest));
+  if (!spec.manifest.empty()) EXLR8_RETURN_IF_ERROR(ValidateRepoPath(spec.manifest));
   EXLR8_RETURN_IF_ERROR(CheckFilesetExists(spec.fileset));
   const std::int64_t now = Now();
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(db_.get()));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/cache/record_index.h"
 #include "format/dense.h"
 
 namespace exlr8 {
@@ -88,9 +89,24 @@ void WholeFileConsumer::CheckLoop() {
     checking_ = true;
     lock.unlock();
     Result<std::unique_ptr<ByteSource>> src = cache_.OpenCheckedByCaller(t.file);
-    Status s = src.ok() ? CheckDenseFile(RepoPathSource(**src, t.path)) : src.status();
+    std::shared_ptr<const std::vector<FileRecord>> records;
+    Status s = src.status();
+    if (src.ok()) {
+      const RepoPathSource named(**src, t.path);
+      if (t.check_dense) {
+        s = CheckDenseFile(named);
+      } else {  // check_lvq5
+        Result<bool> lvq5 = HasLvq5Magic(named);
+        s = lvq5.status();
+        if (lvq5.ok() && *lvq5) {
+          Result<std::vector<FileRecord>> index = IndexLvq5File(named);
+          s = index.status();
+          if (index.ok()) records = std::make_shared<const std::vector<FileRecord>>(*std::move(index));
+        }
+      }
+    }
     if (s.ok()) {
-      s = Accepted(t);
+      s = Accepted(t, std::move(records));
     } else if (s.code() == StatusCode::kCorruption) {
       // Its hash matched the hub's listing: the release itself is bad, and
       // fetching it again brings the same bytes. Not a resume point either.
@@ -111,9 +127,11 @@ void WholeFileConsumer::CheckLoop() {
   }
 }
 
-Status WholeFileConsumer::Accepted(const WholeFileTarget& t) {
+Status WholeFileConsumer::Accepted(const WholeFileTarget& t,
+                                   std::shared_ptr<const std::vector<FileRecord>> records) {
   // A resumed prefix was written, and not claimed, by an earlier run.
-  EXLR8_RETURN_IF_ERROR(batch_.Add({t.file, 0, t.size, /*whole_file=*/true}, t.size - t.resume_from));
+  EXLR8_RETURN_IF_ERROR(
+      batch_.Add({t.file, 0, t.size, /*whole_file=*/true, std::move(records)}, t.size - t.resume_from));
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
   counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(verified_mu_);
@@ -209,7 +227,7 @@ RangeVerdict WholeFileConsumer::OnComplete(std::uint64_t id) {
                                                  got + ", the hub lists " + want));
   }
   Forget(id);
-  if (t.check_dense) {
+  if (t.check_dense || t.check_lvq5) {
     QueueCheck(id);  // recorded (or failed) by the checker thread
     return RangeVerdict::Accept();
   }

@@ -112,6 +112,11 @@ struct WholeFileTarget {
   // inside the file without overlapping, valid records, every block
   // checksum of spec 5.4) before it is recorded.
   bool check_dense = false;
+  // A .bin file of a whole-fileset pull: once its hash matches, if it starts
+  // with the LVQ5 magic, it must also pass the container's structural
+  // checks (lvq5::ReadIndex), and its record index (each record's kind,
+  // shape, range and XXH64) is recorded with it (daemon/cache/record_index.h).
+  bool check_lvq5 = false;
 };
 
 // Whole files: each is hashed as it streams in and, once complete and
@@ -155,8 +160,9 @@ class WholeFileConsumer final : public ConsumerBase {
   };
   void Forget(std::uint64_t id) override { live_.Erase(id); }
   Status HashPrefix(const WholeFileTarget& t, StreamDigest& digest);
-  // The file matched its hash: queue it for commit as verified whole.
-  Status Accepted(const WholeFileTarget& t);
+  // The file matched its hash (and its format): queue it for commit as
+  // verified whole, with its record index if it has one.
+  Status Accepted(const WholeFileTarget& t, std::shared_ptr<const std::vector<FileRecord>> records = nullptr);
   void QueueCheck(std::size_t target);
   void CheckLoop();
   Cache& cache_;

@@ -5,6 +5,7 @@
 
 #include "daemon/cache/digest.h"
 #include "daemon/cache/extent_set.h"
+#include "daemon/cache/record_index.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 
@@ -73,6 +74,7 @@ Result<std::vector<WholeFileTarget>> PullFiles::MissingWholeFiles(const std::vec
     WholeFileTarget t{f->id, f->path, f->size, f->sha256.value_or(""), f->git_sha1.value_or("")};
     const ReleaseFileKind kind = ClassifyReleasePath(path).kind;
     t.check_dense = kind == ReleaseFileKind::kDense || kind == ReleaseFileKind::kVocab;
+    t.check_lvq5 = check_lvq5_ && !t.check_dense && MayBeLvq5(path);
     const bool recorded_unflagged = f->bytes_cached > 0;
     if (recorded_unflagged && !offline) {
       // Bytes recorded without the flag (an exlr8d before the flag was set

@@ -45,6 +45,10 @@ class PullFiles {
   Result<std::unique_ptr<ByteSource>> OpenForPlanning(const FileInfo& f);
   Result<std::string> ReadText(const std::string& path);
   void MarkChecked(const std::vector<FileId>& files) { checked_here_.insert(files.begin(), files.end()); }
+  // A whole-fileset pull: .bin files that start with the LVQ5 magic are
+  // checked against its structure and get a record index
+  // (WholeFileTarget::check_lvq5).
+  void CheckLvq5Files() { check_lvq5_ = true; }
   // The index files, open, by path (PlannerInput::index_sources).
   void SetIndexSources(std::map<std::string, std::unique_ptr<ByteSource>> sources) {
     index_sources_ = std::move(sources);
@@ -77,6 +81,7 @@ class PullFiles {
   std::set<FileId> checked_here_;
   std::map<std::string, std::unique_ptr<ByteSource>> index_sources_;
   std::uint64_t bytes_lost_ = 0;
+  bool check_lvq5_ = false;
 };
 
 }  // namespace exlr8

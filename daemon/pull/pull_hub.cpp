@@ -25,6 +25,12 @@ constexpr std::chrono::milliseconds kProbeConnectTimeout{5000};
 }  // namespace
 
 Result<std::string> CachedRankLacks(Cache& cache, const PullOptions& opt) {
+  if (opt.manifest.empty()) {  // the whole fileset
+    EXLR8_ASSIGN_OR_RETURN(WholeFilesetStatus st, CheckWholeFilesetStatus(cache, opt.repo, opt.revision));
+    if (st.complete()) return std::string();
+    return "the whole fileset is not complete there (" + std::to_string(st.files_verified) + " of " +
+           std::to_string(st.files) + " files verified): " + st.first_missing;
+  }
   Result<RankStatus> st = CheckRankStatus(cache, opt.repo, opt.revision, opt.manifest, opt.tp, opt.rank);
   // A manifest the release does not have may be a local file, as for the
   // pull itself (and `exlr8d status`).

@@ -117,6 +117,8 @@ struct PullJob::Rep {
   Status FinishStreams();
   PullCounters CacheCounters() const;
   Result<PullSummary> RunBody();
+  // RunBody without a manifest: every file of the revision, whole.
+  Result<PullSummary> RunFileset(PullSummary sum);
   // Records how the run ended in the pull's row; fills the summary.
   Result<PullSummary> End(Result<PullSummary> result);
 };
@@ -386,6 +388,7 @@ Result<PullSummary> PullJob::Rep::RunBody() {
   sum.repo = opt.repo;
   sum.revision = opt.revision;
   sum.commit = commit;
+  if (opt.manifest.empty()) return RunFileset(std::move(sum));
   std::uint64_t reused = 0;
 
   EXLR8_ASSIGN_OR_RETURN(RankPlan rp, PlanRank(&reused));
@@ -432,6 +435,63 @@ Result<PullSummary> PullJob::Rep::RunBody() {
 
   EXLR8_RETURN_IF_ERROR(files.CountMissing(rp.plan, &sum));
   sum.plan = std::move(rp.plan);
+  return sum;
+}
+
+// The whole fileset: a plan of every listed file, whole. Each is verified
+// by the hub's SHA-256 (LFS) or git blob SHA-1 while it streams, and an
+// LVQ5 file also by its structure before it is recorded (WholeFileConsumer);
+// an interrupted download resumes from its durable prefix.
+Result<PullSummary> PullJob::Rep::RunFileset(PullSummary sum) {
+  files.CheckLvq5Files();
+  sum.root = cache.dir() / FilesetDir(opt.repo, commit);
+  Plan plan;
+  std::vector<std::string> paths;
+  for (const auto& [path, f] : files.all()) {
+    PlanFile pf;
+    pf.path = path;
+    pf.size = f.size;
+    pf.whole = true;
+    pf.sha256 = f.sha256;
+    pf.git_sha1 = f.git_sha1;
+    if (f.size > 0) pf.requests.push_back({0, f.size});
+    plan.totals.whole_file_bytes += f.size;
+    plan.totals.release_bytes += f.size;
+    plan.totals.requests += pf.requests.size();
+    plan.files.push_back(std::move(pf));
+    paths.push_back(path);
+  }
+  plan.totals.bytes = plan.totals.needed_bytes = plan.totals.whole_file_bytes;
+  counters.bytes_planned.store(plan.totals.needed_bytes);
+  if (opt.dry_run) {
+    EXLR8_RETURN_IF_ERROR(files.CountMissing(plan, &sum));
+    sum.plan = std::move(plan);
+    return sum;
+  }
+  PullSpec spec;
+  spec.fileset = fileset;
+  spec.manifest = "";  // the whole fileset
+  spec.tp = 1;
+  spec.rank = 0;
+  spec.started_ms = phases.StartedUnixMs();
+  spec.plan_summary_json = "{\"files\":" + std::to_string(plan.files.size()) + "}";
+  EXLR8_ASSIGN_OR_RETURN(pull_id, cache.StartPull(spec));
+  progress.Start(*pull_id);
+  progress.ReportNow();
+  // (The transfer reports as the halves phase: the bulk of the bytes.)
+  phases.Set(PullPhase::kHalves);
+  std::uint64_t reused = 0;
+  const Status fetched = EnsureWholeFiles(paths, &reused);
+  counters.bytes_reused.store(reused);
+  if (streams != nullptr) {
+    const Status finished = FinishStreams();
+    EXLR8_RETURN_IF_ERROR(fetched);
+    EXLR8_RETURN_IF_ERROR(finished);
+  } else {
+    EXLR8_RETURN_IF_ERROR(fetched);
+  }
+  EXLR8_RETURN_IF_ERROR(files.CountMissing(plan, &sum));
+  sum.plan = std::move(plan);
   return sum;
 }
 

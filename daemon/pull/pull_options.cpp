@@ -31,7 +31,10 @@ Status CheckPullOptions(const PullOptions& opt) {
   if (!IsValidRepoId(opt.repo))
     return InvalidArgumentError("--repo must be ORG/NAME, got '" + opt.repo + "'");
   if (opt.revision.empty()) return InvalidArgumentError("--revision must not be empty");
-  if (opt.manifest.empty()) return InvalidArgumentError("missing --manifest");
+  // No manifest: the whole fileset (every file of the revision), which has
+  // no ranks.
+  if (opt.manifest.empty() && (opt.tp != 1 || opt.rank != 0))
+    return InvalidArgumentError("--tp and --rank need --manifest (without one, the whole fileset is pulled)");
   if (opt.tp < 1) return InvalidArgumentError("--tp must be >= 1");
   if (opt.rank < 0 || opt.rank >= opt.tp)
     return InvalidArgumentError("--rank must be in [0, " + std::to_string(opt.tp - 1) + "]");

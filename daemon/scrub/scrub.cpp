@@ -37,6 +37,9 @@ struct ScrubFile {
   // Width files: where the index says the halves of this width lie, which
   // the header is checked against (nullopt: none stored at this width).
   std::optional<WidthFileSpan> span;
+  // A whole-verified LVQ5 file's record index (Cache::Records): each
+  // record's XXH64 is checked in the same pass as the file's hash.
+  std::vector<FileRecord> records;
 };
 
 // One check and the bytes it vouches for (forgotten when it fails). Kept
@@ -114,17 +117,26 @@ class Checker {
     const ScrubFile& f = files_[u.file];
     if (!f.source) return {f.open_error, u.length};
     switch (u.kind) {
-      case Unit::Kind::kWhole: return {CheckWhole(*f.source, f.info, u, buffer), u.length};
+      case Unit::Kind::kWhole:
+        return {CheckWhole(*f.source, f.info, f.records, u, buffer), u.length};
       case Unit::Kind::kHalf: return {CheckHalf(*f.source, u, buffer), u.length};
       case Unit::Kind::kHeader: return CheckHeader(*f.source, f, u, buffer);
     }
     return {InternalError("unknown check"), 0};
   }
 
-  Status CheckWhole(const ByteSource& src, const FileInfo& info, const Unit& u, std::vector<std::byte>& buffer) {
+  Status CheckWhole(const ByteSource& src, const FileInfo& info, const std::vector<FileRecord>& records,
+                    const Unit& u, std::vector<std::byte>& buffer) {
     const StreamDigest::Kind kind = info.sha256 ? StreamDigest::Kind::kSha256 : StreamDigest::Kind::kGitBlobSha1;
     const std::string& expected = info.sha256 ? *info.sha256 : *info.git_sha1;
     EXLR8_ASSIGN_OR_RETURN(StreamDigest digest, StreamDigest::Create(kind, u.length));
+    // The records' XXH64s, fed in the same pass, by offset.
+    std::vector<std::size_t> by_offset(records.size());
+    for (std::size_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
+    std::sort(by_offset.begin(), by_offset.end(),
+              [&](std::size_t a, std::size_t b) { return records[a].offset < records[b].offset; });
+    std::vector<Xxh64> record_hash(records.size());
+    std::size_t first_open = 0;  // into by_offset: records ending before `at` are done
     buffer.resize(static_cast<std::size_t>(std::min<std::uint64_t>(kReadChunk, u.length)));
     for (std::uint64_t at = 0; at < u.length;) {
       if (cancelled()) return CancelledError("scrub cancelled");
@@ -132,13 +144,40 @@ class Checker {
                                                           buffer.size(), u.length - at)));
       EXLR8_RETURN_IF_ERROR(src.ReadAt(at, piece));
       digest.Update(piece);
-      at += piece.size();
+      const std::uint64_t end = at + piece.size();
+      while (first_open < by_offset.size() &&
+             records[by_offset[first_open]].offset + records[by_offset[first_open]].length <= at)
+        ++first_open;
+      for (std::size_t k = first_open; k < by_offset.size() && records[by_offset[k]].offset < end; ++k) {
+        const FileRecord& r = records[by_offset[k]];
+        const std::uint64_t lo = std::max(at, r.offset), hi = std::min(end, r.offset + r.length);
+        if (lo < hi)
+          record_hash[by_offset[k]].Update(std::span<const std::byte>(piece).subspan(lo - at, hi - lo));
+      }
+      at = end;
       Checked(piece.size());
     }
     const std::string got = digest.FinishHex();
+    // Which records changed: named in the failure (at most a few).
+    std::string changed;
+    std::size_t n_changed = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const FileRecord& r = records[i];
+      if (r.offset + r.length > u.length || record_hash[i].Digest() != r.xxh64) {
+        if (++n_changed <= 3)
+          changed += (changed.empty() ? "" : ", ") + std::string("'") + r.name + "' [" +
+                     std::to_string(r.offset) + ", " + std::to_string(r.offset + r.length) + ")";
+      }
+    }
+    if (n_changed > 3) changed += " and " + std::to_string(n_changed - 3) + " more";
     // The failure is reported with its file and range: the message says only what differs.
     if (got != expected)
-      return CorruptionError(std::string(info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " + expected);
+      return CorruptionError(std::string(info.sha256 ? "SHA-256 " : "git SHA-1 ") + got + ", expected " +
+                             expected + (changed.empty() ? "" : "; records whose XXH64 changed: " + changed));
+    // The hash matches but the record index does not: the index is what is
+    // wrong; forgetting the file makes the next pull check and index it anew.
+    if (!changed.empty())
+      return CorruptionError("the record index disagrees with the verified bytes: records " + changed);
     // A dense or vocab file must also be what the format says, as the pull
     // checked before it recorded it (one recorded by an exlr8d that did not
     // check, say): its hash alone vouches for the hub's bytes, not for them
@@ -347,6 +386,9 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
                                          "or the next pull cuts it back)"});
       }
     }
+    if (info.whole_verified) {
+      EXLR8_ASSIGN_OR_RETURN(f.records, cache.Records(info.id));
+    }
     f.info = std::move(info);
     files.push_back(std::move(f));
   }
@@ -384,8 +426,10 @@ Result<ScrubReport> ScrubFileset(Cache& cache, FilesetId fileset, const ScrubOpt
 
   // 2. The other whole files (the largest: dense and vocab files).
   for (std::size_t i = 0; i < files.size(); ++i)
-    if (kind_of(i).kind != ReleaseFileKind::kExpertIndex && whole_checkable(files[i]))
+    if (kind_of(i).kind != ReleaseFileKind::kExpertIndex && whole_checkable(files[i])) {
       batch.push_back(WholeUnit(i, files[i]));
+      report.records += files[i].records.size();
+    }
   EXLR8_RETURN_IF_ERROR(runner.Run(batch));
 
   // 3. Width files, one at a time; then what no check covered, file by file.
@@ -442,6 +486,7 @@ JsonValue ScrubReportJson(const ScrubReport& r) {
                             {"whole_files", JsonValue::UInt(r.whole_files)},
                             {"halves", JsonValue::UInt(r.halves)},
                             {"headers", JsonValue::UInt(r.headers)},
+                            {"records", JsonValue::UInt(r.records)},
                             {"bytes_unchecked", JsonValue::UInt(r.bytes_unchecked)},
                             {"bytes_unaccounted", JsonValue::UInt(r.bytes_unaccounted)},
                             {"checks_failed", JsonValue::UInt(r.checks_failed)},

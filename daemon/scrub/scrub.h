@@ -15,6 +15,9 @@
 //  - expert halves in width files: XXH64 with their index-file tail (spec
 //    5.3), for every half of the layer's index file that is recorded,
 //    whichever manifest and rank brought it;
+//  - LVQ5 files (a whole-fileset pull): the SHA-256, and in the same pass
+//    each record's XXH64 against the record index (a failure names the
+//    records that changed);
 //  - a width file's header [0, 8 + N): parsed, and every half the index
 //    stores at that width must lie inside its data section. The format has
 //    no checksum for headers, so a changed byte that still parses (inside a
@@ -79,6 +82,9 @@ struct ScrubReport {
   std::uint64_t whole_files = 0;     // checks run, by kind
   std::uint64_t halves = 0;
   std::uint64_t headers = 0;
+  // Records of LVQ5 files whose XXH64 was checked against the record index
+  // (in the pass that hashes their file).
+  std::uint64_t records = 0;
   // Recorded bytes of width files whose index file failed or is not
   // recorded whole: not checkable now (see above).
   std::uint64_t bytes_unchecked = 0;

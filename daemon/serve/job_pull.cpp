@@ -95,9 +95,13 @@ void PullJobKind::Link(PullJob* pull) {
 JobOutcome PullJobKind::Run(Cache& cache) {
   const JobRequest& r = info_.request;
   const PullOptions o = PullOptionsForJob(*ctx_.pull_defaults, r);
-  std::fprintf(stderr, "exlr8d serve: job %lld: pulling %s@%s, manifest %s, TP %d rank %d (attempt %d)\n",
-               static_cast<long long>(info_.id), r.repo.c_str(), r.revision.c_str(), r.manifest.c_str(), r.tp,
-               r.rank, info_.attempts + 1);
+  if (r.manifest.empty())
+    std::fprintf(stderr, "exlr8d serve: job %lld: pulling %s@%s, the whole fileset (attempt %d)\n",
+                 static_cast<long long>(info_.id), r.repo.c_str(), r.revision.c_str(), info_.attempts + 1);
+  else
+    std::fprintf(stderr, "exlr8d serve: job %lld: pulling %s@%s, manifest %s, TP %d rank %d (attempt %d)\n",
+                 static_cast<long long>(info_.id), r.repo.c_str(), r.revision.c_str(), r.manifest.c_str(),
+                 r.tp, r.rank, info_.attempts + 1);
   PullJob* pull = nullptr;
   {
     MutexLock l(&mu_);

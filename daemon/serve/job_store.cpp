@@ -58,7 +58,10 @@ Status CheckRequest(const JobRequest& r) {
                                   " job takes repo and revision only");
     return Status::Ok();
   }
-  if (r.manifest.empty()) return InvalidArgumentError("manifest must not be empty");
+  if (r.manifest.empty()) {  // the whole fileset
+    if (r.tp != 1 || r.rank != 0) return InvalidArgumentError("tp and rank need a manifest");
+    return Status::Ok();
+  }
   // Names and repo paths only: the server never reads a local file for a
   // client (PullOptions::allow_local_manifest).
   if (Status s = ValidateManifestRef(r.manifest); !s.ok())

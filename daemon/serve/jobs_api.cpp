@@ -125,9 +125,18 @@ Result<JobRequest> ParseJobRequest(std::string_view text) {
   if (r.repo.empty()) return InvalidArgumentError("missing repo (\"org/name\")");
   EXLR8_ASSIGN_OR_RETURN(r.revision, StringField(body, "revision", "main"));
   EXLR8_ASSIGN_OR_RETURN(r.manifest, StringField(body, "manifest", ""));
-  if (r.manifest.empty()) return InvalidArgumentError("missing manifest (a name such as \"home\", or a repo path)");
-  EXLR8_ASSIGN_OR_RETURN(r.tp, IntField(body, "tp"));
-  EXLR8_ASSIGN_OR_RETURN(r.rank, IntField(body, "rank"));
+  if (body.Find("manifest") == nullptr) {
+    // The whole fileset (an LVQ5 repository): every file, no ranks.
+    if (body.Find("tp") != nullptr || body.Find("rank") != nullptr)
+      return InvalidArgumentError("tp and rank need a manifest (without one, the whole fileset is pulled)");
+    r.tp = 1;
+    r.rank = 0;
+  } else {
+    if (r.manifest.empty())
+      return InvalidArgumentError("missing manifest (a name such as \"home\", or a repo path)");
+    EXLR8_ASSIGN_OR_RETURN(r.tp, IntField(body, "tp"));
+    EXLR8_ASSIGN_OR_RETURN(r.rank, IntField(body, "rank"));
+  }
   EXLR8_ASSIGN_OR_RETURN(r.endpoint, StringField(body, "endpoint", ""));
   EXLR8_ASSIGN_OR_RETURN(r.pin, StringField(body, "pin", ""));
   EXLR8_ASSIGN_OR_RETURN(r.make_room, BoolField(body, "make_room", false));

@@ -355,6 +355,10 @@ int Run(const std::vector<std::string>& argv) {
   std::int64_t release_wait_s = 30;
   auto parse = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
+    if (!args.Has("manifest"))
+      return UnimplementedError(
+          "exlr8d-stage: staging a whole fileset (an LVQ5 repository, no --manifest) is not yet supported; "
+          "give --manifest to stage an EXLR8 rank");
     EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     request.revision = args.GetOr("revision", "main");
     EXLR8_ASSIGN_OR_RETURN(std::string cache_dir, CacheDirOr(args.Get("cache")));

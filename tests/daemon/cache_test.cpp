@@ -343,6 +343,30 @@ TEST(CacheTest, Version1DatabaseIsUpgradedInPlace) {
   EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), static_cast<std::int64_t>(BuiltinMigrations().size()));
 }
 
+TEST(CacheTest, Version3DatabaseGetsAnEmptyRecordIndex) {
+  TempDir tmp;
+  {
+    // A cache index as exlr8d with schema version 3 left it: a whole file.
+    std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+    ASSERT_TRUE(ApplyMigrations(db.get(), std::span(BuiltinMigrations()).first(3)).ok());
+    ASSERT_TRUE(db->Exec("INSERT INTO filesets (id, repo, revision, commit_sha, created, last_used) VALUES "
+                         "(1, 'org/model', 'main', '" +
+                         std::string(kCommitA) +
+                         "', 0, 0);"
+                         "INSERT INTO files (id, fileset_id, path, size, whole_verified) VALUES "
+                         "(7, 1, 'm.bin', 0, 1);")
+                    .ok());
+  }
+  std::unique_ptr<Cache> cache = MustOpen(tmp.path());
+  ASSERT_TRUE(cache);
+  Result<std::vector<FileRecord>> records = cache->Records(7);
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  EXPECT_TRUE(records->empty());
+  EXPECT_TRUE(cache->GetFile(7)->whole_verified);
+  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "exlr8d.db").string()).value();
+  EXPECT_EQ(*db->QueryInt("PRAGMA user_version"), 4);
+}
+
 TEST(CacheTest, PutFileIsIdempotentAndDetectsChanges) {
   Fixture fx(1000);
   const std::string sha(64, 'a'), sha2(64, 'b'), git(40, 'c');

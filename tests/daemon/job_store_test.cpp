@@ -164,6 +164,9 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   r.rank = 4;
   refused(r, "rank must be in [0, 3]");
   r = Request();
+  r.manifest = "";  // the whole fileset: no ranks
+  refused(r, "tp and rank need a manifest");
+  r = Request();
   r.tp = 0;
   refused(r, "tp");
   r = Request();
@@ -202,6 +205,22 @@ TEST(JobStoreTest, RefusesBadRequestsNamingTheField) {
   r.endpoint = "https://hub.example/";
   r.pin = "node-7";
   EXPECT_TRUE((*store)->Add(r).ok());
+}
+
+TEST(JobStoreTest, APullWithoutAManifestIsAWholeFilesetPull) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() / "q.db");
+  ASSERT_TRUE(store.ok());
+  JobRequest r = Request();
+  r.manifest = "";
+  r.tp = 1;
+  r.rank = 0;
+  auto id = (*store)->Add(r);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto jobs = (*store)->List();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].request.manifest, "");
 }
 
 TEST(JobStoreTest, StaysBoundedHoweverManyJobsAreAskedFor) {
@@ -248,6 +267,12 @@ TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
   r = ParseJobRequest(R"({"repo":"org/m","manifest":"home","tp":4,"rank":3,"make_room":true})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->make_room);
+  // No manifest: the whole fileset (an LVQ5 repository), no ranks.
+  r = ParseJobRequest(R"({"repo":"org/m","revision":"v1"})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->manifest, "");
+  EXPECT_EQ(r->tp, 1);
+  EXPECT_EQ(r->rank, 0);
   auto bad = [](std::string_view body, const std::string& what) {
     auto p = ParseJobRequest(body);
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << body;
@@ -257,7 +282,8 @@ TEST(JobRequestTest, ParsesBodiesAndNamesWhatIsWrong) {
   bad("[1]", "must be a JSON object");
   bad(R"({"repo":"org/m","manifest":"home","tp":4})", "missing rank");
   bad(R"({"manifest":"home","tp":4,"rank":0})", "missing repo");
-  bad(R"({"repo":"org/m","tp":4,"rank":0})", "missing manifest");
+  bad(R"({"repo":"org/m","tp":4,"rank":0})", "tp and rank need a manifest");
+  bad(R"({"repo":"org/m","manifest":""})", "missing manifest");
   bad(R"({"repo":"org/m","manifest":"home","tp":"4","rank":0})", "tp must be an integer");
   bad(R"({"repo":"org/m","manifest":"home","tp":4.5,"rank":0})", "tp must be an integer");
   bad(R"({"repo":"org/m","manifest":"home","tp":-1,"rank":0})", "tp must be an integer");

@@ -88,6 +88,32 @@ bool CacheReleased(const fs::path& dir) {
   return WaitFor([&] { return Cache::Open(dir).ok(); }, 10);
 }
 
+TEST(ServeJobsTest, APullJobWithoutAManifestPullsTheWholeFilesetAndListsIt) {
+  const fs::path lvq5 = fs::path(EXLR8_SHARED_DIR) / "fixtures" / "lvq5-tiny";
+  auto sim = StartSim(lvq5, "", {}, {"lvq5/tiny"});
+  TempDir cache;
+  ServeProcess serve(cache.path(), {"--endpoint", sim->hub_url(), "--listen", "127.0.0.1:0"});
+  ASSERT_GT(serve.port(), 0) << serve.ready_line();
+  // tp and rank belong to a manifest.
+  EXPECT_EQ(Http(serve.base() + "/v1/pulls", "POST", "", R"({"repo":"lvq5/tiny","tp":2,"rank":0})").status,
+            400);
+  const std::uint64_t id = Submit(serve, R"({"repo":"lvq5/tiny"})");
+  ASSERT_GT(id, 0u);
+  JsonValue j;
+  ASSERT_TRUE(WaitFor([&] { return IsFinishedState(State(j = Job(serve, id))); })) << State(j);
+  ASSERT_EQ(State(j), "done") << j.Dump();
+  const JsonValue sets = Parse(Http(serve.base() + "/v1/filesets"));
+  ASSERT_TRUE(sets.is_object() && sets.Find("filesets") != nullptr) << sets.Dump();
+  ASSERT_EQ(sets.Find("filesets")->as_array().size(), 1u) << sets.Dump();
+  const JsonValue& set = sets.Find("filesets")->as_array()[0];
+  EXPECT_EQ(set.Find("kind")->as_string(), "lvq5") << sets.Dump();
+  std::uint64_t files = 0;
+  for (const auto& e : fs::directory_iterator(lvq5)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(set.Find("files_verified")->as_uint64().value_or(0), files) << sets.Dump();
+  EXPECT_GT(set.Find("records")->as_uint64().value_or(0), 0u) << sets.Dump();
+  EXPECT_EQ(set.Find("bytes_cached")->as_uint64(), set.Find("bytes_total")->as_uint64()) << sets.Dump();
+}
+
 TEST(ServeJobsTest, RunsAPullAskedOverTheSocketAndPinsIt) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

@@ -20,6 +20,17 @@
 namespace exlr8::hubsim {
 namespace {
 
+// The extensions the Hub's default .gitattributes stores in LFS (a repo
+// created on huggingface.co starts with it), so that their tree entries
+// carry the LFS sha256, as real model repos' do.
+bool IsLfsByDefault(std::string_view path) {
+  static constexpr std::string_view kExtensions[] = {
+      ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".onnx", ".msgpack", ".npy", ".npz", ".gguf"};
+  for (std::string_view ext : kExtensions)
+    if (path.size() >= ext.size() && path.substr(path.size() - ext.size()) == ext) return true;
+  return false;
+}
+
 namespace fs = std::filesystem;
 
 // RAII EVP digest context.
@@ -141,8 +152,7 @@ Result<std::unique_ptr<RepoIndex>> RepoIndex::Build(std::string repo_id, const s
       return IOError(e.path().string() + ": fstat failed: " + std::strerror(err));
     }
     f.size = static_cast<std::uint64_t>(st.st_size);
-    f.lfs = f.size >= lfs_threshold ||
-            (f.path.size() >= 12 && f.path.compare(f.path.size() - 12, 12, ".safetensors") == 0);
+    f.lfs = f.size >= lfs_threshold || IsLfsByDefault(f.path);
     if (f.lfs && !unhashed_glob.empty() && ::fnmatch(unhashed_glob.c_str(), f.path.c_str(), 0) == 0) {
       f.unhashed = true;
       Digest d(EVP_sha256());

@@ -3,7 +3,8 @@
 //
 // Build() walks the directory once, opens every regular file read-only and
 // hashes it, the way the Hub would have stored it:
-//   - LFS files (*.safetensors, and any file >= lfs_threshold bytes):
+//   - LFS files (*.safetensors, *.bin and the other extensions of the Hub's
+//     default .gitattributes, and any file >= lfs_threshold bytes):
 //     sha256 of the content, a git-lfs pointer
 //       "version https://git-lfs.github.com/spec/v1\noid sha256:<hex>\nsize <n>\n"
 //     whose length is pointer_size, and git_oid = git blob SHA-1 of that

@@ -173,6 +173,40 @@ TEST_F(CatalogTest, CommitMergesExtentsAndSetsWholeAndPrefixInOneStep) {
   EXPECT_EQ(c.FilesWithExtents(fs)->size(), 2u);
 }
 
+TEST_F(CatalogTest, ARecordIndexIsWrittenWithTheWholeFlagAndReplacedWhole) {
+  Catalog& c = *catalog_;
+  MutexLock l(&c.mu());
+  const FilesetId fs = *c.PutFileset("org/a", "main", kCommitA);
+  const FileId f = (*c.PutFiles(fs, std::vector<NewFile>{{"m.bin", 100, {}, {}}}))[0];
+  auto first = std::make_shared<std::vector<FileRecord>>(std::vector<FileRecord>{
+      {"q", "tetra", "4x24", 16, 40, 0xfedcba9876543210ull}, {"cfg", "blob", "", 56, 44, 7}});
+  Catalog::Commit commit;
+  commit.extents[f] = {{0, 100}};
+  commit.whole = {f};
+  commit.records[f] = first;
+  ASSERT_OK(c.RecordCommit(commit));
+  const std::vector<FileRecord> got = *c.Records(f);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].name, "q");
+  EXPECT_EQ(got[0].kind, "tetra");
+  EXPECT_EQ(got[0].shape, "4x24");
+  EXPECT_EQ(got[0].offset, 16u);
+  EXPECT_EQ(got[0].length, 40u);
+  EXPECT_EQ(got[0].xxh64, 0xfedcba9876543210ull);  // all 64 bits survive the signed column
+  EXPECT_EQ(got[1].name, "cfg");
+  // Verified whole again without records (not a structured file): none left.
+  Catalog::Commit again;
+  again.extents[f] = {{0, 100}};
+  again.whole = {f};
+  ASSERT_OK(c.RecordCommit(again));
+  EXPECT_TRUE(c.Records(f)->empty());
+  // Deleting the fileset takes the records along.
+  ASSERT_OK(c.RecordCommit(commit));
+  const FilesetId gone[] = {fs};
+  ASSERT_OK(c.DeleteFilesets(gone));
+  EXPECT_TRUE(c.Records(f)->empty());
+}
+
 TEST_F(CatalogTest, ForgettingBytesDemotesAWholeFile) {
   Catalog& c = *catalog_;
   MutexLock l(&c.mu());

@@ -3,21 +3,14 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <cctype>
-#include <cstdlib>
 #include <string>
 
+#include "daemon/hub/hub_client.h"
 #include "daemon/progress_line.h"
 
 namespace exlr8 {
 
-bool ProgressBarsDisabledByEnvironment() {
-  const char* v = std::getenv("HF_HUB_DISABLE_PROGRESS_BARS");
-  if (v == nullptr) return false;
-  std::string upper(v);
-  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return upper == "1" || upper == "ON" || upper == "YES" || upper == "TRUE";
-}
+bool ProgressBarsDisabledByEnvironment() { return HfEnvironmentFlag("HF_HUB_DISABLE_PROGRESS_BARS"); }
 
 int TerminalColumns(std::FILE* out) {
   winsize ws{};

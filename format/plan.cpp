@@ -17,6 +17,18 @@ std::string HalfTag::What() const {
 
 std::string PlanRange::What() const { return kind == Kind::kHeader ? std::string("header") : tag.What(); }
 
+PlanFile WholePlanFile(std::string path, std::uint64_t size, std::optional<std::string> sha256,
+                       std::optional<std::string> git_sha1) {
+  PlanFile pf;
+  pf.path = std::move(path);
+  pf.size = size;
+  pf.whole = true;
+  pf.sha256 = std::move(sha256);
+  pf.git_sha1 = std::move(git_sha1);
+  if (size > 0) pf.requests.push_back({0, size});
+  return pf;
+}
+
 std::uint64_t PlanFile::bytes() const {
   if (whole) return size;
   std::uint64_t n = 0;
@@ -148,15 +160,8 @@ Result<Plan> MakePlan(const ReleaseInputs& in, const Manifest& manifest, const P
   for (const auto& f : in.files) {
     plan.totals.release_bytes += f.size;
     if (ClassifyReleasePath(f.path).kind == ReleaseFileKind::kExpertWidth) continue;
-    PlanFile pf;
-    pf.path = f.path;
-    pf.size = f.size;
-    pf.whole = true;
-    pf.sha256 = f.sha256;
-    pf.git_sha1 = f.git_sha1;
-    if (f.size > 0) pf.requests.push_back({0, f.size});
     plan.totals.whole_file_bytes += f.size;
-    plan.files.push_back(std::move(pf));
+    plan.files.push_back(WholePlanFile(f.path, f.size, f.sha256, f.git_sha1));
   }
   for (auto& [path, pf] : width_files) plan.files.push_back(std::move(pf));
   std::sort(plan.files.begin(), plan.files.end(), [](const PlanFile& a, const PlanFile& b) { return a.path < b.path; });

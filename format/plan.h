@@ -99,6 +99,11 @@ struct PlanFile {
   std::uint64_t bytes() const;       // bytes this file contributes to the plan
 };
 
+// A file fetched whole: one request for all its bytes (none when empty),
+// verified by `sha256` (LFS) or `git_sha1`.
+PlanFile WholePlanFile(std::string path, std::uint64_t size, std::optional<std::string> sha256,
+                       std::optional<std::string> git_sha1);
+
 struct PlanTotals {
   std::uint64_t bytes = 0;            // everything the rank fetches (its requests' bytes)
   // What the rank keeps: whole files, headers and halves; less than `bytes`

@@ -272,8 +272,11 @@ std::string ChooseHubEndpoint(const HubOptions& options);
 // has whitespace/control characters inside (messages never show it).
 Result<std::string> LoadHubToken(const HubOptions& options);
 
-// Whether HF_HUB_OFFLINE asks for offline mode, read as huggingface_hub
-// reads it: 1, ON, YES or TRUE, in any case.
+// Whether the environment variable `name` is set to a true value as
+// huggingface_hub reads its flags: 1, ON, YES or TRUE, in any case.
+bool HfEnvironmentFlag(const char* name);
+
+// HfEnvironmentFlag("HF_HUB_OFFLINE"): offline mode asked for.
 bool HubOfflineFromEnvironment();
 
 // The CA bundle HubOptions selects (see HubOptions::ca_bundle), or "" for

@@ -112,8 +112,10 @@ Result<std::string> LoadHubToken(const HubOptions& options) {
   return token;
 }
 
-bool HubOfflineFromEnvironment() {
-  const char* v = std::getenv("HF_HUB_OFFLINE");
+bool HubOfflineFromEnvironment() { return HfEnvironmentFlag("HF_HUB_OFFLINE"); }
+
+bool HfEnvironmentFlag(const char* name) {
+  const char* v = std::getenv(name);
   if (v == nullptr) return false;
   std::string upper(v);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

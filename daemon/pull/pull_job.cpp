@@ -448,17 +448,10 @@ Result<PullSummary> PullJob::Rep::RunFileset(PullSummary sum) {
   Plan plan;
   std::vector<std::string> paths;
   for (const auto& [path, f] : files.all()) {
-    PlanFile pf;
-    pf.path = path;
-    pf.size = f.size;
-    pf.whole = true;
-    pf.sha256 = f.sha256;
-    pf.git_sha1 = f.git_sha1;
-    if (f.size > 0) pf.requests.push_back({0, f.size});
+    plan.files.push_back(WholePlanFile(path, f.size, f.sha256, f.git_sha1));
     plan.totals.whole_file_bytes += f.size;
     plan.totals.release_bytes += f.size;
-    plan.totals.requests += pf.requests.size();
-    plan.files.push_back(std::move(pf));
+    plan.totals.requests += plan.files.back().requests.size();
     paths.push_back(path);
   }
   plan.totals.bytes = plan.totals.needed_bytes = plan.totals.whole_file_bytes;

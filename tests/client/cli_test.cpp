@@ -12,30 +12,13 @@
 
 #include "format/json.h"
 #include "format/layout.h"
+#include "tests/client/exlr8_command.h"
 
 namespace exlr8 {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-struct ProcessResult {
-  int status = -1;
-  std::string out;
-};
-
-// Runs exlr8 with `args` (shell-quoted by the caller), stdout and stderr together.
-ProcessResult Exlr8(const std::string& args) {
-  const std::string cmd = std::string(EXLR8_BIN_DIR) + "/exlr8 " + args + " 2>&1";
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 class TempDir {
  public:

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "format/json.h"
+#include "tests/client/exlr8_command.h"
 
 namespace exlr8 {
 namespace {
@@ -21,23 +22,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 const fs::path kFixture = fs::path(EXLR8_SHARED_DIR) / "fixtures" / "lvq5-tiny";
-
-struct ProcessResult {
-  int status = -1;
-  std::string out;
-};
-
-ProcessResult Exlr8(const std::string& args) {
-  const std::string cmd = std::string(EXLR8_BIN_DIR) + "/exlr8 " + args + " 2>&1";
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -34,8 +34,10 @@ their indexed records (JSON: kind "lvq5", files_verified, records). Works while 
 the cache (a read-only view of its index).
 )";
 
-constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin --repo ORG/NAME [--revision REV | --commit SHA]
+constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin ORG/NAME [--revision REV | --commit SHA]
                          [--holder NAME] [--cache DIR]
+
+ORG/NAME may also be given as --repo ORG/NAME.
 
 A pinned fileset is never evicted by 'exlr8d gc'. Pins are named by holder
 (default "user"; any text without control characters, at most 255 bytes), so
@@ -98,11 +100,11 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
 int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
   const char* prog = pin ? "exlr8d pin" : "exlr8d unpin";
   Args args;
-  if (auto exit = ParseCommandLine(prog, kPinUsage, argv, {"cache", "repo", "revision", "commit", "holder"}, {}, 0,
-                                   &args))
+  if (auto exit = ParseCommandLine(prog, kPinUsage, argv, {"cache", "repo", "revision", "commit", "holder"},
+                                   {}, kRepositoryArgument, &args))
     return *exit;
   const std::string holder = args.GetOr("holder", "user");
-  if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
+  if (Result<std::string> repo = args.Require("repo"); !repo.ok()) return ReportError(prog, repo.status());
   const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
   if (!cache_dir.ok()) return ReportError(prog, cache_dir.status());
   const std::string& dir = *cache_dir;

@@ -1,4 +1,4 @@
-// exlr8d pull --repo ORG/NAME [--revision REV] --manifest NAME|PATH --tp N --rank R ...
+// exlr8d pull ORG/NAME [--revision REV] --manifest NAME|PATH --tp N --rank R ...
 #include <signal.h>
 
 #include <atomic>
@@ -22,8 +22,8 @@ namespace exlr8 {
 namespace {
 
 constexpr const char* kUsage =
-    R"(usage: exlr8d pull --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
-       exlr8d pull --repo ORG/NAME [--revision REV] [options]
+    R"(usage: exlr8d pull ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d pull ORG/NAME [--revision REV] [options]
 
 Fetches exactly the bytes TP rank R of N needs under a manifest from a Hugging
 Face compatible hub, verifies every slice, and keeps them in the local cache
@@ -31,7 +31,7 @@ Face compatible hub, verifies every slice, and keeps them in the local cache
 Bytes already verified in the cache are not fetched again; an interrupted pull
 resumes where it stopped.
 
-  --repo ORG/NAME        repository on the hub
+  ORG/NAME               repository on the hub (or --repo ORG/NAME)
   --revision REV         branch, tag or commit (default main); resolved once
   --manifest NAME|PATH   manifest name (home, down1, up1, ...), a repo path, or a
                          local JSON file with a custom width mix
@@ -201,12 +201,12 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
 
 int RunPullCommand(const std::vector<std::string>& argv) {
   Args parsed;
-  if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
-                                   {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
-                                    "token-file", "proxy", "ca-bundle", "limit-rate", "budget", "coalesce-gap",
-                                    "commit-interval-ms", "background-jobs", "write-threads", "write-behind",
-                                    "h2-streams"},
-                                   {"dry-run", "offline", "no-progress", "json", "make-room"}, 0, &parsed))
+  if (auto exit = ParseCommandLine(
+          "exlr8d pull", kUsage, argv,
+          {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file", "proxy",
+           "ca-bundle", "limit-rate", "budget", "coalesce-gap", "commit-interval-ms", "background-jobs",
+           "write-threads", "write-behind", "h2-streams"},
+          {"dry-run", "offline", "no-progress", "json", "make-room"}, kRepositoryArgument, &parsed))
     return *exit;
   const Args* args = &parsed;
   PullOptions opt;

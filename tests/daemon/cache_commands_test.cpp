@@ -121,6 +121,47 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
 }
 
 // gc --repo evicts one named fileset, whatever its place in LRU order.
+// `hf download ORG/NAME` habits: the repository as the argument of every
+// command that names one, --repo still taken, a conflict or none a usage error.
+TEST(CacheCommandsTest, TheRepositoryIsTheCommandsArgument) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const std::string rank = " --manifest home --tp 4 --rank 1 --no-progress --endpoint " + sim->hub_url() + c;
+  const ShellRun pulled = Shell(Exlr8d() + " pull exlr8/test" + rank);
+  ASSERT_EQ(pulled.status, 0) << pulled.out;
+  EXPECT_THAT(pulled.out, HasSubstr("pulled exlr8/test@main"));
+  EXPECT_EQ(Shell(Exlr8d() + " pull exlr8/test --repo exlr8/test" + rank).status, 0);  // the same twice
+
+  const ShellRun both = Shell(Exlr8d() + " pull exlr8/test --repo exlr8/other" + rank);
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_THAT(both.out, HasSubstr("'exlr8/test'"));
+  EXPECT_THAT(both.out, HasSubstr("--repo 'exlr8/other'"));
+  const ShellRun none = Shell(Exlr8d() + " pull" + rank);
+  EXPECT_EQ(none.status, 2) << none.out;
+  EXPECT_THAT(none.out, HasSubstr("missing the repository: give ORG/NAME (or --repo ORG/NAME)"));
+  const ShellRun stray = Shell(Exlr8d() + " pull exlr8/test 4" + rank);
+  EXPECT_EQ(stray.status, 2) << stray.out;
+  EXPECT_THAT(stray.out, HasSubstr("unexpected argument '4'"));
+
+  const ShellRun status = Shell(Exlr8d() + " status exlr8/test --manifest home --tp 4 --rank 1" + c);
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_EQ(Shell(Exlr8d() + " status exlr8/test --manifest home --tp 4 --rank 2" + c).status, 1);
+  const ShellRun pin = Shell(Exlr8d() + " pin exlr8/test --holder node-a" + c);
+  ASSERT_EQ(pin.status, 0) << pin.out;
+  EXPECT_EQ(Pins(ListJson(cache.path())), std::vector<std::string>{"node-a"});
+  const ShellRun verify = Shell(Exlr8d() + " verify exlr8/test --check-only --no-progress" + c);
+  EXPECT_EQ(verify.status, 0) << verify.out;
+  EXPECT_THAT(verify.out, HasSubstr("exlr8/test"));
+  EXPECT_EQ(Shell(Exlr8d() + " verify exlr8/none --check-only --no-progress" + c).status, 3);
+  ASSERT_EQ(Shell(Exlr8d() + " unpin exlr8/test --holder node-a" + c).status, 0);
+  EXPECT_TRUE(Pins(ListJson(cache.path())).empty());
+  EXPECT_EQ(Shell(Exlr8d() + " pin" + c).status, 2);
+  const ShellRun gc = Shell(Exlr8d() + " gc exlr8/test" + c);
+  EXPECT_EQ(gc.status, 0) << gc.out;
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));
+}
+
 TEST(CacheCommandsTest, GcByNameEvictsThatFilesetOnly) {
   auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/test", "exlr8/other"});
   TempDir cache;

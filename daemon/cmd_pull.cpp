@@ -71,6 +71,10 @@ resumes where it stopped.
   --no-progress          no progress bar or progress log lines (also
                          HF_HUB_DISABLE_PROGRESS_BARS=1)
   --json                 print the summary as JSON on stdout
+  --debug                log every request and answer line to stderr
+                         (method, URL with the query's values left out,
+                         range, status, redirect), never the token; no
+                         progress bar (also HF_DEBUG=1 or EXLR8_DEBUG=1)
   --background-jobs N    transfers the dense, vocab and other whole files may
                          use while the index files and headers are fetched
                          (default: a quarter of --jobs; 0: start them with
@@ -206,7 +210,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
           {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file", "proxy",
            "ca-bundle", "limit-rate", "budget", "coalesce-gap", "commit-interval-ms", "background-jobs",
            "write-threads", "write-behind", "h2-streams"},
-          {"dry-run", "offline", "no-progress", "json", "make-room"}, kRepositoryArgument, &parsed))
+          {"dry-run", "offline", "no-progress", "json", "make-room", "debug"}, kRepositoryArgument, &parsed))
     return *exit;
   const Args* args = &parsed;
   PullOptions opt;
@@ -251,6 +255,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.commit_interval = std::chrono::milliseconds(commit_ms);
     opt.offline = args->Flag("offline") || HubOfflineFromEnvironment();
     opt.dry_run = args->Flag("dry-run");
+    opt.hub.debug = args->Flag("debug") || HubDebugFromEnvironment();
     opt.make_room = args->Flag("make-room");
     cache_opt.use_reserve = opt.make_room;  // it frees space, so it must work on a full disk
     return CheckPullOptions(opt);
@@ -266,8 +271,9 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
   {
     SignalWatcher signals([&job](int) { job.Cancel(); });
-    ProgressDisplay progress(job, stderr,
-                             !args->Flag("no-progress") && !ProgressBarsDisabledByEnvironment() && !opt.dry_run);
+    ProgressDisplay progress(
+        job, stderr,
+        !args->Flag("no-progress") && !ProgressBarsDisabledByEnvironment() && !opt.dry_run && !opt.hub.debug);
     result = job.Run();
     progress.Stop();
   }

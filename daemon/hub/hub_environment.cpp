@@ -112,13 +112,21 @@ Result<std::string> LoadHubToken(const HubOptions& options) {
   return token;
 }
 
-bool HubOfflineFromEnvironment() {
-  const char* v = std::getenv("HF_HUB_OFFLINE");
+namespace {
+
+bool EnvironmentSaysYes(const char* name) {
+  const char* v = std::getenv(name);
   if (v == nullptr) return false;
   std::string upper(v);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return upper == "1" || upper == "ON" || upper == "YES" || upper == "TRUE";
 }
+
+}  // namespace
+
+bool HubOfflineFromEnvironment() { return EnvironmentSaysYes("HF_HUB_OFFLINE"); }
+
+bool HubDebugFromEnvironment() { return EnvironmentSaysYes("HF_DEBUG") || EnvironmentSaysYes("EXLR8_DEBUG"); }
 
 Result<std::string> ChooseCaBundle(const HubOptions& options) {
   std::string path = options.ca_bundle, source = "--ca-bundle";

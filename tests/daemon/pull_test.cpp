@@ -969,6 +969,46 @@ TEST(PullTest, HfHubDisableProgressBarsSilencesTheProgressLinesAsNoProgressDoes)
   EXPECT_THAT(no.out, HasSubstr("exlr8d pull: "));
 }
 
+// The debug mode (HF_DEBUG=1, EXLR8_DEBUG=1, --debug) shows every request and
+// its answer, and never the token, however it was given.
+TEST(PullTest, DebugModeLogsEveryRequestAndAnswerButNeverTheToken) {
+  const std::string token = "hf_DebugModeSecret42";
+  auto sim = StartSim(TinyRelease(), token);
+  const std::string rank = " pull exlr8/test --manifest home --tp 4 --rank 1 --endpoint " + sim->hub_url();
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const std::string how : {"HF_DEBUG=1 ", "EXLR8_DEBUG=true ", "--debug"}) {
+    SCOPED_TRACE(how);
+    TempDir cache;
+    const bool flag = how.starts_with("--");
+    const ShellRun r = Shell("HF_TOKEN=" + token + " " + (flag ? "" : how) + Exlr8d() + rank + " --cache " +
+                             Quote(cache.path().string()) + (flag ? " " + how : ""));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: > GET " + sim->hub_url() +
+                                 "/api/models/exlr8/test/revision/main (token sent)\n"));
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 200 for GET " + sim->hub_url() +
+                                 "/api/models/exlr8/test/revision/main\n"));
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 302 Location: " + sim->cdn_url()));
+    EXPECT_THAT(r.out, HasSubstr("?expires=...&sig=..."));  // the signature left out
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 206 for GET " + sim->cdn_url()));
+    EXPECT_THAT(r.out, HasSubstr(" Range: bytes="));
+    EXPECT_GT(count(r.out, "exlr8d debug: > "), 5u);
+    EXPECT_EQ(count(r.out, "exlr8d debug: > "), count(r.out, "exlr8d debug: < "));  // an answer for each
+    EXPECT_THAT(r.out, Not(HasSubstr(token)));
+    EXPECT_THAT(r.out, Not(HasSubstr("DebugModeSecret")));
+    EXPECT_THAT(r.out, Not(HasSubstr("Bearer")));
+    EXPECT_THAT(r.out, Not(HasSubstr("Authorization")));
+  }
+  TempDir quiet;
+  const ShellRun off = Shell("HF_DEBUG=0 HF_TOKEN=" + token + " " + Exlr8d() + rank + " --cache " +
+                             Quote(quiet.path().string()));
+  ASSERT_EQ(off.status, 0) << off.out;
+  EXPECT_THAT(off.out, Not(HasSubstr("exlr8d debug:")));
+}
+
 TEST(PullTest, HelpAndMisspellingsAreAnsweredAsHuggingFaceUsersExpect) {
   const ShellRun help = Shell(Exlr8d() + " help pull");
   EXPECT_EQ(help.status, 0) << help.out;

@@ -23,6 +23,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/cache/process_pin.h"
 #include "format/json.h"
+#include "format/units.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
 #include "tests/daemon/dead_hub_util.h"
@@ -160,6 +161,57 @@ TEST(CacheCommandsTest, TheRepositoryIsTheCommandsArgument) {
   const ShellRun gc = Shell(Exlr8d() + " gc exlr8/test" + c);
   EXPECT_EQ(gc.status, 0) << gc.out;
   EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));
+}
+
+// `exlr8d list` is read in a 100-column terminal: names wider than their
+// column get a line of their own (never cut), details wrap; --json keeps
+// every field.
+TEST(CacheCommandsTest, ListFitsInAHundredColumns) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string long_repo = "a-rather-long-organisation/glm-5.3-exlr8-k2-k3-k4-with-a-long-model-name";
+  const std::string long_revision = "release-candidate-12-03";
+  const std::string commit(40, 'c');
+  std::vector<std::string> holders;
+  for (int i = 0; i < 12; ++i) holders.push_back("inference-node-" + std::to_string(i));
+  {
+    auto owner = Cache::Open(cache.path());
+    ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+    auto set = (*owner)->PutFileset(long_repo, long_revision, commit);
+    ASSERT_TRUE(set.ok());
+    for (const std::string& h : holders) ASSERT_TRUE((*owner)->Pin(*set, h).ok());
+    ASSERT_TRUE((*owner)->PutFileset("exlr8/short", long_revision, std::string(40, 'd')).ok());
+  }
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const ShellRun table = Shell(Exlr8d() + " list" + c);
+  ASSERT_EQ(table.status, 0) << table.out;
+  std::istringstream lines(table.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_LE(line.size(), 100u) << "line " << n << ": " << line;
+  }
+  EXPECT_GE(n, 7);
+  EXPECT_THAT(table.out, HasSubstr("\n" + long_repo + "@" + long_revision + "\n"));  // in full
+  EXPECT_THAT(table.out, HasSubstr("\nexlr8/short@" + long_revision + "\n"));
+  for (const std::string& h : holders) EXPECT_THAT(table.out, HasSubstr(h));
+  EXPECT_THAT(table.out, HasSubstr("\n  latest pull: manifests/exlr8-manifest-home.json TP 4 rank 1: done\n"));
+  EXPECT_THAT(table.out, HasSubstr(HumanBytes(s->bytes_planned)));
+
+  const JsonValue list = ListJson(cache.path());
+  ASSERT_EQ(list.Find("filesets")->as_array().size(), 3u);
+  bool found = false;
+  for (const JsonValue& set : list.Find("filesets")->as_array()) {
+    if (set.Find("repo")->as_string() != long_repo) continue;
+    found = true;
+    EXPECT_EQ(set.Find("revision")->as_string(), long_revision);
+    EXPECT_EQ(set.Find("commit")->as_string(), commit);
+    EXPECT_EQ(set.Find("pins")->as_array().size(), holders.size());
+  }
+  EXPECT_TRUE(found) << list.Dump();
 }
 
 TEST(CacheCommandsTest, GcByNameEvictsThatFilesetOnly) {

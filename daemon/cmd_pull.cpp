@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
@@ -109,6 +111,25 @@ std::string PhaseTimes(const PullSummary& s) {
   return out;
 }
 
+// Why the pull received more bytes than it wrote, so that its totals and
+// the plan's differ: "X: why; why" for the summary's "extra fetched" line,
+// or "" when it did not.
+std::string ExtraFetched(const PullSummary& s) {
+  if (s.bytes_fetched <= s.bytes_written) return "";
+  std::vector<std::string> why;
+  // No checksum covers a width file's header (spec 5.3): HeaderStep records
+  // one only when two fetches agree.
+  if (s.plan.totals.header_bytes > 0)
+    why.push_back("width-file headers are fetched twice (no checksum: two must agree)");
+  if (s.refetches > 0 || s.checksum_failures > 0) why.push_back("bytes that failed their checks, refetched");
+  if (s.retries > 0) why.push_back("answers cut short, retried");
+  if (s.plan.totals.bytes > s.plan.totals.needed_bytes) why.push_back("other ranks' bytes (--coalesce-gap)");
+  if (why.empty()) why.push_back("received and not kept (--debug shows every request)");
+  std::string out = HumanBytes(s.bytes_fetched - s.bytes_written) + ": ";
+  for (std::size_t i = 0; i < why.size(); ++i) out += (i == 0 ? "" : "; ") + why[i];
+  return out;
+}
+
 void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
   const double mbps = s.elapsed_s > 0 ? static_cast<double>(s.bytes_fetched) / s.elapsed_s : 0;
   if (json) {
@@ -181,6 +202,8 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
                 HumanBytes(s.plan.totals.bytes).c_str(),
                 HumanBytes(s.plan.totals.bytes - s.plan.totals.needed_bytes).c_str());
   std::printf("  fetched          %s\n", HumanBytes(s.bytes_fetched).c_str());
+  if (const std::string extra = ExtraFetched(s); !extra.empty())
+    std::printf("  extra fetched    %s\n", extra.c_str());
   std::printf("  reused           %s (already verified in the cache)\n", HumanBytes(s.bytes_reused).c_str());
   if (s.bytes_resumed > 0)
     std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",

@@ -1,7 +1,5 @@
 // Integration tests of the pull engine: a real hub simulator on loopback
 // (tests/hubsim), real HTTP through libcurl, a real SQLite cache on disk.
-#include "daemon/pull/pull_job.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -14,9 +12,11 @@
 
 #include "client/file_sink.h"
 #include "client/local_release.h"
+#include "daemon/pull/pull_job.h"
 #include "format/json.h"
 #include "format/layout.h"
 #include "format/release_writer.h"
+#include "format/units.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/hub_test_server.h"
@@ -1007,6 +1007,29 @@ TEST(PullTest, DebugModeLogsEveryRequestAndAnswerButNeverTheToken) {
                              Quote(quiet.path().string()));
   ASSERT_EQ(off.status, 0) << off.out;
   EXPECT_THAT(off.out, Not(HasSubstr("exlr8d debug:")));
+}
+
+// The plan says 92.55 MB and the pull fetched 93.42 MB: the summary says
+// why (each width-file header is fetched twice, since two fetches must agree).
+TEST(PullTest, TheSummarySaysWhyItFetchedMoreThanThePlan) {
+  auto sim = StartSim(TinyRelease());
+  TempDir library, cli;
+  auto s = Pull(library.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_GT(s->plan.totals.header_bytes, 0u);
+  ASSERT_EQ(s->retries + s->refetches, 0u);
+  EXPECT_EQ(s->bytes_fetched - s->bytes_written, s->plan.totals.header_bytes);  // the cause, exactly
+
+  const std::string pull = Exlr8d() +
+                           " pull exlr8/test --manifest home --tp 4 --rank 1 --no-progress --endpoint " +
+                           sim->hub_url() + " --cache " + Quote(cli.path().string());
+  const ShellRun first = Shell(pull);
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_THAT(first.out, HasSubstr("\n  extra fetched    " + HumanBytes(s->plan.totals.header_bytes) +
+                                   ": width-file headers are fetched twice (no checksum: two must agree)\n"));
+  const ShellRun again = Shell(pull);  // everything reused: nothing extra
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_THAT(again.out, Not(HasSubstr("extra fetched")));
 }
 
 TEST(PullTest, HelpAndMisspellingsAreAnsweredAsHuggingFaceUsersExpect) {

@@ -23,9 +23,11 @@ human_bytes() {
     while (v >= 1000 && i < 6) { v /= 1000; i++ }
     if (i == 1) printf "%d B\n", b; else printf "%.2f %s\n", v, u[i] }'
 }
-# The size of a directory tree: apparent (the files' lengths) or on disk (blocks).
+# The size of a directory tree: apparent (the files' lengths, as the release's
+# size counts them) or on disk (the blocks allocated).
 tree_bytes() {
-  if [[ $1 == apparent ]]; then du -s --apparent-size -B1 "$2" | cut -f1; else du -s -B1 "$2" | cut -f1; fi
+  if [[ $1 == apparent ]]; then find "$2" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%d\n", s }'
+  else du -s -B1 "$2" | cut -f1; fi
 }
 
 if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then

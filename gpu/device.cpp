@@ -52,10 +52,10 @@ Result<std::string> DescribeCudaDevice(int device) {
   EXLR8_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
   char buf[512];
   // Sizes in the one unit system of every output (format/units.h).
-  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %s, L2 %s, driver %d.%d, runtime %d.%d", p.name, p.major,
-                p.minor, p.multiProcessorCount, HumanBytes(p.totalGlobalMem).c_str(),
-                HumanBytes(static_cast<std::uint64_t>(p.l2CacheSize)).c_str(), driver / 1000, (driver % 1000) / 10,
-                runtime / 1000, (runtime % 1000) / 10);
+  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %s, L2 %s, driver %d.%d, runtime %d.%d", p.name,
+                p.major, p.minor, p.multiProcessorCount, HumanBytes(p.totalGlobalMem).c_str(),
+                HumanBytes(static_cast<std::uint64_t>(p.l2CacheSize)).c_str(), driver / 1000,
+                (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
   return std::string(buf);
 }
 

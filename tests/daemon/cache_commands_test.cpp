@@ -198,7 +198,8 @@ TEST(CacheCommandsTest, ListFitsInAHundredColumns) {
   EXPECT_THAT(table.out, HasSubstr("\n" + long_repo + "@" + long_revision + "\n"));  // in full
   EXPECT_THAT(table.out, HasSubstr("\nexlr8/short@" + long_revision + "\n"));
   for (const std::string& h : holders) EXPECT_THAT(table.out, HasSubstr(h));
-  EXPECT_THAT(table.out, HasSubstr("\n  latest pull: manifests/exlr8-manifest-home.json TP 4 rank 1: done\n"));
+  EXPECT_THAT(table.out,
+              HasSubstr("\n  latest pull: manifests/exlr8-manifest-home.json TP 4 rank 1: done\n"));
   EXPECT_THAT(table.out, HasSubstr(HumanBytes(s->bytes_planned)));
 
   const JsonValue list = ListJson(cache.path());

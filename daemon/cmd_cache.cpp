@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/cli/args.h"
@@ -34,8 +35,10 @@ their indexed records (JSON: kind "lvq5", files_verified, records). Works while 
 the cache (a read-only view of its index).
 )";
 
-constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin --repo ORG/NAME [--revision REV | --commit SHA]
+constexpr const char* kPinUsage = R"(usage: exlr8d pin|unpin ORG/NAME [--revision REV | --commit SHA]
                          [--holder NAME] [--cache DIR]
+
+ORG/NAME may also be given as --repo ORG/NAME.
 
 A pinned fileset is never evicted by 'exlr8d gc'. Pins are named by holder
 (default "user"; any text without control characters, at most 255 bytes), so
@@ -49,10 +52,42 @@ fileset.
 // Index pins by holder, then process pins as "holder (pid N)".
 std::string JoinPins(const FilesetInfo& s) {
   std::string out;
-  for (const auto& p : s.pins) out += (out.empty() ? "" : ",") + p;
+  for (const auto& p : s.pins) out += (out.empty() ? "" : ", ") + p;
   for (const auto& p : s.process_pins)
-    out += (out.empty() ? "" : ",") + p.holder + " (pid " + std::to_string(p.pid) + ")";
-  return out.empty() ? "-" : out;
+    out += (out.empty() ? "" : ", ") + p.holder + " (pid " + std::to_string(p.pid) + ")";
+  return out;
+}
+
+// The table is read in 100 columns: one row of fixed columns per fileset,
+// then its details, one per line, wrapped at spaces.
+constexpr std::size_t kListWidth = 100;
+constexpr std::size_t kRepoWidth = 28;
+constexpr std::size_t kRevisionWidth = 10;
+
+// "  label: text", wrapped at spaces, continued lines indented deeper. A
+// word wider than the line is never cut.
+void PrintDetail(const char* label, const std::string& text) {
+  std::string line = "  " + std::string(label) + ":";
+  std::size_t words_on_line = 0;
+  bool continued = false;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view word = std::string_view(text).substr(at, end - at);
+    at = end + 1;
+    if (word.empty()) continue;
+    if (words_on_line > 0 && line.size() + 1 + word.size() > kListWidth) {
+      std::printf("%s\n", line.c_str());
+      line = "    ";
+      words_on_line = 0;
+      continued = true;
+    }
+    if (words_on_line > 0 || !continued) line += ' ';
+    line += word;
+    ++words_on_line;
+  }
+  std::printf("%s\n", line.c_str());
 }
 
 void PrintTable(const Cache& cache, const CacheReport& report) {
@@ -62,47 +97,56 @@ void PrintTable(const Cache& cache, const CacheReport& report) {
     std::printf("%s: no filesets\n", cache.dir().c_str());
     return;
   }
-  std::printf("%-28s %-10s %-8s %10s %10s %6s  %-20s  %-12s %-31s %s\n", "REPO", "REVISION", "COMMIT", "CACHED",
-              "OF", "FILES", "LAST USED", "PINS", "VERIFIED", "LATEST PULL");
+  std::printf("%-28s %-10s %-8s %9s %9s %6s  %s\n", "REPO", "REVISION", "COMMIT", "CACHED", "OF", "FILES",
+              "LAST USED");
   for (std::size_t i = 0; i < report.filesets.size(); ++i) {
     const FilesetInfo& s = report.filesets[i];
-    std::string pull = "-";
+    // A name wider than its column gets a line of its own, never cut.
+    std::string repo = s.repo;
+    std::string revision = s.revision;
+    if (repo.size() > kRepoWidth || revision.size() > kRevisionWidth) {
+      std::printf("%s\n", (revision.size() > kRevisionWidth ? repo + "@" + revision : repo).c_str());
+      repo.clear();
+      if (revision.size() > kRevisionWidth) revision.clear();
+    }
+    std::printf("%-28s %-10s %-8s %9s %9s %6llu  %s\n", repo.c_str(), revision.c_str(),
+                s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(),
+                HumanBytes(s.bytes_total).c_str(), static_cast<unsigned long long>(s.file_count),
+                UtcTime(s.last_used_ms).c_str());
+    if (const std::string pins = JoinPins(s); !pins.empty()) PrintDetail("pins", pins);
+    if (s.verified_ms)
+      PrintDetail(
+          "verified",
+          UtcTime(*s.verified_ms) +
+              (s.verify_failures == 0 ? " clean" : " " + std::to_string(s.verify_failures) + " failed"));
     if (const auto& latest = report.latest_pull[i]) {
       const PullInfo& p = *latest;
-      pull = (p.spec.manifest.empty() ? std::string("whole fileset")
-                                      : p.spec.manifest + " TP " + std::to_string(p.spec.tp) + " rank " +
-                                            std::to_string(p.spec.rank)) +
-             ": " + std::string(PullStateName(p.state));
+      std::string pull = (p.spec.manifest.empty() ? std::string("whole fileset")
+                                                  : p.spec.manifest + " TP " + std::to_string(p.spec.tp) +
+                                                        " rank " + std::to_string(p.spec.rank)) +
+                         ": " + std::string(PullStateName(p.state));
       if (p.state == PullState::kRunning) {
         pull += ", " + HumanBytes(p.counters.bytes_fetched + p.counters.bytes_reused) + " of " +
                 HumanBytes(p.counters.bytes_planned);
         if (const std::uint64_t rate = FetchRate(p)) pull += " at " + HumanBytes(rate) + "/s";
       }
+      PrintDetail("latest pull", pull);
     }
-    std::string verified = "-";
-    if (s.verified_ms)
-      verified = UtcTime(*s.verified_ms) + (s.verify_failures == 0 ? " clean"
-                                                                    : " " + std::to_string(s.verify_failures) + " failed");
-    std::printf("%-28s %-10s %-8s %10s %10s %6llu  %-20s  %-12s %-31s %s\n", s.repo.c_str(), s.revision.c_str(),
-                s.commit.substr(0, 8).c_str(), HumanBytes(s.bytes_cached).c_str(), HumanBytes(s.bytes_total).c_str(),
-                static_cast<unsigned long long>(s.file_count), UtcTime(s.last_used_ms).c_str(),
-                JoinPins(s).c_str(), verified.c_str(), pull.c_str());
     if (s.lvq5_files > 0)
-      std::printf("  lvq5: %llu of %llu files verified, %llu LVQ5 files with %llu records indexed\n",
-                  static_cast<unsigned long long>(s.files_verified),
-                  static_cast<unsigned long long>(s.file_count),
-                  static_cast<unsigned long long>(s.lvq5_files), static_cast<unsigned long long>(s.records));
+      PrintDetail("lvq5", std::to_string(s.files_verified) + " of " + std::to_string(s.file_count) +
+                              " files verified, " + std::to_string(s.lvq5_files) + " LVQ5 files with " +
+                              std::to_string(s.records) + " records indexed");
   }
 }
 
 int RunPinOrUnpin(const std::vector<std::string>& argv, bool pin) {
   const char* prog = pin ? "exlr8d pin" : "exlr8d unpin";
   Args args;
-  if (auto exit = ParseCommandLine(prog, kPinUsage, argv, {"cache", "repo", "revision", "commit", "holder"}, {}, 0,
-                                   &args))
+  if (auto exit = ParseCommandLine(prog, kPinUsage, argv, {"cache", "repo", "revision", "commit", "holder"},
+                                   {}, kRepositoryArgument, &args))
     return *exit;
   const std::string holder = args.GetOr("holder", "user");
-  if (!args.Has("repo")) return ReportError(prog, InvalidArgumentError("missing --repo"));
+  if (Result<std::string> repo = args.Require("repo"); !repo.ok()) return ReportError(prog, repo.status());
   const Result<std::string> cache_dir = CacheDirOr(args.Get("cache"));
   if (!cache_dir.ok()) return ReportError(prog, cache_dir.status());
   const std::string& dir = *cache_dir;

@@ -1,5 +1,5 @@
 // exlr8d gc [--cache DIR] [--budget BYTES]
-// exlr8d gc --repo ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
+// exlr8d gc ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
 #include <cstdio>
 #include <iostream>
 
@@ -14,7 +14,7 @@ namespace exlr8 {
 namespace {
 constexpr const char* kProg = "exlr8d gc";
 constexpr const char* kUsage = R"(usage: exlr8d gc [--cache DIR] [--budget BYTES]
-       exlr8d gc --repo ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
+       exlr8d gc ORG/NAME [--revision REV | --commit SHA] [--cache DIR]
 
 Evicts unpinned filesets, least recently used first, until the cache holds at
 most BYTES of verified data (default 0, which evicts every unpinned fileset).
@@ -23,11 +23,12 @@ GPU memory (a process pin, gone when that process exits) are never evicted.
 When they keep the cache over --budget, gc says so (a warning on stderr) and
 still exits 0: it evicted all it may.
 
-With --repo it evicts that one fileset now, whatever its place in the order:
-the commit REV (default main) resolved to when it was last pulled, or the
-commit SHA (40 hex digits, or a unique prefix of at least 7). Exit status 3
-when the cache has no such fileset, 7 when it is pinned (unpin it first) or
-held by an exlr8d-stage, or when another process owns the cache.
+With ORG/NAME (or --repo ORG/NAME) it evicts that one fileset now, whatever
+its place in the order: the commit REV (default main) resolved to when it was
+last pulled, or the commit SHA (40 hex digits, or a unique prefix of at least
+7). Exit status 3 when the cache has no such fileset, 7 when it is pinned
+(unpin it first) or held by an exlr8d-stage, or when another process owns the
+cache.
 
 Eviction is crash-safe: the index forgets the fileset durably first, and its
 files are removed after; files a crash left behind go at the next gc.
@@ -36,13 +37,15 @@ files are removed after; files a crash left behind go at the next gc.
 
 int RunGcCommand(const std::vector<std::string>& argv) {
   Args args;
-  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "budget", "repo", "revision", "commit"}, {}, 0,
-                                   &args))
+  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "budget", "repo", "revision", "commit"}, {},
+                                   kRepositoryArgument, &args))
     return *exit;
   if (args.Has("repo") && args.Has("budget"))
-    return ReportError(kProg, InvalidArgumentError("--budget and --repo: give one or the other"));
+    return ReportError(kProg, InvalidArgumentError("--budget and a repository: give one or the other"));
   if (!args.Has("repo") && (args.Has("revision") || args.Has("commit")))
-    return ReportError(kProg, InvalidArgumentError("--revision and --commit name a fileset of --repo"));
+    return ReportError(
+        kProg,
+        InvalidArgumentError("--revision and --commit name a fileset of a repository (ORG/NAME or --repo)"));
   std::uint64_t budget = 0;
   if (auto b = args.Get("budget")) {
     auto v = ParseByteCount(*b);

@@ -1,4 +1,4 @@
-// exlr8d pull --repo ORG/NAME [--revision REV] --manifest NAME|PATH --tp N --rank R ...
+// exlr8d pull ORG/NAME [--revision REV] --manifest NAME|PATH --tp N --rank R ...
 #include <signal.h>
 
 #include <atomic>
@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
@@ -22,8 +24,8 @@ namespace exlr8 {
 namespace {
 
 constexpr const char* kUsage =
-    R"(usage: exlr8d pull --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
-       exlr8d pull --repo ORG/NAME [--revision REV] [options]
+    R"(usage: exlr8d pull ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d pull ORG/NAME [--revision REV] [options]
 
 Fetches exactly the bytes TP rank R of N needs under a manifest from a Hugging
 Face compatible hub, verifies every slice, and keeps them in the local cache
@@ -31,7 +33,7 @@ Face compatible hub, verifies every slice, and keeps them in the local cache
 Bytes already verified in the cache are not fetched again; an interrupted pull
 resumes where it stopped.
 
-  --repo ORG/NAME        repository on the hub
+  ORG/NAME               repository on the hub (or --repo ORG/NAME)
   --revision REV         branch, tag or commit (default main); resolved once
   --manifest NAME|PATH   manifest name (home, down1, up1, ...), a repo path, or a
                          local JSON file with a custom width mix
@@ -71,6 +73,10 @@ resumes where it stopped.
   --no-progress          no progress bar or progress log lines (also
                          HF_HUB_DISABLE_PROGRESS_BARS=1)
   --json                 print the summary as JSON on stdout
+  --debug                log every request and answer line to stderr
+                         (method, URL with the query's values left out,
+                         range, status, redirect), never the token; no
+                         progress bar (also HF_DEBUG=1 or EXLR8_DEBUG=1)
   --background-jobs N    transfers the dense, vocab and other whole files may
                          use while the index files and headers are fetched
                          (default: a quarter of --jobs; 0: start them with
@@ -102,6 +108,25 @@ std::string PhaseTimes(const PullSummary& s) {
     std::snprintf(buf, sizeof buf, "%s %.2f s", std::string(PullPhaseName(phase)).c_str(), s.phase_s[i]);
     out += buf;
   }
+  return out;
+}
+
+// Why the pull received more bytes than it wrote, so that its totals and
+// the plan's differ: "X: why; why" for the summary's "extra fetched" line,
+// or "" when it did not.
+std::string ExtraFetched(const PullSummary& s) {
+  if (s.bytes_fetched <= s.bytes_written) return "";
+  std::vector<std::string> why;
+  // No checksum covers a width file's header (spec 5.3): HeaderStep records
+  // one only when two fetches agree.
+  if (s.plan.totals.header_bytes > 0)
+    why.push_back("width-file headers are fetched twice (no checksum: two must agree)");
+  if (s.refetches > 0 || s.checksum_failures > 0) why.push_back("bytes that failed their checks, refetched");
+  if (s.retries > 0) why.push_back("answers cut short, retried");
+  if (s.plan.totals.bytes > s.plan.totals.needed_bytes) why.push_back("other ranks' bytes (--coalesce-gap)");
+  if (why.empty()) why.push_back("received and not kept (--debug shows every request)");
+  std::string out = HumanBytes(s.bytes_fetched - s.bytes_written) + ": ";
+  for (std::size_t i = 0; i < why.size(); ++i) out += (i == 0 ? "" : "; ") + why[i];
   return out;
 }
 
@@ -177,6 +202,8 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
                 HumanBytes(s.plan.totals.bytes).c_str(),
                 HumanBytes(s.plan.totals.bytes - s.plan.totals.needed_bytes).c_str());
   std::printf("  fetched          %s\n", HumanBytes(s.bytes_fetched).c_str());
+  if (const std::string extra = ExtraFetched(s); !extra.empty())
+    std::printf("  extra fetched    %s\n", extra.c_str());
   std::printf("  reused           %s (already verified in the cache)\n", HumanBytes(s.bytes_reused).c_str());
   if (s.bytes_resumed > 0)
     std::printf("  resumed          %s (interrupted downloads, read back from the cache and verified)\n",
@@ -201,12 +228,12 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
 
 int RunPullCommand(const std::vector<std::string>& argv) {
   Args parsed;
-  if (auto exit = ParseCommandLine("exlr8d pull", kUsage, argv,
-                                   {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs",
-                                    "token-file", "proxy", "ca-bundle", "limit-rate", "budget", "coalesce-gap",
-                                    "commit-interval-ms", "background-jobs", "write-threads", "write-behind",
-                                    "h2-streams"},
-                                   {"dry-run", "offline", "no-progress", "json", "make-room"}, 0, &parsed))
+  if (auto exit = ParseCommandLine(
+          "exlr8d pull", kUsage, argv,
+          {"repo", "revision", "manifest", "tp", "rank", "endpoint", "cache", "jobs", "token-file", "proxy",
+           "ca-bundle", "limit-rate", "budget", "coalesce-gap", "commit-interval-ms", "background-jobs",
+           "write-threads", "write-behind", "h2-streams"},
+          {"dry-run", "offline", "no-progress", "json", "make-room", "debug"}, kRepositoryArgument, &parsed))
     return *exit;
   const Args* args = &parsed;
   PullOptions opt;
@@ -251,6 +278,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.commit_interval = std::chrono::milliseconds(commit_ms);
     opt.offline = args->Flag("offline") || HubOfflineFromEnvironment();
     opt.dry_run = args->Flag("dry-run");
+    opt.hub.debug = args->Flag("debug") || HubDebugFromEnvironment();
     opt.make_room = args->Flag("make-room");
     cache_opt.use_reserve = opt.make_room;  // it frees space, so it must work on a full disk
     return CheckPullOptions(opt);
@@ -266,8 +294,9 @@ int RunPullCommand(const std::vector<std::string>& argv) {
   Result<PullSummary> result = Status(StatusCode::kInternal, "not run");
   {
     SignalWatcher signals([&job](int) { job.Cancel(); });
-    ProgressDisplay progress(job, stderr,
-                             !args->Flag("no-progress") && !ProgressBarsDisabledByEnvironment() && !opt.dry_run);
+    ProgressDisplay progress(
+        job, stderr,
+        !args->Flag("no-progress") && !ProgressBarsDisabledByEnvironment() && !opt.dry_run && !opt.hub.debug);
     result = job.Run();
     progress.Stop();
   }

@@ -22,8 +22,8 @@ namespace {
 
 constexpr const char* kProg = "exlr8d status";
 constexpr const char* kUsage =
-    R"(usage: exlr8d status --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
-       exlr8d status --repo ORG/NAME [--revision REV] [options]
+    R"(usage: exlr8d status ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d status ORG/NAME [--revision REV] [options]
 
 Whether TP rank R of N under the manifest is complete in the cache: every
 whole file (dense, vocab, config, index files, manifests), width-file header
@@ -36,7 +36,7 @@ LVQ5 records indexed. --manifest takes what pull takes: a name, a repo path, or 
 JSON file (a custom width mix). Reads the cache only (a read-only view: it
 answers while a pull or 'exlr8d serve' owns it) and fetches nothing.
 
-  --repo ORG/NAME     the pulled repository
+  ORG/NAME            the pulled repository (or --repo ORG/NAME)
   --revision REV      as pulled (default main), or a commit
   --manifest NAME     manifest name (home, ...) or repo path
   --tp N --rank R     tensor-parallel degree and rank
@@ -99,8 +99,9 @@ int PrintWholeFilesetStatus(Cache& cache, const std::string& repo, const std::st
 
 int RunStatusCommand(const std::vector<std::string>& argv) {
   Args args;
-  if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"repo", "revision", "manifest", "tp", "rank", "cache"},
-                                   {"json"}, 0, &args))
+  if (auto exit =
+          ParseCommandLine(kProg, kUsage, argv, {"repo", "revision", "manifest", "tp", "rank", "cache"},
+                           {"json"}, kRepositoryArgument, &args))
     return *exit;
   RankQuery q;
   auto parse = [&]() -> Status {

@@ -28,7 +28,7 @@ namespace exlr8 {
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: exlr8d verify [--repo ORG/NAME [--revision REV | --commit SHA]]
+constexpr const char* kUsage = R"(usage: exlr8d verify [ORG/NAME [--revision REV | --commit SHA]]
                      [--check-only] [--threads N] [--cache DIR] [--json]
                      [--no-progress]
 
@@ -39,7 +39,7 @@ headers by parsing them against the index, each record of an LVQ5 file by
 its XXH64 in the record index (in the pass that hashes the file). Bytes that no longer match (a disk
 that rots, a file edited by hand) are forgotten: nothing reports them present
 any more, and the next 'exlr8d pull' fetches exactly those bytes again.
-Without --repo, every fileset in the cache.
+Without ORG/NAME (or --repo ORG/NAME), every fileset in the cache.
 
   --check-only   report only, forget nothing. Reads a read-only view of the
                  index, so it also runs while a pull or 'exlr8d serve' owns
@@ -155,10 +155,11 @@ int RunVerifyCommand(const std::vector<std::string>& argv) {
   constexpr const char* kProg = "exlr8d verify";
   Args args;
   if (auto exit = ParseCommandLine(kProg, kUsage, argv, {"cache", "repo", "revision", "commit", "threads"},
-                                   {"check-only", "json", "no-progress"}, 0, &args))
+                                   {"check-only", "json", "no-progress"}, kRepositoryArgument, &args))
     return *exit;
   if ((args.Has("revision") || args.Has("commit")) && !args.Has("repo"))
-    return ReportError(kProg, InvalidArgumentError("--revision and --commit need --repo"));
+    return ReportError(
+        kProg, InvalidArgumentError("--revision and --commit need the repository (ORG/NAME or --repo)"));
   auto threads = args.GetInt("threads", 0, 0, 256);
   if (!threads.ok()) return ReportError(kProg, threads.status());
   const bool check_only = args.Flag("check-only");

@@ -23,7 +23,9 @@ Commands:
            forget what no longer matches, so the next pull refetches it
   serve    the local REST API: what the cache holds, what is being pulled, how fast
 
-Run 'exlr8d COMMAND --help' for a command's options. Environment: HF_ENDPOINT,
+Commands that name a repository take it as their argument (exlr8d pull
+ORG/NAME ...) or as --repo ORG/NAME. Run 'exlr8d COMMAND --help' for a
+command's options. Environment: HF_ENDPOINT,
 HF_TOKEN, HF_HOME, HF_HUB_OFFLINE, EXLR8_CACHE, XDG_CACHE_HOME, HTTPS_PROXY,
 HTTP_PROXY, NO_PROXY. docs/OPERATIONS.md explains errors and exit statuses.
 )";

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "format/units.h"
 #include "gpu/cuda_check.h"
 
 namespace exlr8 {
@@ -50,9 +51,10 @@ Result<std::string> DescribeCudaDevice(int device) {
   EXLR8_CUDA_TRY(cudaDriverGetVersion(&driver));
   EXLR8_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d.%d, runtime %d.%d",
-                p.name, p.major, p.minor, p.multiProcessorCount,
-                static_cast<double>(p.totalGlobalMem) / (1ull << 30), p.l2CacheSize >> 20, driver / 1000,
+  // Sizes in the one unit system of every output (format/units.h).
+  std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %d SMs, %s, L2 %s, driver %d.%d, runtime %d.%d", p.name,
+                p.major, p.minor, p.multiProcessorCount, HumanBytes(p.totalGlobalMem).c_str(),
+                HumanBytes(static_cast<std::uint64_t>(p.l2CacheSize)).c_str(), driver / 1000,
                 (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
   return std::string(buf);
 }

@@ -16,6 +16,19 @@ work=${EXLR8_DEMO_DIR:-$PWD/out/demo}
 jobs=$(nproc)
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bytes as every exlr8/exlr8d output writes them (format/units.h HumanBytes):
+# decimal units, two decimals ("516.96 MB"), so the demo shows one unit system.
+human_bytes() {
+  awk -v b="$1" 'BEGIN { split("B kB MB GB TB PB", u, " "); v = b; i = 1
+    while (v >= 1000 && i < 6) { v /= 1000; i++ }
+    if (i == 1) printf "%d B\n", b; else printf "%.2f %s\n", v, u[i] }'
+}
+# The size of a directory tree: apparent (the files' lengths, as the release's
+# size counts them) or on disk (the blocks allocated).
+tree_bytes() {
+  if [[ $1 == apparent ]]; then find "$2" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%d\n", s }'
+  else du -s -B1 "$2" | cut -f1; fi
+}
 
 if [[ "${EXLR8_SKIP_SETUP:-0}" != 1 ]]; then
   say "setup (Debian packages)"
@@ -41,7 +54,7 @@ rm -rf "$work/release" "$work/cache" "$work/ports"
 say "synthesize a release: 4 MoE layers x 16 experts, hidden 1024, widths 2/3/4, shared expert 3/4"
 "$bin/exlr8" synth "$work/release" --seed 42 --hidden 1024 --halves 16 --experts 16 --moe-layers 3-6 \
   --dense-layers 0-2 --vocab 4096
-du -sh --apparent-size "$work/release" | awk '{print "  release size: " $1}'
+echo "  release size: $(human_bytes "$(tree_bytes apparent "$work/release")")"
 
 say "serve it from the hub stand-in"
 "$bin/exlr8-hubsim" --repo demo/glm-mini="$work/release" --port-file "$work/ports" > "$work/hubsim.log" 2>&1 &
@@ -54,13 +67,13 @@ echo "  hub at $hub ($(cat "$work/ports"))"
 say "what rank 1 of TP 4 needs under 'home' (planned from the local copy)"
 "$bin/exlr8" plan "$work/release" --manifest home --tp 4 --rank 1
 
-say "exlr8d pull --repo demo/glm-mini --manifest home --tp 4 --rank 1"
-"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache"
+say "exlr8d pull demo/glm-mini --manifest home --tp 4 --rank 1"
+"$bin/exlr8d" pull demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache"
 
 root=$(ls -d "$work"/cache/demo/glm-mini/*/)
 say "the cache is a partial mirror: $root"
-du -sh --apparent-size "$root" | awk '{print "  apparent size: " $1}'
-du -sh "$root" | awk '{print "  on disk:       " $1 "  (holes where other ranks'"'"' halves are)"}'
+echo "  apparent size: $(human_bytes "$(tree_bytes apparent "$root")")"
+echo "  on disk:       $(human_bytes "$(tree_bytes disk "$root")")  (holes where other ranks' halves are)"
 
 say "verify rank 1's bytes in the cache with the offline verifier"
 "$bin/exlr8" verify "$root" --manifest home --tp 4 --rank 1
@@ -77,7 +90,7 @@ print(f"  {len(vals)} weights (hidden x 128), max |w| {max(abs(v) for v in vals)
 PY
 
 say "pull again: everything is reused, nothing is fetched"
-"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
+"$bin/exlr8d" pull demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
   --no-progress | grep -E "fetched|reused|verified"
 say "a byte rots on disk: exlr8d verify finds it, forgets that half, and the next pull fetches exactly it"
 read -r rotten_file rotten_offset rotten_half < <("$bin/exlr8" plan "$work/release" --manifest home --tp 4 --rank 1 \
@@ -89,7 +102,7 @@ print(f["path"], h["offset"] + 100, h["what"].replace(" ", "_"))')
 printf '\x5a' | dd of="$root/$rotten_file" bs=1 seek="$rotten_offset" conv=notrunc status=none
 echo "  flipped byte $rotten_offset of $rotten_file (in ${rotten_half//_/ })"
 "$bin/exlr8d" verify --cache "$work/cache" --no-progress && { echo "verify missed it"; exit 1; }
-"$bin/exlr8d" pull --repo demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
+"$bin/exlr8d" pull demo/glm-mini --manifest home --tp 4 --rank 1 --endpoint "$hub" --cache "$work/cache" \
   --no-progress | grep -E "fetched|verified"
 "$bin/exlr8d" verify --cache "$work/cache" --no-progress
 
@@ -116,11 +129,17 @@ for _ in $(seq 600); do
   job=$(curl -sS "${auth[@]}" "$api/v1/jobs/1")
   state=$(python3 - "$job" <<'PY'
 import json, sys
+def human(b):  # as format/units.h HumanBytes writes bytes
+    units = ["B", "kB", "MB", "GB", "TB", "PB"]
+    v, i = float(b), 0
+    while v >= 1000 and i < 5:
+        v, i = v / 1000, i + 1
+    return f"{b} B" if i == 0 else f"{v:.2f} {units[i]}"
 j = json.loads(sys.argv[1])["job"]
 p = j.get("progress")
 if p:
     have = p["bytes_reused"] + p["bytes_verified"]
-    print(f"  job 1 {j['state']}: {p['phase']}, {have:,} of {p['bytes_planned']:,} bytes", file=sys.stderr)
+    print(f"  job 1 {j['state']}: {p['phase']}, {human(have)} of {human(p['bytes_planned'])}", file=sys.stderr)
 print(j["state"])
 PY
 )
@@ -136,5 +155,5 @@ kill $srv; wait $srv 2>/dev/null || true
 [[ $state == done ]] || { echo "job 1 ended $state"; cat "$work/serve.log"; exit 1; }
 "$bin/exlr8d" list --cache "$work/cache"
 say "is rank 2 all there now? (exlr8d status; exit 0: every byte of its plan is verified in the cache)"
-"$bin/exlr8d" status --repo demo/glm-mini --manifest home --tp 4 --rank 2 --cache "$work/cache"
+"$bin/exlr8d" status demo/glm-mini --manifest home --tp 4 --rank 2 --cache "$work/cache"
 say "done"

@@ -133,6 +133,12 @@ step "the quick start's demo (scripts/demo.sh on build/'s binaries)"
 EXLR8_SKIP_SETUP=1 EXLR8_DEMO_BIN="$root/build/bin" EXLR8_DEMO_DIR="$root/out/demo" scripts/demo.sh \
   >"$root/out/demo.log" 2>&1 || { cat "$root/out/demo.log"; echo "scripts/demo.sh failed" >&2; exit 1; }
 tail -4 "$root/out/demo.log"
+# One unit system in every output a user reads: decimal, as format/units.h
+# writes it ("516.96 MB"), never "494M" or "60 MiB" beside it.
+if grep -nE '(^|[^A-Za-z0-9_.-])[0-9]+(\.[0-9]+)?( ?[KMGTP]iB|[KMGTP])([^A-Za-z0-9_]|$)' "$root/out/demo.log"; then
+  echo "scripts/demo.sh printed a size in another unit system (above); use HumanBytes' decimal units" >&2
+  exit 1
+fi
 
 step "tests (ctest -LE full), the sanitizer trees building meanwhile"
 EXLR8_TEST_TIER=default run_ctest build default -LE full

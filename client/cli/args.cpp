@@ -89,8 +89,22 @@ std::string Args::GetOr(std::string_view name, std::string fallback) const {
 
 Result<std::string> Args::Require(std::string_view name) const {
   auto v = Get(name);
+  if (!v && name == "repo")
+    return InvalidArgumentError("missing the repository: give ORG/NAME (or --repo ORG/NAME)");
   if (!v) return InvalidArgumentError("missing --" + std::string(name));
   return *v;
+}
+
+Status Args::TakeRepositoryArgument() {
+  if (positional_.empty()) return Status::Ok();
+  std::string repo = positional_.front();
+  positional_.erase(positional_.begin());
+  if (auto given = Get("repo"); given && *given != repo)
+    return InvalidArgumentError("the repository is named twice, as '" + repo + "' and as --repo '" + *given +
+                                "'; give one");
+  if (repo.empty()) return InvalidArgumentError("the repository (ORG/NAME) must not be empty");
+  values_["repo"] = repo;
+  return Status::Ok();
 }
 
 Result<std::int64_t> Args::GetInt(std::string_view name, std::int64_t fallback, std::int64_t min,
@@ -119,6 +133,22 @@ std::optional<int> ParseCommandLine(std::string_view prog, std::string_view usag
   if (args->Flag("help")) {
     std::cout << usage;
     return 0;
+  }
+  if (positionals == kRepositoryArgument) {
+    // One word at most, ORG/NAME; a second is a value whose --name was
+    // forgotten.
+    if (args->positional().size() > 1) {
+      std::cerr << prog << ": error: unexpected argument '" << args->positional()[1]
+                << "' (the repository is '" << args->positional()[0]
+                << "'; an option's value needs its --name)\n";
+      std::cerr << usage;
+      return 2;
+    }
+    if (Status s = args->TakeRepositoryArgument(); !s.ok()) {
+      std::cerr << prog << ": error: " << s.message() << "\n";
+      return 2;
+    }
+    positionals = 0;
   }
   if (args->positional().size() != positionals) {
     // A stray word (a value whose --name was forgotten) is named in the

@@ -40,14 +40,24 @@ class Args {
   // Byte-count option ("10G", "512MiB": ParseByteCount): InvalidArgument
   // naming the option if malformed; nullopt if absent.
   Result<std::optional<std::uint64_t>> GetBytes(std::string_view name) const;
-  // Required option: InvalidArgument "missing --name" if absent.
+  // Required option: InvalidArgument "missing --name" if absent ("repo":
+  // the message names both ways to give the repository).
   Result<std::string> Require(std::string_view name) const;
+  // Makes the one positional argument the value of --repo: InvalidArgument
+  // naming both when --repo is also given with another value. Used by
+  // ParseCommandLine for kRepositoryArgument.
+  Status TakeRepositoryArgument();
 
  private:
   std::vector<std::string> positional_;
   std::map<std::string, std::string, std::less<>> values_;
   std::vector<std::pair<std::string, std::string>> all_values_;  // every value option, in order
 };
+
+// `positionals` of ParseCommandLine for a command that names a repository:
+// ORG/NAME may be given as its one positional argument (as `hf download`
+// takes it) or as --repo ORG/NAME; after parsing, Get("repo") holds it.
+inline constexpr std::size_t kRepositoryArgument = static_cast<std::size_t>(-1);
 
 // The common start of every subcommand: parses `argv`; `--help` prints
 // `usage` to stdout; a parse error or a positional count other than

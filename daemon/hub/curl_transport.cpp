@@ -15,6 +15,7 @@ struct CurlTransport::Impl {
     CURL* easy = nullptr;
     HttpTransfer* transfer = nullptr;  // null: free
     std::string url;
+    bool head_only = false;  // for the debug log
     char errbuf[CURL_ERROR_SIZE] = {0};
     bool version_known = false;
   };
@@ -132,6 +133,7 @@ void CurlTransport::Start(const HttpRequest& req, HttpTransfer* t) {
   Impl::Slot* s = impl_->FreeSlot();
   s->transfer = t;
   s->url = req.url;
+  s->head_only = req.head_only;
   s->errbuf[0] = '\0';
   s->version_known = false;
   t->head.Reset();
@@ -154,8 +156,15 @@ void CurlTransport::Start(const HttpRequest& req, HttpTransfer* t) {
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.connect_timeout.count()));
   if (req.timeout.count() > 0)
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
-  curl_easy_setopt(easy, CURLOPT_HTTPHEADER,
-                   impl_->settings.ShouldSendToken(s->url) ? impl_->hub_headers : impl_->plain_headers);
+  const bool token = impl_->settings.ShouldSendToken(s->url);
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, token ? impl_->hub_headers : impl_->plain_headers);
+  if (impl_->settings.debug) {
+    std::string range;
+    if (req.has_range)
+      range = std::to_string(req.range_first) + "-" +
+              (req.range_to_end ? std::string() : std::to_string(req.range_last));
+    DebugLogRequest(req.head_only, s->url, range, token && !impl_->settings.token.empty());
+  }
   impl_->running[t] = s;
   curl_multi_add_handle(impl_->multi, easy);
 }
@@ -199,6 +208,11 @@ Result<int> CurlTransport::Perform() {
       long connect_status = 0;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_CONNECTCODE, &connect_status);
       end.no_answer = IsNoAnswerCurlError(rc, end.http_status, connect_status);
+    }
+    if (impl_->settings.debug) {
+      long version = 0;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+      DebugLogAnswer(s->head_only, s->url, version, end.http_status, t->head.location, end.error);
     }
     t->OnDone(end);  // may Start another transfer, in this slot too
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -100,6 +101,68 @@ std::string ProxyForUrl(std::string_view url, const std::string& explicit_proxy,
   const std::string no_proxy = env("no_proxy", "NO_PROXY");
   if (!no_proxy.empty() && NoProxyMatches(UrlHost(url), no_proxy)) return "";
   return proxy;
+}
+
+std::string UrlForLog(std::string_view url) {
+  std::string out(url.substr(0, url.find('#')));
+  const std::size_t scheme = out.find("://");
+  const std::size_t host = scheme == std::string::npos ? 0 : scheme + 3;
+  const std::size_t path = out.find_first_of("/?", host);
+  const std::size_t at = out.rfind('@', path == std::string::npos ? out.size() : path);
+  if (at != std::string::npos && at >= host) out.erase(host, at + 1 - host);
+  const std::size_t q = out.find('?');
+  if (q == std::string::npos) return out;
+  std::string query = out.substr(q + 1);
+  out.resize(q + 1);
+  std::size_t start = 0;
+  while (start <= query.size()) {
+    std::size_t end = query.find('&', start);
+    if (end == std::string::npos) end = query.size();
+    const std::string_view param = std::string_view(query).substr(start, end - start);
+    if (start > 0) out += '&';
+    const std::size_t eq = param.find('=');
+    out += param.substr(0, eq);
+    if (eq != std::string_view::npos) out += "=...";
+    start = end + 1;
+  }
+  return out;
+}
+
+namespace {
+
+const char* MethodName(bool head_only) { return head_only ? "HEAD" : "GET"; }
+
+void WriteDebugLine(const std::string& line) {
+  // One write: lines of concurrent transfers do not interleave.
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void DebugLogRequest(bool head_only, std::string_view url, std::string_view range, bool token_sent) {
+  std::string line = "exlr8d debug: > " + std::string(MethodName(head_only)) + " " + UrlForLog(url);
+  if (!range.empty()) line += " Range: bytes=" + std::string(range);
+  if (token_sent) line += " (token sent)";
+  WriteDebugLine(line + "\n");
+}
+
+void DebugLogAnswer(bool head_only, std::string_view url, long http_version, long status,
+                    std::string_view location, std::string_view error) {
+  std::string version = "HTTP/?";
+  if (http_version == CURL_HTTP_VERSION_1_0) version = "HTTP/1.0";
+  if (http_version == CURL_HTTP_VERSION_1_1) version = "HTTP/1.1";
+  if (http_version == CURL_HTTP_VERSION_2_0) version = "HTTP/2";
+  if (http_version == CURL_HTTP_VERSION_3) version = "HTTP/3";
+  std::string line = "exlr8d debug: < ";
+  if (status > 0)
+    line += version + " " + std::to_string(status);
+  else
+    line += "no answer";
+  if (!location.empty()) line += " Location: " + UrlForLog(location);
+  if (!error.empty()) line += " (" + std::string(error) + ")";
+  line += " for " + std::string(MethodName(head_only)) + " " + UrlForLog(url);
+  WriteDebugLine(line + "\n");
 }
 
 void ApplyCommonOptions(CURL* easy, const HttpSettings& s, const std::string& url) {

@@ -43,6 +43,9 @@ struct HttpSettings {
   // PEM file of the CAs that HTTPS servers are verified against; empty:
   // libcurl's default store. Verification is never turned off.
   std::string ca_bundle;
+  // Debug mode (--debug, HF_DEBUG, EXLR8_DEBUG): every request and answer
+  // line on stderr (DebugLogRequest, DebugLogAnswer), never the token.
+  bool debug = false;
 
   // True iff `url` is on the hub endpoint's origin (scheme, host, port).
   bool ShouldSendToken(std::string_view url) const;
@@ -56,6 +59,19 @@ struct HttpSettings {
 // `getenv` is injectable for tests.
 std::string ProxyForUrl(std::string_view url, const std::string& explicit_proxy, bool use_env,
                         const std::function<const char*(const char*)>& getenv_fn);
+
+// `url` as the debug log shows it: without user information, the query's
+// values replaced by "..." (a CDN URL's query carries a signature that grants
+// access while it lasts), the names kept.
+std::string UrlForLog(std::string_view url);
+
+// The debug log's lines, one write each to stderr: "exlr8d debug: > GET URL
+// [Range: bytes=A-B] [(token sent)]" and "exlr8d debug: < HTTP/V STATUS
+// [Location: URL] [error] for GET URL", URLs as UrlForLog shows them. The
+// token itself is never written.
+void DebugLogRequest(bool head_only, std::string_view url, std::string_view range, bool token_sent);
+void DebugLogAnswer(bool head_only, std::string_view url, long http_version, long status,
+                    std::string_view location, std::string_view error);
 
 // Resets `easy` and sets what every request needs: URL, user agent, no
 // automatic redirects, no signals, timeouts, proxy (as ProxyForUrl says),

@@ -46,6 +46,7 @@ Result<std::unique_ptr<HubClient>> HubClient::Open(HubOptions options, std::stri
   c->settings_.token = std::move(token);
   c->settings_.explicit_proxy = options.proxy;
   c->settings_.use_env_proxy = options.use_env_proxy;
+  c->settings_.debug = options.debug || HubDebugFromEnvironment();
   c->settings_.connect_timeout_ms = static_cast<long>(options.connect_timeout.count());
   c->settings_.low_speed_limit = std::max(1L, options.stall_bytes_per_second);
   c->settings_.low_speed_time_s = static_cast<long>(std::max<std::int64_t>(options.stall_timeout.count(), 1));

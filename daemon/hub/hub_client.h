@@ -85,6 +85,9 @@ struct HubOptions {
   // file that cannot be read is InvalidArgument naming it and where it came
   // from. Verification itself is never turned off.
   std::string ca_bundle;
+  // Debug mode: every request and answer line on stderr, never the token
+  // (HttpSettings::debug). Also on when HubDebugFromEnvironment().
+  bool debug = false;
 
   // Retries of API/resolve/whole-file requests on transport errors, 5xx and
   // 429: at most max_attempts tries, exponential backoff from retry_base
@@ -278,6 +281,10 @@ bool HfEnvironmentFlag(const char* name);
 
 // HfEnvironmentFlag("HF_HUB_OFFLINE"): offline mode asked for.
 bool HubOfflineFromEnvironment();
+
+// Whether HF_DEBUG (as huggingface_hub reads it) or EXLR8_DEBUG asks for the
+// debug mode: 1, ON, YES or TRUE, in any case.
+bool HubDebugFromEnvironment();
 
 // The CA bundle HubOptions selects (see HubOptions::ca_bundle), or "" for
 // libcurl's default store. InvalidArgument when the chosen file cannot be

@@ -112,8 +112,6 @@ Result<std::string> LoadHubToken(const HubOptions& options) {
   return token;
 }
 
-bool HubOfflineFromEnvironment() { return HfEnvironmentFlag("HF_HUB_OFFLINE"); }
-
 bool HfEnvironmentFlag(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return false;
@@ -121,6 +119,10 @@ bool HfEnvironmentFlag(const char* name) {
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return upper == "1" || upper == "ON" || upper == "YES" || upper == "TRUE";
 }
+
+bool HubOfflineFromEnvironment() { return HfEnvironmentFlag("HF_HUB_OFFLINE"); }
+
+bool HubDebugFromEnvironment() { return HfEnvironmentFlag("HF_DEBUG") || HfEnvironmentFlag("EXLR8_DEBUG"); }
 
 Result<std::string> ChooseCaBundle(const HubOptions& options) {
   std::string path = options.ca_bundle, source = "--ca-bundle";

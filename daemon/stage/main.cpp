@@ -39,7 +39,7 @@ namespace {
 
 constexpr const char* kProg = "exlr8d-stage";
 constexpr const char* kUsage =
-    R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+    R"(usage: exlr8d-stage ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
 
 Assembles TP rank R of N's whole image from the cache (a rank 'exlr8d pull' or
 a job of 'exlr8d serve' pulled; read from the mapped cache files): every half
@@ -55,7 +55,7 @@ it stops reading or uploading and exits 130. While it runs, the fileset is
 pinned (a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it
 goes when this process does).
 
-  --repo ORG/NAME     the pulled repository
+  ORG/NAME            the pulled repository (or --repo ORG/NAME)
   --revision REV      as pulled (default main)
   --manifest NAME     manifest name (home, ...) or repo path
   --tp N --rank R     tensor-parallel degree and rank
@@ -348,7 +348,7 @@ int Run(const std::vector<std::string>& argv) {
   if (auto exit = ParseCommandLine(kProg, kUsage, argv,
                                    {"repo", "revision", "manifest", "tp", "rank", "cache", "device", "check",
                                     "hold", "release-wait", "state-dir", "memory", "lease"},
-                                   {}, 0, &args))
+                                   {}, kRepositoryArgument, &args))
     return *exit;
   RankRequest request;
   GpuStageOptions gpu;

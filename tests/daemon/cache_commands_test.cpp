@@ -23,6 +23,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/cache/process_pin.h"
 #include "format/json.h"
+#include "format/units.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/child_process.h"
 #include "tests/daemon/dead_hub_util.h"
@@ -121,6 +122,99 @@ TEST(CacheCommandsTest, ListPinUnpinAndGcKeepsWhatIsPinned) {
 }
 
 // gc --repo evicts one named fileset, whatever its place in LRU order.
+// `hf download ORG/NAME` habits: the repository as the argument of every
+// command that names one, --repo still taken, a conflict or none a usage error.
+TEST(CacheCommandsTest, TheRepositoryIsTheCommandsArgument) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const std::string rank = " --manifest home --tp 4 --rank 1 --no-progress --endpoint " + sim->hub_url() + c;
+  const ShellRun pulled = Shell(Exlr8d() + " pull exlr8/test" + rank);
+  ASSERT_EQ(pulled.status, 0) << pulled.out;
+  EXPECT_THAT(pulled.out, HasSubstr("pulled exlr8/test@main"));
+  EXPECT_EQ(Shell(Exlr8d() + " pull exlr8/test --repo exlr8/test" + rank).status, 0);  // the same twice
+
+  const ShellRun both = Shell(Exlr8d() + " pull exlr8/test --repo exlr8/other" + rank);
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_THAT(both.out, HasSubstr("'exlr8/test'"));
+  EXPECT_THAT(both.out, HasSubstr("--repo 'exlr8/other'"));
+  const ShellRun none = Shell(Exlr8d() + " pull" + rank);
+  EXPECT_EQ(none.status, 2) << none.out;
+  EXPECT_THAT(none.out, HasSubstr("missing the repository: give ORG/NAME (or --repo ORG/NAME)"));
+  const ShellRun stray = Shell(Exlr8d() + " pull exlr8/test 4" + rank);
+  EXPECT_EQ(stray.status, 2) << stray.out;
+  EXPECT_THAT(stray.out, HasSubstr("unexpected argument '4'"));
+
+  const ShellRun status = Shell(Exlr8d() + " status exlr8/test --manifest home --tp 4 --rank 1" + c);
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_EQ(Shell(Exlr8d() + " status exlr8/test --manifest home --tp 4 --rank 2" + c).status, 1);
+  const ShellRun pin = Shell(Exlr8d() + " pin exlr8/test --holder node-a" + c);
+  ASSERT_EQ(pin.status, 0) << pin.out;
+  EXPECT_EQ(Pins(ListJson(cache.path())), std::vector<std::string>{"node-a"});
+  const ShellRun verify = Shell(Exlr8d() + " verify exlr8/test --check-only --no-progress" + c);
+  EXPECT_EQ(verify.status, 0) << verify.out;
+  EXPECT_THAT(verify.out, HasSubstr("exlr8/test"));
+  EXPECT_EQ(Shell(Exlr8d() + " verify exlr8/none --check-only --no-progress" + c).status, 3);
+  ASSERT_EQ(Shell(Exlr8d() + " unpin exlr8/test --holder node-a" + c).status, 0);
+  EXPECT_TRUE(Pins(ListJson(cache.path())).empty());
+  EXPECT_EQ(Shell(Exlr8d() + " pin" + c).status, 2);
+  const ShellRun gc = Shell(Exlr8d() + " gc exlr8/test" + c);
+  EXPECT_EQ(gc.status, 0) << gc.out;
+  EXPECT_THAT(Shell(Exlr8d() + " list" + c).out, HasSubstr("no filesets"));
+}
+
+// `exlr8d list` is read in a 100-column terminal: names wider than their
+// column get a line of their own (never cut), details wrap; --json keeps
+// every field.
+TEST(CacheCommandsTest, ListFitsInAHundredColumns) {
+  auto sim = StartSim(TinyRelease());
+  TempDir cache;
+  auto s = Pull(cache.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string long_repo = "a-rather-long-organisation/glm-5.3-exlr8-k2-k3-k4-with-a-long-model-name";
+  const std::string long_revision = "release-candidate-12-03";
+  const std::string commit(40, 'c');
+  std::vector<std::string> holders;
+  for (int i = 0; i < 12; ++i) holders.push_back("inference-node-" + std::to_string(i));
+  {
+    auto owner = Cache::Open(cache.path());
+    ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+    auto set = (*owner)->PutFileset(long_repo, long_revision, commit);
+    ASSERT_TRUE(set.ok());
+    for (const std::string& h : holders) ASSERT_TRUE((*owner)->Pin(*set, h).ok());
+    ASSERT_TRUE((*owner)->PutFileset("exlr8/short", long_revision, std::string(40, 'd')).ok());
+  }
+  const std::string c = " --cache " + Quote(cache.path().string());
+  const ShellRun table = Shell(Exlr8d() + " list" + c);
+  ASSERT_EQ(table.status, 0) << table.out;
+  std::istringstream lines(table.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_LE(line.size(), 100u) << "line " << n << ": " << line;
+  }
+  EXPECT_GE(n, 7);
+  EXPECT_THAT(table.out, HasSubstr("\n" + long_repo + "@" + long_revision + "\n"));  // in full
+  EXPECT_THAT(table.out, HasSubstr("\nexlr8/short@" + long_revision + "\n"));
+  for (const std::string& h : holders) EXPECT_THAT(table.out, HasSubstr(h));
+  EXPECT_THAT(table.out,
+              HasSubstr("\n  latest pull: manifests/exlr8-manifest-home.json TP 4 rank 1: done\n"));
+  EXPECT_THAT(table.out, HasSubstr(HumanBytes(s->bytes_planned)));
+
+  const JsonValue list = ListJson(cache.path());
+  ASSERT_EQ(list.Find("filesets")->as_array().size(), 3u);
+  bool found = false;
+  for (const JsonValue& set : list.Find("filesets")->as_array()) {
+    if (set.Find("repo")->as_string() != long_repo) continue;
+    found = true;
+    EXPECT_EQ(set.Find("revision")->as_string(), long_revision);
+    EXPECT_EQ(set.Find("commit")->as_string(), commit);
+    EXPECT_EQ(set.Find("pins")->as_array().size(), holders.size());
+  }
+  EXPECT_TRUE(found) << list.Dump();
+}
+
 TEST(CacheCommandsTest, GcByNameEvictsThatFilesetOnly) {
   auto sim = StartSim(TinyRelease(), "", {}, {"exlr8/test", "exlr8/other"});
   TempDir cache;

@@ -630,6 +630,18 @@ TEST(HubClientTest, ExplicitProxyGetsAbsoluteFormRequests) {
   EXPECT_EQ(proxy.requests()[0].target, "http://hub.invalid/api/models/org/model/revision/main");
 }
 
+// The debug log's URLs: a signed CDN query and a URL's password would let a
+// reader of the log fetch what only the node may.
+TEST(HubClientTest, UrlForLogLeavesOutQueryValuesAndUserInformation) {
+  EXPECT_EQ(UrlForLog("https://huggingface.co/api/models/org/m/revision/main"),
+            "https://huggingface.co/api/models/org/m/revision/main");
+  EXPECT_EQ(UrlForLog("https://cdn.example/org/m/abc/f.bin?Expires=1&Signature=s3cr3t&Key-Pair-Id=K"),
+            "https://cdn.example/org/m/abc/f.bin?Expires=...&Signature=...&Key-Pair-Id=...");
+  EXPECT_EQ(UrlForLog("http://user:pa55@mirror:8080/x?flag&y=1#frag"), "http://mirror:8080/x?flag&y=...");
+  EXPECT_EQ(UrlForLog("http://user@host"), "http://host");
+  EXPECT_EQ(UrlForLog("/relative?sig=1"), "/relative?sig=...");
+}
+
 TEST(HubClientTest, ProxyChoiceHonoursBothCasesAndNoProxy) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* n) -> const char* {

@@ -407,7 +407,8 @@ TEST(PullFilesetTest, TheCommandLinePullsShowsVerifiesAndEvictsAWholeFileset) {
   EXPECT_NE(r.out.find("would fetch"), std::string::npos) << r.out;
   r = Shell(Exlr8d() + " pull --repo lvq5/tiny --tp 2 --rank 0 --endpoint " + sim->hub_url() + c);
   EXPECT_EQ(r.status, 2) << r.out;  // usage: tp and rank need a manifest
-  r = Shell(Exlr8d() + " pull --repo lvq5/tiny --endpoint " + sim->hub_url() + c + " --no-progress --json");
+  // The repository as the argument, as `hf download ORG/NAME` takes it.
+  r = Shell(Exlr8d() + " pull lvq5/tiny --endpoint " + sim->hub_url() + c + " --no-progress --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto pulled = ParseJson(r.out.substr(r.out.find('{')));
   ASSERT_TRUE(pulled.ok()) << r.out;
@@ -433,8 +434,16 @@ TEST(PullFilesetTest, TheCommandLinePullsShowsVerifiesAndEvictsAWholeFileset) {
   EXPECT_EQ(set.Find("files_verified")->as_uint64().value_or(0), n_files) << r.out;
   EXPECT_EQ(set.Find("records")->as_uint64().value_or(0), RecordCount(Lvq5Tiny())) << r.out;
   r = Shell(Exlr8d() + " list" + c);
-  EXPECT_NE(r.out.find("whole fileset: done"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("lvq5: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  latest pull: whole fileset: done\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  lvq5: " + std::to_string(n_files) + " of " + std::to_string(n_files) +
+                       " files verified"),
+            std::string::npos)
+      << r.out;
+  for (std::size_t at = 0, end; at < r.out.size(); at = end + 1) {  // read in 100 columns
+    end = r.out.find('\n', at);
+    if (end == std::string::npos) end = r.out.size();
+    EXPECT_LE(end - at, 100u) << r.out.substr(at, end - at);
+  }
 
   r = Shell(Exlr8d() + " verify --json" + c);
   EXPECT_EQ(r.status, 0) << r.out;

@@ -1,7 +1,5 @@
 // Integration tests of the pull engine: a real hub simulator on loopback
 // (tests/hubsim), real HTTP through libcurl, a real SQLite cache on disk.
-#include "daemon/pull/pull_job.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -14,9 +12,11 @@
 
 #include "client/file_sink.h"
 #include "client/local_release.h"
+#include "daemon/pull/pull_job.h"
 #include "format/json.h"
 #include "format/layout.h"
 #include "format/release_writer.h"
+#include "format/units.h"
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/dead_hub_util.h"
 #include "tests/daemon/hub_test_server.h"
@@ -967,6 +967,69 @@ TEST(PullTest, HfHubDisableProgressBarsSilencesTheProgressLinesAsNoProgressDoes)
                             Quote(off.path().string()));
   ASSERT_EQ(no.status, 0) << no.out;
   EXPECT_THAT(no.out, HasSubstr("exlr8d pull: "));
+}
+
+// The debug mode (HF_DEBUG=1, EXLR8_DEBUG=1, --debug) shows every request and
+// its answer, and never the token, however it was given.
+TEST(PullTest, DebugModeLogsEveryRequestAndAnswerButNeverTheToken) {
+  const std::string token = "hf_DebugModeSecret42";
+  auto sim = StartSim(TinyRelease(), token);
+  const std::string rank = " pull exlr8/test --manifest home --tp 4 --rank 1 --endpoint " + sim->hub_url();
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const std::string how : {"HF_DEBUG=1 ", "EXLR8_DEBUG=true ", "--debug"}) {
+    SCOPED_TRACE(how);
+    TempDir cache;
+    const bool flag = how.starts_with("--");
+    const ShellRun r = Shell("HF_TOKEN=" + token + " " + (flag ? "" : how) + Exlr8d() + rank + " --cache " +
+                             Quote(cache.path().string()) + (flag ? " " + how : ""));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: > GET " + sim->hub_url() +
+                                 "/api/models/exlr8/test/revision/main (token sent)\n"));
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 200 for GET " + sim->hub_url() +
+                                 "/api/models/exlr8/test/revision/main\n"));
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 302 Location: " + sim->cdn_url()));
+    EXPECT_THAT(r.out, HasSubstr("?expires=...&sig=..."));  // the signature left out
+    EXPECT_THAT(r.out, HasSubstr("exlr8d debug: < HTTP/1.1 206 for GET " + sim->cdn_url()));
+    EXPECT_THAT(r.out, HasSubstr(" Range: bytes="));
+    EXPECT_GT(count(r.out, "exlr8d debug: > "), 5u);
+    EXPECT_EQ(count(r.out, "exlr8d debug: > "), count(r.out, "exlr8d debug: < "));  // an answer for each
+    EXPECT_THAT(r.out, Not(HasSubstr(token)));
+    EXPECT_THAT(r.out, Not(HasSubstr("DebugModeSecret")));
+    EXPECT_THAT(r.out, Not(HasSubstr("Bearer")));
+    EXPECT_THAT(r.out, Not(HasSubstr("Authorization")));
+  }
+  TempDir quiet;
+  const ShellRun off = Shell("HF_DEBUG=0 HF_TOKEN=" + token + " " + Exlr8d() + rank + " --cache " +
+                             Quote(quiet.path().string()));
+  ASSERT_EQ(off.status, 0) << off.out;
+  EXPECT_THAT(off.out, Not(HasSubstr("exlr8d debug:")));
+}
+
+// The plan says 92.55 MB and the pull fetched 93.42 MB: the summary says
+// why (each width-file header is fetched twice, since two fetches must agree).
+TEST(PullTest, TheSummarySaysWhyItFetchedMoreThanThePlan) {
+  auto sim = StartSim(TinyRelease());
+  TempDir library, cli;
+  auto s = Pull(library.path(), Options(*sim, "home", 4, 1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_GT(s->plan.totals.header_bytes, 0u);
+  ASSERT_EQ(s->retries + s->refetches, 0u);
+  EXPECT_EQ(s->bytes_fetched - s->bytes_written, s->plan.totals.header_bytes);  // the cause, exactly
+
+  const std::string pull = Exlr8d() +
+                           " pull exlr8/test --manifest home --tp 4 --rank 1 --no-progress --endpoint " +
+                           sim->hub_url() + " --cache " + Quote(cli.path().string());
+  const ShellRun first = Shell(pull);
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_THAT(first.out, HasSubstr("\n  extra fetched    " + HumanBytes(s->plan.totals.header_bytes) +
+                                   ": width-file headers are fetched twice (no checksum: two must agree)\n"));
+  const ShellRun again = Shell(pull);  // everything reused: nothing extra
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_THAT(again.out, Not(HasSubstr("extra fetched")));
 }
 
 TEST(PullTest, HelpAndMisspellingsAreAnsweredAsHuggingFaceUsersExpect) {

@@ -60,5 +60,27 @@ TEST(Args, DashHIsHelpOnlyWhereHelpIsAFlag) {
   EXPECT_EQ(a->positional(), std::vector<std::string>{"-h"});
 }
 
+TEST(Args, TheRepositoryIsTheArgumentOrRepo) {
+  const std::set<std::string> values = {"repo", "manifest"};
+  auto a = Args::Parse({"org/name", "--manifest", "home"}, values, {"help"});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->TakeRepositoryArgument().ok());
+  EXPECT_EQ(a->Get("repo"), "org/name");
+  EXPECT_TRUE(a->positional().empty());
+  a = Args::Parse({"--repo", "org/name"}, values, {"help"});  // --repo alone: unchanged
+  ASSERT_TRUE(a->TakeRepositoryArgument().ok());
+  EXPECT_EQ(a->Get("repo"), "org/name");
+  a = Args::Parse({"org/name", "--repo=org/name"}, values, {"help"});  // the same twice: fine
+  EXPECT_TRUE(a->TakeRepositoryArgument().ok());
+  a = Args::Parse({"org/one", "--repo", "org/two"}, values, {"help"});
+  const Status both = a->TakeRepositoryArgument();
+  EXPECT_EQ(both.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(both.message(), HasSubstr("'org/one'"));
+  EXPECT_THAT(both.message(), HasSubstr("--repo 'org/two'"));
+  a = Args::Parse({"--manifest", "home"}, values, {"help"});
+  ASSERT_TRUE(a->TakeRepositoryArgument().ok());
+  EXPECT_THAT(a->Require("repo").status().message(), HasSubstr("give ORG/NAME (or --repo ORG/NAME)"));
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -28,6 +28,7 @@
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/host_image.h"
 #include "daemon/stage/lease.h"
+#include "daemon/stage/lvq5_image.h"
 #include "daemon/stage/rank_reader.h"
 #include "daemon/stage/stage_state.h"
 #include "daemon/stage/step_reporter.h"
@@ -40,6 +41,7 @@ namespace {
 constexpr const char* kProg = "exlr8d-stage";
 constexpr const char* kUsage =
     R"(usage: exlr8d-stage --repo ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d-stage --repo ORG/NAME --memory host [options]   (an LVQ5 fileset)
 
 Assembles TP rank R of N's whole image from the cache (a rank 'exlr8d pull' or
 a job of 'exlr8d serve' pulled; read from the mapped cache files): every half
@@ -54,6 +56,11 @@ asks its lessees to let go and waits for them; told to stop before it holds,
 it stops reading or uploading and exits 130. While it runs, the fileset is
 pinned (a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it
 goes when this process does).
+
+Without --manifest it stages a pulled LVQ5 fileset whole (docs/LVQ5.md
+"Staging"): every record's tensors, Tetra codes transcoded to the served
+layout, as plain tensors named after the records; blobs stay on the host.
+Only --memory host is supported for it yet.
 
   --repo ORG/NAME     the pulled repository
   --revision REV      as pulled (default main)
@@ -199,8 +206,9 @@ struct ImageHolder {
         std::clamp<std::int64_t>(release_wait.count(), 1, kMaxLeaseReleaseDeadlineS));
   }
 
-  int RunHost() {
-    auto image = BuildHostRankImage(request);
+  // An EXLR8 rank's image, or (lvq5) a whole LVQ5 fileset's.
+  int RunHost(bool lvq5 = false) {
+    auto image = lvq5 ? BuildHostLvq5Image(request) : BuildHostRankImage(request);
     if (!image.ok() && image.status().code() == StatusCode::kCancelled)
       return stopped("reading", image.status());
     if (!image.ok()) return fail(image.status());
@@ -224,7 +232,10 @@ struct ImageHolder {
       return kExitOk;
     }
     if (stops.requested()) return stopped("reading", CancelledError("stopped before the lease started"));
-    const std::string description = WriteLeaseDescriptionV2(DescribeHostImage(*image, request, DeadlineS()));
+    RankRequest described = request;
+    if (lvq5) described.manifest = kLvq5LeaseManifest;
+    const std::string description =
+        WriteLeaseDescriptionV2(DescribeHostImage(*image, described, DeadlineS()));
     std::string held = ",\"memory\":\"host\",\"commit\":\"" + image->commit +
                        "\",\"bytes\":" + std::to_string(image->layout.allocation_bytes()) +
                        ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
@@ -355,14 +366,19 @@ int Run(const std::vector<std::string>& argv) {
   std::int64_t release_wait_s = 30;
   auto parse = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
-    if (!args.Has("manifest"))
-      return UnimplementedError(
-          "exlr8d-stage: staging a whole fileset (an LVQ5 repository, no --manifest) is not yet supported; "
-          "give --manifest to stage an EXLR8 rank");
-    EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     request.revision = args.GetOr("revision", "main");
     EXLR8_ASSIGN_OR_RETURN(std::string cache_dir, CacheDirOr(args.Get("cache")));
     request.cache_dir = std::move(cache_dir);
+    if (!args.Has("manifest")) {
+      // A whole LVQ5 fileset: one image, TP 1 rank 0 (lvq5_image.h).
+      if (args.Has("tp") || args.Has("rank"))
+        return InvalidArgumentError(
+            "--tp and --rank need --manifest: an LVQ5 fileset (no --manifest) is "
+            "staged whole");
+      EXLR8_ASSIGN_OR_RETURN(release_wait_s, args.GetInt("release-wait", 30, 0, 24 * 3600));
+      return Status::Ok();
+    }
+    EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args.GetInt("tp", -1, 1, 1 << 20));
     if (tp < 0) return InvalidArgumentError("missing --tp");
     EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args.GetInt("rank", -1, 0, tp - 1));
@@ -476,6 +492,15 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
+  if (request.manifest.empty()) {
+    request.pin_holder = "exlr8d-stage " + std::string(kLvq5LeaseManifest);
+    if (memory != "host")
+      return fail(UnimplementedError(
+          "staging an LVQ5 fileset in device memory is not yet supported (the GPU upload and the Tetra "
+          "decode check); --memory host stages it in sealed host memory"));
+    ImageHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
+    return holder.RunHost(/*lvq5=*/true);
+  }
   if (memory == "host" || device_v2) {
     ImageHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
     return memory == "host" ? holder.RunHost() : holder.RunDevice(image_options);

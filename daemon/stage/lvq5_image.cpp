@@ -277,7 +277,7 @@ Result<Lvq5ImagePlan> PlanLvq5Image(const RankRequest& r) {
   return plan;
 }
 
-Result<HostRankImage> BuildHostLvq5Image(const RankRequest& r) {
+Result<HostRankImage> BuildHostLvq5Image(const RankRequest& r, Lvq5ImagePlan* keep) {
   const auto t0 = std::chrono::steady_clock::now();
   EXLR8_ASSIGN_OR_RETURN(Lvq5ImagePlan plan, PlanLvq5Image(r));
   const ImageLayout& layout = plan.layout;
@@ -367,6 +367,18 @@ Result<HostRankImage> BuildHostLvq5Image(const RankRequest& r) {
 
   HostRankImage out;
   out.commit = plan.commit;
+  if (keep != nullptr) {
+    keep->commit = plan.commit;
+    keep->layout = plan.layout;
+    keep->sources = std::move(plan.sources);
+    keep->maps = std::move(plan.maps);
+    keep->map_files = std::move(plan.map_files);
+    keep->region_bytes = plan.region_bytes;
+    keep->records = plan.records;
+    keep->tetra_records = plan.tetra_records;
+    keep->blobs = plan.blobs;
+    keep->blob_bytes = plan.blob_bytes;
+  }
   out.layout = std::move(plan.layout);
   EXLR8_ASSIGN_OR_RETURN(out.tables_fd,
                          WriteSealedTables(out.layout.tables, name + " tables", &out.tables_bytes));

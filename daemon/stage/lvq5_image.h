@@ -85,6 +85,9 @@ Result<Lvq5ImagePlan> PlanLvq5Image(const RankRequest& request);
 // BuildHostRankImage (host_image.h), the Tetra codes transcoded while the
 // memfd is filled, then every check hashed on the CPU. Same errors as
 // PlanLvq5Image, plus Corruption naming the region when a check fails.
-Result<HostRankImage> BuildHostLvq5Image(const RankRequest& request);
+// With `keep` set, the plan's maps, sources and file names are moved into
+// *keep (and its layout copied) for a later check against the file (the
+// device kind's decode check); its pin stays with the image.
+Result<HostRankImage> BuildHostLvq5Image(const RankRequest& request, Lvq5ImagePlan* keep = nullptr);
 
 }  // namespace exlr8

@@ -426,12 +426,13 @@ def _check_entry(i: int, e: tuple, b: int, t: Tables, alloc: int, pool: bytes, p
         if (k not in (4, 8)) if quant else k != 0:
             raise _terr(i, "k", b + 34, f"{k} for {PLAIN_FORMAT_NAMES[fmt]}, expected "
                         + ("the bits 4 or 8" if quant else "0"))
-        if matrix and (out == 0 or inp == 0):
-            raise _terr(i, "out/inp", b + 56, f"{out}x{inp}, expected the matrix's d_out and d_in")
-        if quant and (out != 0 or inp == 0):
-            raise _terr(i, "out/inp", b + 56, f"{out}/{inp}, expected 0 and the group size")
-        if not matrix and not quant and (out != 0 or inp != 0):
-            raise _terr(i, "out/inp", b + 56, f"{out}/{inp}, expected 0")
+        name = _plain_format_name(fmt, k, inp)
+        if (out == 0) if matrix else (out != 0):
+            raise _terr(i, "out", b + 56, f"{out} for {name}, expected "
+                        + ("the matrix's d_out" if matrix else "0"))
+        if (inp == 0) if (matrix or quant) else (inp != 0):
+            raise _terr(i, "inp", b + 60, f"{inp} for {name}, expected "
+                        + ("the matrix's d_in" if matrix else "the group size" if quant else "0"))
     else:
         if fmt != 0:
             raise _terr(i, "format", b + 31, f"{fmt} for a {kn}, expected 0")

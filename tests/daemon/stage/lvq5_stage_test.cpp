@@ -66,7 +66,7 @@ std::map<std::string, Expected> ExpectedRegions(const std::vector<std::byte>& fi
   };
   for (const lvq5::MatrixRecord& m : index->matrices) {
     if (m.kind == lvq5::Kind::kTetra) {
-      constexpr std::uint32_t kTetra = 1;
+      constexpr std::uint32_t kTetra = EXLR8_PLAIN_TETRA48;
       if (m.nblocks > 0) {
         std::vector<std::byte> served(m.d_out * tetra::ServedRowStride(m.nblocks));
         EXPECT_TRUE(tetra::DiskToServed(part(m.codes_offset, m.codes_length), m.nblocks, served).ok());
@@ -77,7 +77,7 @@ std::map<std::string, Expected> ExpectedRegions(const std::vector<std::byte>& fi
       if (m.tail_cols > 0)
         out[m.name + ".tail"] = {part(m.tail_offset, 4ull * m.d_out * m.tail_cols), EXLR8_DTYPE_F32, kTetra};
     } else {
-      constexpr std::uint32_t kInt4 = 2;
+      constexpr std::uint32_t kInt4 = EXLR8_PLAIN_INT4G128;
       out[m.name] = {part(m.packed_offset, m.packed_length), EXLR8_DTYPE_U8, kInt4};
       out[m.name + ".scales"] = {part(m.scales_offset, 2 * m.groups), EXLR8_DTYPE_F16, kInt4};
       out[m.name + ".biases"] = {part(m.biases_offset, 2 * m.groups), EXLR8_DTYPE_F16, kInt4};
@@ -85,11 +85,11 @@ std::map<std::string, Expected> ExpectedRegions(const std::vector<std::byte>& fi
   }
   for (const lvq5::RawTensor& t : index->raw) {
     if (t.tag == lvq5::RawTag::kF16) {
-      out[t.name] = {part(t.data_offset, t.data_length), EXLR8_DTYPE_F16, 3};
+      out[t.name] = {part(t.data_offset, t.data_length), EXLR8_DTYPE_F16, EXLR8_PLAIN_F16};
     } else {
-      out[t.name] = {part(t.data_offset, t.data_length), EXLR8_DTYPE_U8, 4};
-      out[t.name + ".scales"] = {part(t.scales_offset, 2 * t.groups), EXLR8_DTYPE_F16, 4};
-      out[t.name + ".biases"] = {part(t.biases_offset, 2 * t.groups), EXLR8_DTYPE_F16, 4};
+      out[t.name] = {part(t.data_offset, t.data_length), EXLR8_DTYPE_U8, EXLR8_PLAIN_QUANT};
+      out[t.name + ".scales"] = {part(t.scales_offset, 2 * t.groups), EXLR8_DTYPE_F16, EXLR8_PLAIN_QUANT};
+      out[t.name + ".biases"] = {part(t.biases_offset, 2 * t.groups), EXLR8_DTYPE_F16, EXLR8_PLAIN_QUANT};
     }
   }
   return out;

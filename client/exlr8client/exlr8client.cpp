@@ -165,6 +165,12 @@ constexpr const char* kDTypeNames[] = {"BOOL", "U8",  "I8",  "F8_E4M3", "F8_E5M2
                                        "BF16", "I32", "U32", "F32",     "F64",     "I64", "U64"};
 static_assert(sizeof(kDTypeNames) / sizeof(kDTypeNames[0]) == exlr8::kDTypeCount,
               "exlr8_dtype_name must name every DType");
+static_assert(EXLR8_PLAIN_TETRA48 == static_cast<int>(exlr8::ImagePlainFormat::kTetra48) &&
+                  EXLR8_PLAIN_INT4G128 == static_cast<int>(exlr8::ImagePlainFormat::kInt4G128) &&
+                  EXLR8_PLAIN_F16 == static_cast<int>(exlr8::ImagePlainFormat::kF16) &&
+                  EXLR8_PLAIN_QUANT == static_cast<int>(exlr8::ImagePlainFormat::kQuant) &&
+                  EXLR8_PLAIN_QUANT == exlr8::kImagePlainFormatMax,
+              "exlr8_plain_format must be IMAGE.md's plain tensor formats");
 
 }  // namespace
 

@@ -159,10 +159,17 @@ Result<std::uint32_t> ImageLayoutBuilder::AddDense(const ImageTensorSpec& s, con
   return AddPlainLike(std::move(t), s, what);
 }
 
-Result<std::uint32_t> ImageLayoutBuilder::AddPlain(const ImageTensorSpec& s) {
+Result<std::uint32_t> ImageLayoutBuilder::AddPlain(const ImageTensorSpec& s, const ImagePlainFields& f) {
+  const std::string what = "image layout: plain '" + EscapeForMessage(s.name) + "': ";
+  if (Status fs = CheckImagePlainFields(static_cast<std::uint8_t>(f.format), f.k, f.out, f.inp); !fs.ok())
+    return InvalidArgumentError(what + fs.message());
   ImageTensor t;
   t.kind = ImageRegionKind::kPlainTensor;
-  return AddPlainLike(std::move(t), s, "image layout: plain '" + EscapeForMessage(s.name) + "': ");
+  t.format = static_cast<std::uint8_t>(f.format);
+  t.k = f.k;
+  t.out = f.out;
+  t.inp = f.inp;
+  return AddPlainLike(std::move(t), s, what);
 }
 
 Result<std::uint32_t> ImageLayoutBuilder::AddPlainLike(ImageTensor t, const ImageTensorSpec& s,

@@ -96,6 +96,29 @@ enum class ImageRegionKind : std::uint8_t {
 inline constexpr int kImageRegionKindCount = 5;
 std::string_view ImageRegionKindName(ImageRegionKind k);  // "half record", "signs.in", ...
 
+// Tensor entry byte 31 of a plain tensor: how its bytes encode the tensor.
+// An EXLR8 rank's plain tensors are kStored (0, as before this field had a
+// use); an LVQ5 fileset's image (daemon/stage/lvq5_image.h) tags each part
+// of a record with its record's format, so a lessee knows what it holds
+// (schema/lease/IMAGE.md "Plain tensor formats"). Fields by format:
+//   kStored, kF16: k = 0, out = inp = 0
+//   kTetra48, kInt4G128: k = 0, out = d_out, inp = d_in of the matrix
+//   kQuant: k = bits (4 or 8), out = 0, inp = the group size
+enum class ImagePlainFormat : std::uint8_t {
+  kStored = 0,    // elements of `dtype` as stored (EXLR8)
+  kTetra48 = 1,   // a Tetra record: served codes (spec 2.7), centroids, row scales, tail
+  kInt4G128 = 2,  // an Int4G128 record: packed nibbles, scales, biases
+  kF16 = 3,       // an LVQ5 raw f16 tensor
+  kQuant = 4,     // an LVQ5 raw quantized tensor: packed bits, scales, biases
+};
+inline constexpr std::uint8_t kImagePlainFormatMax = 4;
+// "TETRA48", "INT4G128", "F16", "Q4G64" (bits and group), "STORED".
+std::string ImagePlainFormatName(ImagePlainFormat f, std::uint8_t bits, std::uint32_t group);
+// Whether a plain tensor's format, k, out and inp agree with the table
+// above: InvalidArgument otherwise, its message starting with the field's
+// name ("format: ", "k: ", "out: ", "inp: ").
+Status CheckImagePlainFields(std::uint8_t format, std::uint8_t k, std::uint32_t out, std::uint32_t inp);
+
 // Element dtypes travel as DType's enumerator value (format/dtype.h: 0 BOOL,
 // 1 U8, 2 I8, 3 F8_E4M3, 4 F8_E5M2, 5 I16, 6 U16, 7 F16, 8 BF16, 9 I32,
 // 10 U32, 11 F32, 12 F64, 13 I64, 14 U64), pinned in IMAGE.md.
@@ -148,10 +171,12 @@ struct ImageTensor {
   std::uint8_t proj = kImageNoProj;       // Proj's value
   std::uint8_t half = kImageNoHalf;
   ImageRegionKind kind = ImageRegionKind::kPlainTensor;
-  std::uint8_t format = 0;   // DenseFormat for dense data; K for a half record; 0 otherwise
+  // DenseFormat for dense data; K for a half record; ImagePlainFormat for a
+  // plain tensor (0: stored, every EXLR8 plain tensor); 0 otherwise.
+  std::uint8_t format = 0;
   DType dtype = DType::kU8;  // the elements'; a half record's vectors'
   std::uint8_t rank = 0;     // of `shape`, 0..4
-  std::uint8_t k = 0;        // trellis width: half records and TRELLIS dense data, else 0
+  std::uint8_t k = 0;        // trellis width: half records and TRELLIS dense data; kQuant plain: bits; else 0
   std::uint8_t side = 0;     // dense data: spec 10.2 field 4; else 0
   // A half record's block row's elements (byte 35, where dense data has its
   // side): the release may store slices and block rows in different dtypes
@@ -163,8 +188,8 @@ struct ImageTensor {
   // dtype.
   std::array<std::uint32_t, 4> shape{};
   std::string name;       // dense and plain tensors: the file's tensor name; else empty
-  std::uint32_t out = 0;  // dense data: spec 10.2 field 1; else 0
-  std::uint32_t inp = 0;  // dense data: field 2; else 0
+  std::uint32_t out = 0;  // dense data: spec 10.2 field 1; plain: see ImagePlainFormat; else 0
+  std::uint32_t inp = 0;  // dense data: field 2; plain: see ImagePlainFormat; else 0
 
   // "L3 e7 up h2 K4" / "L3 shared gate h0 K3" / "L3 signs.in" / the name.
   std::string What() const;
@@ -294,6 +319,13 @@ struct ImageDenseFields {
   DenseSide side = DenseSide::kReplicated;
 };
 
+// A plain tensor's format fields (ImagePlainFormat says which are used).
+struct ImagePlainFields {
+  ImagePlainFormat format = ImagePlainFormat::kStored;
+  std::uint8_t k = 0;
+  std::uint32_t out = 0, inp = 0;
+};
+
 // A check segment before the layout exists: bytes [offset, offset + length)
 // of the region the Add* call numbered `tensor`.
 struct ImageSegmentRef {
@@ -326,7 +358,7 @@ class ImageLayoutBuilder {
   // A layer's signs.in (`out` false) or signs.out; rank-1 shape, float dtype.
   Result<std::uint32_t> AddSigns(int layer, bool out, const ImageTensorSpec& spec);
   Result<std::uint32_t> AddDense(const ImageTensorSpec& spec, const ImageDenseFields& fields);
-  Result<std::uint32_t> AddPlain(const ImageTensorSpec& spec);
+  Result<std::uint32_t> AddPlain(const ImageTensorSpec& spec, const ImagePlainFields& fields = {});
   // A digest over 1..4 pieces of regions already added, hashed in order.
   Status AddCheck(std::uint64_t digest, std::span<const ImageSegmentRef> segments);
 

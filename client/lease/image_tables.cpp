@@ -86,6 +86,43 @@ std::uint64_t Align8(std::uint64_t v) { return (v + 7) & ~std::uint64_t{7}; }
 
 }  // namespace
 
+std::string ImagePlainFormatName(ImagePlainFormat f, std::uint8_t bits, std::uint32_t group) {
+  switch (f) {
+    case ImagePlainFormat::kStored:
+      return "STORED";
+    case ImagePlainFormat::kTetra48:
+      return "TETRA48";
+    case ImagePlainFormat::kInt4G128:
+      return "INT4G128";
+    case ImagePlainFormat::kF16:
+      return "F16";
+    case ImagePlainFormat::kQuant:
+      return "Q" + std::to_string(bits) + "G" + std::to_string(group);
+  }
+  return "format " + std::to_string(static_cast<int>(f));
+}
+
+Status CheckImagePlainFields(std::uint8_t format, std::uint8_t k, std::uint32_t out, std::uint32_t inp) {
+  if (format > kImagePlainFormatMax)
+    return InvalidArgumentError("format: unknown plain tensor format " + std::to_string(format));
+  const auto f = static_cast<ImagePlainFormat>(format);
+  const std::string name = ImagePlainFormatName(f, k, inp);
+  const bool quant = f == ImagePlainFormat::kQuant;
+  if (quant ? (k != 4 && k != 8) : k != 0)
+    return InvalidArgumentError("k: " + std::to_string(k) + " for " + name +
+                                (quant ? ", expected the bits 4 or 8" : ", expected 0"));
+  const bool matrix = f == ImagePlainFormat::kTetra48 || f == ImagePlainFormat::kInt4G128;
+  if (matrix ? out == 0 : out != 0)
+    return InvalidArgumentError("out: " + std::to_string(out) + " for " + name +
+                                (matrix ? ", expected the matrix's d_out" : ", expected 0"));
+  if ((matrix || quant) ? inp == 0 : inp != 0)
+    return InvalidArgumentError("inp: " + std::to_string(inp) + " for " + name +
+                                (matrix  ? ", expected the matrix's d_in"
+                                 : quant ? ", expected the group size"
+                                         : ", expected 0"));
+  return Status::Ok();
+}
+
 std::string_view ImageRegionKindName(ImageRegionKind k) {
   switch (k) {
     case ImageRegionKind::kHalfRecord:
@@ -315,7 +352,8 @@ std::vector<std::byte> SerializeImageTables(const ImageTables& t) {
     o[b + 32] = std::byte{static_cast<std::uint8_t>(e.dtype)};
     o[b + 33] = std::byte{e.rank};
     o[b + 34] = std::byte{e.k};
-    o[b + 35] = std::byte{e.kind == ImageRegionKind::kHalfRecord ? static_cast<std::uint8_t>(e.block_dtype) : e.side};
+    o[b + 35] =
+        std::byte{e.kind == ImageRegionKind::kHalfRecord ? static_cast<std::uint8_t>(e.block_dtype) : e.side};
     for (int d = 0; d < 4; ++d) Put32(o, b + 36 + 4 * static_cast<std::uint64_t>(d), e.shape[d]);
     if (e.name.empty()) {
       Put32(o, b + 52, kImageNoName);
@@ -442,8 +480,7 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
     e.k = r.U8(b + 34);
     const std::uint8_t byte35 = r.U8(b + 35);
     if (kind == static_cast<std::uint8_t>(ImageRegionKind::kHalfRecord)) {
-      if (byte35 >= kDTypeCount)
-        return entry(i, "block_dtype", b + 35, "unknown dtype code " + TN(byte35));
+      if (byte35 >= kDTypeCount) return entry(i, "block_dtype", b + 35, "unknown dtype code " + TN(byte35));
       e.block_dtype = static_cast<DType>(byte35);
     } else {
       e.side = byte35;
@@ -516,12 +553,21 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
       if (e.side > 2) return entry(i, "side", b + 35, "side " + TN(e.side) + " is not 0, 1 or 2");
       if (e.out == 0) return entry(i, "out", b + 56, "0");
       if (e.inp == 0) return entry(i, "inp", b + 60, "0");
+    } else if (e.kind == ImageRegionKind::kPlainTensor) {
+      if (e.side != 0) return entry(i, "side", b + 35, TN(e.side) + " for a " + kind_name + ", expected 0");
+      if (Status fs = CheckImagePlainFields(e.format, e.k, e.out, e.inp); !fs.ok()) {
+        // The message starts with the field's name: "format: ...".
+        const std::string& m = fs.message();
+        const std::string field = m.substr(0, m.find(':'));
+        const std::uint64_t at = field == "format" ? 31 : field == "k" ? 34 : field == "out" ? 56 : 60;
+        return entry(i, field, b + at, m.substr(field.size() + 2));
+      }
     } else {
       if (e.format != 0)
         return entry(i, "format", b + 31, TN(e.format) + " for a " + kind_name + ", expected 0");
       if (e.k != 0) return entry(i, "k", b + 34, TN(e.k) + " for a " + kind_name + ", expected 0");
     }
-    if (!dense) {
+    if (!dense && e.kind != ImageRegionKind::kPlainTensor) {
       if (!half && e.side != 0)
         return entry(i, "side", b + 35, TN(e.side) + " for a " + kind_name + ", expected 0");
       if (e.out != 0) return entry(i, "out", b + 56, TN(e.out) + " for a " + kind_name + ", expected 0");
@@ -533,7 +579,8 @@ Result<ImageTables> ParseImageTables(std::span<const std::byte> bytes, std::uint
                    std::string(DTypeName(e.dtype)) + " for a " + kind_name + ", expected F16, BF16 or F32");
     if (half && !IsFloatVectorDType(e.block_dtype))
       return entry(i, "block_dtype", b + 35,
-                   std::string(DTypeName(e.block_dtype)) + " for a half record's block row, expected F16, BF16 or F32");
+                   std::string(DTypeName(e.block_dtype)) +
+                       " for a half record's block row, expected F16, BF16 or F32");
     std::optional<std::uint64_t> want;
     if (half) {
       if (e.rank != 3) return entry(i, "rank", b + 33, TN(e.rank) + " for a half record, expected 3");

@@ -28,6 +28,8 @@
 #include "daemon/stage/gpu_stage.h"
 #include "daemon/stage/host_image.h"
 #include "daemon/stage/lease.h"
+#include "daemon/stage/lvq5_device_image.h"
+#include "daemon/stage/lvq5_image.h"
 #include "daemon/stage/rank_reader.h"
 #include "daemon/stage/stage_state.h"
 #include "daemon/stage/step_reporter.h"
@@ -40,6 +42,7 @@ namespace {
 constexpr const char* kProg = "exlr8d-stage";
 constexpr const char* kUsage =
     R"(usage: exlr8d-stage ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
+       exlr8d-stage ORG/NAME [options]   (an LVQ5 fileset, whole)
 
 Assembles TP rank R of N's whole image from the cache (a rank 'exlr8d pull' or
 a job of 'exlr8d serve' pulled; read from the mapped cache files): every half
@@ -54,6 +57,13 @@ asks its lessees to let go and waits for them; told to stop before it holds,
 it stops reading or uploading and exits 130. While it runs, the fileset is
 pinned (a process pin, which 'exlr8d list' shows and 'exlr8d gc' respects; it
 goes when this process does).
+
+Without --manifest it stages a pulled LVQ5 fileset whole (docs/LVQ5.md
+"Staging"): every record's tensors, Tetra codes transcoded to the served
+layout, as plain tensors named after the records; blobs stay on the host.
+On a GPU every Tetra word up to 1 GB of codes (and a seeded >= 1 % of the
+rows of every record beyond; all with --check all) is decoded in place and
+compared with the CPU reference.
 
   ORG/NAME            the pulled repository (or --repo ORG/NAME)
   --revision REV      as pulled (default main)
@@ -199,8 +209,9 @@ struct ImageHolder {
         std::clamp<std::int64_t>(release_wait.count(), 1, kMaxLeaseReleaseDeadlineS));
   }
 
-  int RunHost() {
-    auto image = BuildHostRankImage(request);
+  // An EXLR8 rank's image, or (lvq5) a whole LVQ5 fileset's.
+  int RunHost(bool lvq5 = false) {
+    auto image = lvq5 ? BuildHostLvq5Image(request) : BuildHostRankImage(request);
     if (!image.ok() && image.status().code() == StatusCode::kCancelled)
       return stopped("reading", image.status());
     if (!image.ok()) return fail(image.status());
@@ -224,7 +235,10 @@ struct ImageHolder {
       return kExitOk;
     }
     if (stops.requested()) return stopped("reading", CancelledError("stopped before the lease started"));
-    const std::string description = WriteLeaseDescriptionV2(DescribeHostImage(*image, request, DeadlineS()));
+    RankRequest described = request;
+    if (lvq5) described.manifest = kLvq5LeaseManifest;
+    const std::string description =
+        WriteLeaseDescriptionV2(DescribeHostImage(*image, described, DeadlineS()));
     std::string held = ",\"memory\":\"host\",\"commit\":\"" + image->commit +
                        "\",\"bytes\":" + std::to_string(image->layout.allocation_bytes()) +
                        ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
@@ -307,6 +321,58 @@ struct ImageHolder {
     return Hold(description, fds, std::move(held), "device memory");
   }
 
+  // A whole LVQ5 fileset in device memory (lvq5_device_image.h).
+  int RunDeviceLvq5(DeviceImageOptions options) {
+    Lvq5DeviceOptions lvq5;
+    lvq5.image = options;
+    lvq5.image.cancel = stops.flag();
+    auto staged = StageDeviceLvq5Image(request, lvq5);
+    if (!staged.ok() && staged.status().code() == StatusCode::kCancelled)
+      return stopped("staging", staged.status());
+    if (!staged.ok()) return fail(staged.status());
+    const DeviceRankImage& image = staged->image;
+    if (!image.plan.pin_error.empty())
+      std::fprintf(stderr, "%s: warning: not pinned, so gc may evict the fileset while it is held: %s\n",
+                   kProg, image.plan.pin_error.c_str());
+    const LeaseProof& p = image.proof;
+    std::printf(
+        "staged %s of %s@%s (LVQ5, %llu records; %llu blobs left on the host) on GPU %s (%s, %s allocation): "
+        "upload %.2f s\n",
+        HumanBytes(image.image_bytes()).c_str(), request.repo.c_str(), image.commit.substr(0, 8).c_str(),
+        static_cast<unsigned long long>(staged->plan.records),
+        static_cast<unsigned long long>(staged->plan.blobs), image.identity.uuid.c_str(),
+        image.identity.pci_bus_id.c_str(), image.vmm.empty() ? "IPC" : "VMM fd", p.seconds_upload);
+    std::printf(
+        "proof: %llu regions, %s hashed on the GPU in %.3f s, 0 mismatches; Tetra: %llu records decoded on "
+        "every word and %llu sampled (seed %llu), %llu rows / %llu words decoded on the GPU in place, equal "
+        "to the CPU reference, in %.3f s; plan %.2f s\n",
+        static_cast<unsigned long long>(p.hashed_regions), HumanBytes(p.hashed_bytes).c_str(), p.seconds_hash,
+        static_cast<unsigned long long>(staged->tetra_records_full),
+        static_cast<unsigned long long>(staged->tetra_records_sampled),
+        static_cast<unsigned long long>(p.decoded_seed),
+        static_cast<unsigned long long>(staged->tetra_rows_checked),
+        static_cast<unsigned long long>(staged->tetra_words_checked), p.seconds_decode, p.seconds_read);
+    std::fflush(stdout);
+    if (hold.empty()) {
+      std::printf("ok (not held: the image is released now)\n");
+      step("released", {}, nullptr, nullptr);
+      return kExitOk;
+    }
+    if (stops.requested()) return stopped("staging", CancelledError("stopped before the lease started"));
+    RankRequest described = request;
+    described.manifest = kLvq5LeaseManifest;
+    const std::string description =
+        WriteLeaseDescriptionV2(DescribeDeviceImage(image, described, DeadlineS()));
+    std::string held = ",\"memory\":\"device\",\"commit\":\"" + image.commit +
+                       "\",\"bytes\":" + std::to_string(image.image_bytes()) +
+                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
+    AppendJsonString(held, hold);
+    std::vector<int> fds;
+    if (image.vmm_fd.valid()) fds.push_back(image.vmm_fd.get());
+    fds.push_back(image.tables_fd.get());
+    return Hold(description, fds, std::move(held), "device memory");
+  }
+
   // Serves `description` with `fds` until told to stop, then asks the
   // lessees to let go and waits for them.
   int Hold(const std::string& description, std::span<const int> fds, std::string held, const char* memory) {
@@ -355,14 +421,21 @@ int Run(const std::vector<std::string>& argv) {
   std::int64_t release_wait_s = 30;
   auto parse = [&]() -> Status {
     EXLR8_ASSIGN_OR_RETURN(request.repo, args.Require("repo"));
-    if (!args.Has("manifest"))
-      return UnimplementedError(
-          "exlr8d-stage: staging a whole fileset (an LVQ5 repository, no --manifest) is not yet supported; "
-          "give --manifest to stage an EXLR8 rank");
-    EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     request.revision = args.GetOr("revision", "main");
     EXLR8_ASSIGN_OR_RETURN(std::string cache_dir, CacheDirOr(args.Get("cache")));
     request.cache_dir = std::move(cache_dir);
+    if (!args.Has("manifest")) {
+      // A whole LVQ5 fileset: one image, TP 1 rank 0 (lvq5_image.h).
+      if (args.Has("tp") || args.Has("rank"))
+        return InvalidArgumentError(
+            "--tp and --rank need --manifest: an LVQ5 fileset (no --manifest) is "
+            "staged whole");
+      EXLR8_ASSIGN_OR_RETURN(release_wait_s, args.GetInt("release-wait", 30, 0, 24 * 3600));
+      EXLR8_ASSIGN_OR_RETURN(std::int64_t device, args.GetInt("device", 0, 0, 1024));
+      gpu.device = static_cast<int>(device);
+      return Status::Ok();
+    }
+    EXLR8_ASSIGN_OR_RETURN(request.manifest, args.Require("manifest"));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t tp, args.GetInt("tp", -1, 1, 1 << 20));
     if (tp < 0) return InvalidArgumentError("missing --tp");
     EXLR8_ASSIGN_OR_RETURN(std::int64_t rank, args.GetInt("rank", -1, 0, tp - 1));
@@ -476,6 +549,12 @@ int Run(const std::vector<std::string>& argv) {
   // fileset alone while it is staged and held (daemon/cache/process_pin.h).
   request.pin_holder = "exlr8d-stage " + request.manifest + " tp" + std::to_string(request.tp) + " rank" +
                        std::to_string(request.rank);
+  if (request.manifest.empty()) {
+    request.pin_holder = "exlr8d-stage " + std::string(kLvq5LeaseManifest);
+    if (lease != "v2") return fail(InvalidArgumentError("an LVQ5 fileset is leased over protocol v2 only"));
+    ImageHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
+    return memory == "host" ? holder.RunHost(/*lvq5=*/true) : holder.RunDeviceLvq5(image_options);
+  }
   if (memory == "host" || device_v2) {
     ImageHolder holder{request, hold, std::chrono::seconds(release_wait_s), stops, step, fail, stopped};
     return memory == "host" ? holder.RunHost() : holder.RunDevice(image_options);

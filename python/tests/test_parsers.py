@@ -320,3 +320,27 @@ def test_mutated_descriptions_are_refused_cleanly(good):
             parse_description(bytes(m))
         except exlr8.DescriptionError:
             pass
+
+
+def test_plain_formats_of_an_lvq5_image_parse_with_their_fields(good):
+    """IMAGE.md "Plain tensor formats": a plain tensor may carry an LVQ5
+    record's format with the fields it uses; anything else is refused naming
+    the field, as the C++ parser does."""
+    b, blob, _ = good
+    tables = T.parse_tables(blob, b.allocation)
+    i = next(t.index for t in tables.tensors if t.kind == "plain")
+    at = entry_at(i)
+    ok = put(put(put(blob, at + 31, "<B", 1), at + 56, "<I", 3), at + 60, "<I", 50)
+    t = T.parse_tables(ok, b.allocation).tensors[i]
+    assert (t.format, t.out, t.inp) == ("TETRA48", 3, 50)
+    q = put(put(put(blob, at + 31, "<B", 4), at + 34, "<B", 8), at + 60, "<I", 64)
+    assert T.parse_tables(q, b.allocation).tensors[i].format == "Q8G64"
+    for bad, field in [(put(blob, at + 31, "<B", 5), "format"),
+                       (put(blob, at + 31, "<B", 1), "out"),
+                       (put(put(blob, at + 31, "<B", 2), at + 56, "<I", 3), "inp"),
+                       (put(blob, at + 31, "<B", 4), "k"),
+                       (put(put(blob, at + 31, "<B", 4), at + 34, "<B", 4), "inp"),
+                       (put(put(blob, at + 31, "<B", 3), at + 56, "<I", 1), "out")]:
+        with pytest.raises(exlr8.TablesError) as e:
+            T.parse_tables(bad, b.allocation)
+        assert (e.value.entry, e.value.field) == (i, field), str(e.value)

@@ -166,6 +166,19 @@ typedef enum exlr8_dense_format {
   EXLR8_DENSE_FP32 = 7
 } exlr8_dense_format;
 
+/* Plain tensor formats (exlr8_tensor.format of a plain tensor; IMAGE.md
+ * "Plain tensor formats"): 0 for an EXLR8 plain tensor; the parts of an
+ * LVQ5 fileset's records carry their record's format. TETRA48 and
+ * INT4G128: out and inp are the matrix's d_out and d_in; QUANT: k is the
+ * bits (4 or 8) and inp the group size. */
+typedef enum exlr8_plain_format {
+  EXLR8_PLAIN_STORED = 0,
+  EXLR8_PLAIN_TETRA48 = 1, /* Tetra codes in the served layout, centroids, row scales, tail */
+  EXLR8_PLAIN_INT4G128 = 2,
+  EXLR8_PLAIN_F16 = 3,
+  EXLR8_PLAIN_QUANT = 4
+} exlr8_plain_format;
+
 /* Names for logs ("F16", "half record", "gate", "host", "FP8_BLOCK");
  * "?" for a value out of range. Static storage. */
 EXLR8_API const char* exlr8_dtype_name(uint32_t dtype);
@@ -325,14 +338,14 @@ typedef struct exlr8_tensor {
   uint32_t expert;      /* half records: the expert or EXLR8_SHARED_EXPERT; else EXLR8_NO_EXPERT */
   uint32_t proj;        /* half records: EXLR8_PROJ_*; else EXLR8_NO_PROJ */
   uint32_t half;        /* half records: the half; else EXLR8_NO_HALF */
-  uint32_t format;      /* dense data: exlr8_dense_format; half record: K; else 0 */
+  uint32_t format;      /* dense data: exlr8_dense_format; half record: K; plain: exlr8_plain_format */
   uint32_t dtype;       /* exlr8_dtype of the elements (a half record's: its slice's) */
   uint32_t block_dtype; /* half record: its block row's dtype; else 0 */
-  uint32_t k;           /* trellis width (half records, TRELLIS dense data); else 0 */
+  uint32_t k;           /* trellis width (half records, TRELLIS dense data); QUANT plain: bits; else 0 */
   uint32_t side;        /* dense data: spec 10.2 field 4; else 0 */
   uint32_t shape_rank;  /* 0..4 */
   uint64_t shape[4];    /* half record: {trellis bytes, slice elements, block row elements} */
-  uint32_t out, inp;    /* dense data: the matrix's out and inp; else 0 */
+  uint32_t out, inp;    /* dense data, TETRA48/INT4G128 plain: the matrix's out and inp; QUANT: inp = group */
   uint64_t offset;      /* from the image's first byte */
   uint64_t length;      /* bytes */
   uint64_t xxh64;       /* the region's XXH64 (seed 0) as staged */

@@ -62,6 +62,15 @@ DTYPE_NAMES = tuple(n for n, _ in DTYPES)
 DTYPE_SIZES = tuple(s for _, s in DTYPES)
 FLOAT_VECTOR = frozenset((7, 8, 11))  # F16, BF16, F32
 DENSE_FORMAT_NAMES = {1: "TRELLIS", 2: "INT4", 3: "MXFP8", 4: "FP8_BLOCK", 5: "FP8_ROW", 6: "BF16", 7: "FP32"}
+# A plain tensor's format byte (IMAGE.md "Plain tensor formats"): 0 for an
+# EXLR8 plain tensor stored as is; an LVQ5 fileset's parts carry their
+# record's format (QUANT: k = bits, inp = group; TETRA48/INT4G128: out,
+# inp = the matrix's d_out, d_in).
+PLAIN_FORMAT_NAMES = {0: "STORED", 1: "TETRA48", 2: "INT4G128", 3: "F16", 4: "QUANT"}
+
+
+def _plain_format_name(fmt: int, k: int, inp: int) -> str:
+    return f"Q{k}G{inp}" if fmt == 4 else PLAIN_FORMAT_NAMES[fmt]
 
 _TENSOR = struct.Struct("<3Q2H8B7I")
 _CHECK = struct.Struct("<QII8Q")
@@ -100,7 +109,8 @@ class TensorInfo:
     (trellis bytes, slice elements, block row elements)). offset/length: the
     bytes [offset, offset + length) from the image's base. xxh64: the
     region's digest as staged. format: dense data's format name
-    ("TRELLIS", ...), None otherwise; k: trellis width (0 where none);
+    ("TRELLIS", ...), an LVQ5 plain tensor's ("TETRA48", "INT4G128", "F16",
+    "Q4G64"), None otherwise; k: trellis width (0 where none; Q*: bits);
     block_dtype: a half record's block row's dtype; side/out/inp: dense
     data's spec 10.2 fields.
     """
@@ -223,7 +233,9 @@ def _make_info(e: tuple, i: int, name: Optional[str]) -> TensorInfo:
                           block_dtype=DTYPE_NAMES[b35])
     return TensorInfo(i, name, KIND_NAMES[kind], None if layer == NO_LAYER else layer, None,
                       None, None, DTYPE_NAMES[dtype], shape, off, length, xx, k=k,
-                      format=DENSE_FORMAT_NAMES.get(fmt) if kind == 4 else None, side=b35, out=out, inp=inp)
+                      format=DENSE_FORMAT_NAMES.get(fmt) if kind == 4 else
+                      (_plain_format_name(fmt, k, inp) if kind == 5 and fmt != 0 else None),
+                      side=b35, out=out, inp=inp)
 
 
 class _TensorList(Sequence):
@@ -405,12 +417,28 @@ def _check_entry(i: int, e: tuple, b: int, t: Tables, alloc: int, pool: bytes, p
             raise _terr(i, "out", b + 56, "0")
         if inp == 0:
             raise _terr(i, "inp", b + 60, "0")
+    elif kind == 5:
+        if b35 != 0:
+            raise _terr(i, "side", b + 35, f"{b35} for a {kn}, expected 0")
+        if fmt not in PLAIN_FORMAT_NAMES:
+            raise _terr(i, "format", b + 31, f"unknown plain tensor format {fmt}")
+        quant, matrix = fmt == 4, fmt in (1, 2)
+        if (k not in (4, 8)) if quant else k != 0:
+            raise _terr(i, "k", b + 34, f"{k} for {PLAIN_FORMAT_NAMES[fmt]}, expected "
+                        + ("the bits 4 or 8" if quant else "0"))
+        name = _plain_format_name(fmt, k, inp)
+        if (out == 0) if matrix else (out != 0):
+            raise _terr(i, "out", b + 56, f"{out} for {name}, expected "
+                        + ("the matrix's d_out" if matrix else "0"))
+        if (inp == 0) if (matrix or quant) else (inp != 0):
+            raise _terr(i, "inp", b + 60, f"{inp} for {name}, expected "
+                        + ("the matrix's d_in" if matrix else "the group size" if quant else "0"))
     else:
         if fmt != 0:
             raise _terr(i, "format", b + 31, f"{fmt} for a {kn}, expected 0")
         if k != 0:
             raise _terr(i, "k", b + 34, f"{k} for a {kn}, expected 0")
-    if not dense:
+    if not dense and kind != 5:
         if not is_half and b35 != 0:
             raise _terr(i, "side", b + 35, f"{b35} for a {kn}, expected 0")
         if out != 0:

@@ -385,7 +385,18 @@ TEST(ImageTablesParse, EachRuleNamesTableEntryFieldAndOffset) {
       {{{TensorAt(4, 35), 3, 1}}, T(4, "side", TensorAt(4, 35))},
       {{{TensorAt(4, 56), 0, 4}}, T(4, "out", TensorAt(4, 56))},
       {{{TensorAt(4, 60), 0, 4}}, T(4, "inp", TensorAt(4, 60))},
-      {{{TensorAt(6, 31), 6, 1}}, T(6, "format", TensorAt(6, 31)) + ": 6 for a plain tensor, expected 0"},
+      {{{TensorAt(6, 31), 5, 1}}, T(6, "format", TensorAt(6, 31)) + ": unknown plain tensor format 5"},
+      // LVQ5 plain formats (ImagePlainFormat): each with the fields it uses.
+      {{{TensorAt(6, 31), 1, 1}},
+       T(6, "out", TensorAt(6, 56)) + ": 0 for TETRA48, expected the matrix's d_out"},
+      {{{TensorAt(6, 31), 2, 1}, {TensorAt(6, 56), 8, 4}},
+       T(6, "inp", TensorAt(6, 60)) + ": 0 for INT4G128, expected the matrix's d_in"},
+      {{{TensorAt(6, 31), 4, 1}}, T(6, "k", TensorAt(6, 34)) + ": 0 for Q0G0, expected the bits 4 or 8"},
+      {{{TensorAt(6, 31), 4, 1}, {TensorAt(6, 34), 4, 1}},
+       T(6, "inp", TensorAt(6, 60)) + ": 0 for Q4G0, expected the group size"},
+      {{{TensorAt(6, 31), 3, 1}, {TensorAt(6, 60), 64, 4}}, T(6, "inp", TensorAt(6, 60)) + ": 64 for F16"},
+      {{{TensorAt(6, 31), 1, 1}, {TensorAt(6, 56), 8, 4}, {TensorAt(6, 60), 24, 4}, {TensorAt(6, 34), 4, 1}},
+       T(6, "k", TensorAt(6, 34)) + ": 4 for TETRA48, expected 0"},
       {{{TensorAt(6, 34), 1, 1}}, T(6, "k", TensorAt(6, 34))},
       {{{TensorAt(2, 35), 1, 1}}, T(2, "side", TensorAt(2, 35))},
       {{{TensorAt(0, 35), 15, 1}}, T(0, "block_dtype", TensorAt(0, 35)) + ": unknown dtype code 15"},
@@ -697,6 +708,55 @@ TEST(ImageLayout, Glm53ScaleTablesParseFast) {
   // both take about 0.3 s in a Release build, 1.3 s under ASan.
   EXPECT_LT(ser_s + parse_s, 5.0);
   EXPECT_EQ(parsed->FindHalf(74, 255, Proj::kDown, 7)->xxh64, n);
+}
+
+// An LVQ5 fileset's image (no halves, no layers): plain tensors tagged with
+// their record's format round-trip through the tables with their fields;
+// the builder refuses fields a format does not use.
+TEST(ImageLayout, Lvq5PlainFormatsRoundTripWithTheirFields) {
+  ImageLayoutBuilder b(ImageDims{.commit = "c0ffee"});
+  const ImagePlainFields tetra{ImagePlainFormat::kTetra48, 0, 3, 50};
+  ASSERT_TRUE(b.AddPlain({.name = "w", .dtype = DType::kU8, .shape = {3, 16}, .digest = 1}, tetra).ok());
+  ASSERT_TRUE(b.AddPlain({.name = "w.tail", .dtype = DType::kF32, .shape = {3, 2}, .digest = 2}, tetra).ok());
+  ASSERT_TRUE(b.AddPlain({.name = "q", .dtype = DType::kU8, .shape = {40}, .digest = 3},
+                         {ImagePlainFormat::kQuant, 4, 0, 64})
+                  .ok());
+  ASSERT_TRUE(b.AddPlain({.name = "e", .dtype = DType::kF16, .shape = {5, 7}, .digest = 4},
+                         {ImagePlainFormat::kF16, 0, 0, 0})
+                  .ok());
+  ASSERT_TRUE(b.AddPlain({.name = "i", .dtype = DType::kU8, .shape = {64}, .digest = 5},
+                         {ImagePlainFormat::kInt4G128, 0, 1, 128})
+                  .ok());
+  EXPECT_THAT(
+      b.AddPlain({.name = "bad", .dtype = DType::kU8, .shape = {4}}, {ImagePlainFormat::kQuant, 3, 0, 64})
+          .status()
+          .message(),
+      HasSubstr("k: 3 for Q3G64, expected the bits 4 or 8"));
+  EXPECT_THAT(
+      b.AddPlain({.name = "bad", .dtype = DType::kU8, .shape = {4}}, {ImagePlainFormat::kTetra48, 0, 0, 9})
+          .status()
+          .message(),
+      HasSubstr("out: 0 for TETRA48"));
+  const ImageSegmentRef whole{0, 0, 48};
+  ASSERT_TRUE(b.AddCheck(1, {&whole, 1}).ok());
+  auto layout = b.Finish();
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->header.offset_table.bytes, 0u);
+  ASSERT_TRUE(ParseImageHeader(layout->header_bytes).ok());
+  auto parsed = ParseImageTables(SerializeImageTables(layout->tables), layout->allocation_bytes());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->tensors.size(), 5u);
+  const ImageTensor* w = parsed->FindByName("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->format, static_cast<std::uint8_t>(ImagePlainFormat::kTetra48));
+  EXPECT_EQ(w->out, 3u);
+  EXPECT_EQ(w->inp, 50u);
+  const ImageTensor* q = parsed->FindByName("q");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(ImagePlainFormatName(static_cast<ImagePlainFormat>(q->format), q->k, q->inp), "Q4G64");
+  EXPECT_EQ(parsed->FindByName("i")->format, static_cast<std::uint8_t>(ImagePlainFormat::kInt4G128));
+  EXPECT_EQ(parsed->FindByName("e")->format, static_cast<std::uint8_t>(ImagePlainFormat::kF16));
+  EXPECT_TRUE(CheckImageAgreement(*ParseImageHeader(layout->header_bytes), *parsed).ok());
 }
 
 }  // namespace

@@ -29,10 +29,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-double Since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
-
 // A hash launch covers at most this many check entries or bytes, so that
 // progress and a stop are seen between launches.
 constexpr std::size_t kHashLaunchChecks = std::size_t{1} << 16;
@@ -167,7 +163,7 @@ Status CopyImage(const RankImagePlan& plan, std::byte* base, const RankRequest& 
   for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker, t);
   worker(0);
   for (auto& t : pool) t.join();
-  *copy_seconds = Since(t1);
+  *copy_seconds = SecondsSince(t1);
   EXLR8_RETURN_IF_ERROR(error.status());
   if (ImageBuildCancelled(o.cancel))
     return CancelledError("stopped while copying the rank's image to the GPU");
@@ -248,7 +244,7 @@ Status Validate(const RankImagePlan& plan, const std::byte* base, std::uint64_t 
     SetStep(o, 2);
     const auto t0 = SteadyClock::now();
     EXLR8_RETURN_IF_ERROR(HashImage(plan, base, bytes, o, proof, stream.view()));
-    proof.seconds_hash = Since(t0);
+    proof.seconds_hash = SecondsSince(t0);
   }
   SetStep(o, 3);
   const auto t0 = SteadyClock::now();
@@ -290,7 +286,7 @@ Status Validate(const RankImagePlan& plan, const std::byte* base, std::uint64_t 
   proof.dense_decoded_tensors = dense_proof.dense_decoded_tensors;
   proof.dense_decoded_mismatches = dense_proof.dense_decoded_mismatches;
   proof.max_block_error = std::max(proof.max_block_error, dense_proof.max_block_error);
-  proof.seconds_decode = Since(t0);
+  proof.seconds_decode = SecondsSince(t0);
   return Status::Ok();
 }
 
@@ -317,7 +313,7 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
   if (ImageBuildCancelled(o.cancel))
     return CancelledError("stopped before the rank's image was copied to the GPU");
   const std::uint64_t size = img.plan.layout.allocation_bytes();
-  img.proof.seconds_read = Since(t0);
+  img.proof.seconds_read = SecondsSince(t0);
 
   // The allocation: VMM with a file descriptor, else cudaMalloc with IPC.
   CudaSetDeviceGuard guard;

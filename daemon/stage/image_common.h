@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,6 +19,16 @@
 #include "format/status.h"
 
 namespace exlr8 {
+
+// Seconds from `t0` to now, for the steps' timings.
+inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "FILE at byte N": where an error in a cache file is.
+inline std::string FileAtByte(const std::string& file, std::uint64_t offset) {
+  return file + " at byte " + std::to_string(offset);
+}
 
 inline bool ImageBuildCancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);

@@ -27,10 +27,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-double Since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
-
 // int8 coordinates per Tetra word.
 constexpr std::uint64_t kCoords = 24;
 
@@ -163,7 +159,7 @@ Status CheckLvq5TetraDecode(Lvq5DeviceImage& img, const Lvq5DeviceOptions& o) {
   proof.dense_decoded_tensors = img.tetra_records_full + img.tetra_records_sampled;
   proof.dense_decoded_mismatches = 0;
   proof.decoded_seed = o.image.seed;
-  proof.seconds_decode = Since(t0);
+  proof.seconds_decode = SecondsSince(t0);
   return Status::Ok();
 }
 
@@ -183,7 +179,7 @@ Result<Lvq5DeviceImage> StageDeviceLvq5Image(const RankRequest& r, const Lvq5Dev
   img.regions_without_release_digest = host.regions_without_release_digest;
   img.bytes_without_release_digest = host.bytes_without_release_digest;
   img.proof = host.proof;  // hashed on the CPU; the GPU's result replaces it below
-  img.proof.seconds_read = Since(t0);
+  img.proof.seconds_read = SecondsSince(t0);
   if (ImageBuildCancelled(o.image.cancel))
     return CancelledError("stopped before the image was copied to the GPU");
   const std::uint64_t size = host.layout.allocation_bytes();
@@ -214,7 +210,7 @@ Result<Lvq5DeviceImage> StageDeviceLvq5Image(const RankRequest& r, const Lvq5Dev
   // GB; the copy is not the bottleneck next to the decode check).
   const auto t1 = SteadyClock::now();
   EXLR8_CUDA_TRY(cudaMemcpy(base, host.image.bytes().data(), size, cudaMemcpyHostToDevice));
-  img.proof.seconds_upload = Since(t1);
+  img.proof.seconds_upload = SecondsSince(t1);
 
   // Every check entry hashed on the GPU over the device bytes.
   const auto t2 = SteadyClock::now();
@@ -244,7 +240,7 @@ Result<Lvq5DeviceImage> StageDeviceLvq5Image(const RankRequest& r, const Lvq5Dev
   img.proof.hashed_regions = checks.size();
   img.proof.hashed_bytes = check_bytes;
   img.proof.hashed_mismatches = 0;
-  img.proof.seconds_hash = Since(t2);
+  img.proof.seconds_hash = SecondsSince(t2);
 
   EXLR8_RETURN_IF_ERROR(CheckLvq5TetraDecode(out, o));
   img.tables_fd = std::move(host.tables_fd);

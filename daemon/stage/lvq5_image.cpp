@@ -25,11 +25,7 @@ namespace {
 
 // Copies, transcodes and hashes go in pieces of about this, so a large
 // tensor is shared between threads and a stop is seen soon.
-constexpr std::uint64_t kChunkBytes = std::uint64_t{16} << 20;
-
-std::string At(const std::string& file, std::uint64_t offset) {
-  return file + " at byte " + std::to_string(offset);
-}
+constexpr std::uint64_t kLvq5ChunkBytes = std::uint64_t{16} << 20;
 
 // A region before the layout: what AddPlain gets, and where its bytes are.
 struct PlannedRegion {
@@ -41,7 +37,7 @@ struct PlannedRegion {
 
 // Rows of `nblocks` blocks per transcode chunk (at least one).
 std::uint64_t RowsPerChunk(std::uint64_t nblocks) {
-  return std::max<std::uint64_t>(1, kChunkBytes / (6 * nblocks));
+  return std::max<std::uint64_t>(1, kLvq5ChunkBytes / (6 * nblocks));
 }
 
 // The staged bytes of a region: the file's, or its transcoded code rows.
@@ -51,8 +47,8 @@ Status ForEachStagedChunk(const Lvq5RegionSource& s, std::span<const std::byte> 
                           const std::function<void(std::span<const std::byte>)>& sink) {
   const std::span<const std::byte> bytes = file.subspan(s.offset, s.length);
   if (s.tetra_nblocks == 0) {
-    for (std::uint64_t at = 0; at < bytes.size(); at += kChunkBytes)
-      sink(bytes.subspan(at, std::min<std::uint64_t>(kChunkBytes, bytes.size() - at)));
+    for (std::uint64_t at = 0; at < bytes.size(); at += kLvq5ChunkBytes)
+      sink(bytes.subspan(at, std::min<std::uint64_t>(kLvq5ChunkBytes, bytes.size() - at)));
     return Status::Ok();
   }
   const std::uint64_t disk_row = 6 * s.tetra_nblocks;
@@ -101,7 +97,7 @@ Status AddFileRegions(const lvq5::FileIndex& index, std::size_t map, const std::
       add(m.name + ".scales", DType::kF16, {m.groups}, f, m.scales_offset, 2 * m.groups);
       add(m.name + ".biases", DType::kF16, {m.groups}, f, m.biases_offset, 2 * m.groups);
     } else {
-      return InvalidArgumentError(At(path, m.offset) + ": matrix record '" + m.name + "' is of kind " +
+      return InvalidArgumentError(FileAtByte(path, m.offset) + ": matrix record '" + m.name + "' is of kind " +
                                   lvq5::KindName(static_cast<std::uint32_t>(m.kind)) +
                                   ", which exlr8d does not stage");
     }
@@ -109,7 +105,7 @@ Status AddFileRegions(const lvq5::FileIndex& index, std::size_t map, const std::
   }
   for (const lvq5::RawTensor& t : index.raw) {
     if (t.dims.size() > 4)
-      return InvalidArgumentError(At(path, t.offset) + ": raw tensor '" + t.name + "' has rank " +
+      return InvalidArgumentError(FileAtByte(path, t.offset) + ": raw tensor '" + t.name + "' has rank " +
                                   std::to_string(t.dims.size()) + "; the image tables hold rank <= 4");
     if (t.tag == lvq5::RawTag::kF16) {
       add(t.name, DType::kF16, t.dims, {ImagePlainFormat::kF16, 0, 0, 0}, t.data_offset, t.data_length);
@@ -255,7 +251,7 @@ Result<Lvq5ImagePlan> PlanLvq5Image(const RankRequest& r) {
   if (ImageBuildCancelled(r.cancel)) return CancelledError("stopped while hashing the fileset's regions");
   for (std::size_t i = 0; i < regions.size(); ++i)
     if (!errors[i].ok())
-      return CorruptionError(At(regions[i].file, regions[i].source.offset) + ": '" + regions[i].spec.name +
+      return CorruptionError(FileAtByte(regions[i].file, regions[i].source.offset) + ": '" + regions[i].spec.name +
                              "': " + errors[i].message());
 
   ImageDims dims;
@@ -297,7 +293,7 @@ Result<HostRankImage> BuildHostLvq5Image(const RankRequest& r, Lvq5ImagePlan* ke
   for (std::uint32_t i = 0; i < plan.sources.size(); ++i) {
     const Lvq5RegionSource& s = plan.sources[i];
     const std::uint64_t count = s.tetra_nblocks ? s.length / (6 * s.tetra_nblocks) : s.length;
-    const std::uint64_t step = s.tetra_nblocks ? RowsPerChunk(s.tetra_nblocks) : kChunkBytes;
+    const std::uint64_t step = s.tetra_nblocks ? RowsPerChunk(s.tetra_nblocks) : kLvq5ChunkBytes;
     for (std::uint64_t at = 0; at < count; at += step) items.push_back({i, at, std::min(count, at + step)});
   }
   EXLR8_ASSIGN_OR_RETURN(UniqueFd image_fd, CreateImageMemfd(name, size));
@@ -360,7 +356,7 @@ Result<HostRankImage> BuildHostLvq5Image(const RankRequest& r, Lvq5ImagePlan* ke
     const std::size_t i = static_cast<std::size_t>(it - bad.begin());
     return CorruptionError("'" + tables.tensors[i].name + "' (region " + std::to_string(i) +
                            " at image offset " + std::to_string(tables.tensors[i].offset) + ", from " +
-                           At(plan.map_files[plan.sources[i].map], plan.sources[i].offset) +
+                           FileAtByte(plan.map_files[plan.sources[i].map], plan.sources[i].offset) +
                            "): XXH64 of the staged bytes differs from the plan's");
   }
   const auto t2 = std::chrono::steady_clock::now();

@@ -9,6 +9,7 @@
 #include "daemon/cache/cache.h"
 #include "daemon/cache/cached_rank.h"
 #include "daemon/cache/extent_set.h"
+#include "daemon/stage/image_common.h"
 #include "format/byte_source.h"
 #include "format/checksum.h"
 #include "format/dense.h"
@@ -21,10 +22,6 @@ namespace {
 
 bool PlanCancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
-
-std::string At(const std::string& file, std::uint64_t offset) {
-  return file + " at byte " + std::to_string(offset);
 }
 
 // Builds the plan's sources beside the layout builder.
@@ -45,7 +42,7 @@ class Planner {
       verified = std::move(extents);
     }
     if (!ExtentsCover(*verified, need))
-      return NotFoundError(what + " (" + At(path, need.offset) +
+      return NotFoundError(what + " (" + FileAtByte(path, need.offset) +
                            ") is not verified in the cache: run exlr8d pull for TP " + std::to_string(r_.tp) +
                            " rank " + std::to_string(r_.rank) + " first");
     const auto known = map_of_.find(path);
@@ -199,7 +196,7 @@ Status AddDenseBlockCheck(ImageLayoutBuilder& builder, const DenseMatrix& m, std
       ++t;
     if (t == m.data.size())
       return CorruptionError("matrix '" + m.name + "' block " + std::to_string(block) + ": checksum run " +
-                             At(path, run.offset) + " is not inside one of its data tensors");
+                             FileAtByte(path, run.offset) + " is not inside one of its data tensors");
     const ImageSegmentRef seg{data_regions[t], run.offset - m.data[t].offset, run.length};
     if (!segments.empty() && segments.back().tensor == seg.tensor &&
         segments.back().offset + segments.back().length == seg.offset) {
@@ -289,7 +286,7 @@ Status AddDenseFile(Planner& p, ImageLayoutBuilder& builder, const PlanFile& f, 
 std::string RankImagePlan::SourceOf(std::uint32_t tensor, std::uint64_t offset) const {
   if (tensor >= sources.size()) return "region " + std::to_string(tensor);
   for (const ImageSourcePiece& piece : sources[tensor].pieces) {
-    if (offset < piece.length) return At(map_files[piece.map], piece.offset + offset);
+    if (offset < piece.length) return FileAtByte(map_files[piece.map], piece.offset + offset);
     offset -= piece.length;
   }
   return "region " + std::to_string(tensor);

@@ -10,6 +10,7 @@ ConcurrencyOptions Clamped(ConcurrencyOptions o) {
   o.ceiling = std::max(1, o.ceiling);
   o.floor = std::clamp(o.floor, 1, o.ceiling);
   o.initial = std::clamp(o.initial, o.floor, o.ceiling);
+  o.pressure_floor = std::clamp(o.pressure_floor, o.floor, o.ceiling);
   o.min_window = std::max(o.min_window, std::chrono::milliseconds(1));
   o.max_window = std::max(o.max_window, o.min_window);
   o.reprobe_windows = std::max(1, o.reprobe_windows);
@@ -50,6 +51,7 @@ void ConcurrencyController::Decrease(double factor, int lowest) {
   decreased_once_ = true;
   last_decrease_ = now;
   ++backoffs_;
+  settling_ = false;
   // A step under test is abandoned: its window would measure the backoff.
   SetLimit(std::max(std::min(lowest, limit_), static_cast<int>(std::floor(limit_ * factor))));
   phase_ = Phase::kHolding;
@@ -63,7 +65,7 @@ void ConcurrencyController::Throttled() { Decrease(0.5, opts_.floor); }
 void ConcurrencyController::Failed() { Decrease(0.75, opts_.floor); }
 // Up to `initial` transfers the memory is what a fixed --jobs of that size
 // always used; what pressure takes back is the growth beyond it.
-void ConcurrencyController::Pressure() { Decrease(0.875, opts_.initial); }
+void ConcurrencyController::Pressure() { Decrease(0.875, opts_.pressure_floor); }
 
 void ConcurrencyController::StartProbe(double factor) {
   const int next = std::clamp(static_cast<int>(std::ceil(limit_ * factor)), opts_.floor, opts_.ceiling);
@@ -75,6 +77,7 @@ void ConcurrencyController::StartProbe(double factor) {
   rate_before_step_ = last_rate_;
   step_gain_ = factor >= kStartStep ? opts_.gain : opts_.small_gain;
   SetLimit(next);
+  settling_ = true;
   if (phase_ != Phase::kStart) phase_ = Phase::kProbing;
 }
 
@@ -114,6 +117,11 @@ void ConcurrencyController::Tick() {
   const auto elapsed = now - window_start_;
   const bool due = elapsed >= opts_.max_window || (elapsed >= opts_.min_window && window_ended_ >= limit_);
   if (!due) return;
+  if (settling_) {  // the new transfers were still connecting and starting
+    settling_ = false;
+    OpenWindow();
+    return;
+  }
   const bool counts = window_used_ && !window_pressure_ && window_bytes_ > 0;
   const double seconds = std::chrono::duration<double>(elapsed).count();
   const double rate = static_cast<double>(window_bytes_) / seconds;

@@ -12,15 +12,16 @@
 //    later) and the next counted window's throughput is compared with the
 //    one before the step. If it grew by at least `gain`, the step is kept
 //    and another tried; else the limit goes back to where it was and
-//    holds: more transfers no longer bought throughput.
+//    holds: more transfers no longer bought throughput. The window right
+//    after a step up is not measured (new transfers are still connecting:
+//    a TLS handshake is several round trips), the one after it is.
 //  - Holding: every `reprobe_windows` clean windows a x1.25 step is tried
 //    again (the path may have changed); after a backoff, every 2.
 //  - Backing off, at once and at most once per `min_window`: a 429 or 503
 //    halves the limit; a transport error or other 5xx takes a quarter off;
 //    a transfer held back because the consumer's buffers are full (memory
-//    pressure) takes an eighth off, down to `initial` at most, and stops
-//    growth for that window.
-//    Retry-After waits are the scheduler's business, not this one's.
+//    pressure) takes an eighth off, down to `pressure_floor` at most, and
+//    stops growth for that window.
 //  - Always floor <= limit <= ceiling.
 // The bytes counted are bytes received off the wire, measured on the
 // injected Clock, so a test drives it with a FakeClock and made-up bytes.
@@ -39,6 +40,9 @@ struct ConcurrencyOptions {
   int floor = 4;      // never fewer transfers allowed than this
   int initial = 16;   // the limit a fetch starts with (the old default)
   int ceiling = 128;  // never more than this (the fetcher's slots)
+  // Memory pressure takes the limit down to this at most: up to it, the
+  // memory is what the old fixed default of 16 always used.
+  int pressure_floor = 16;
   std::chrono::milliseconds min_window{100};
   std::chrono::milliseconds max_window{2000};
   double gain = 1.1;         // a x2 step must raise throughput this much to stay
@@ -104,6 +108,7 @@ class ConcurrencyController {
   int before_step_ = 0;
   double rate_before_step_ = 0;
   double step_gain_ = 1.1;
+  bool settling_ = false;    // the window after a step up: not measured
   bool recovering_ = false;  // a backoff happened since the last hold began
   int clean_windows_ = 0;
   double last_rate_ = 0;

@@ -83,7 +83,7 @@ TEST(ConcurrencyControllerTest, ReachesTheCeilingWhenEveryStepPays) {
   // Fast: the climb from 16 to 256 takes 4 doublings.
   const auto first = std::find(s.limits.begin(), s.limits.end(), 256);
   ASSERT_NE(first, s.limits.end());
-  EXPECT_LT(first - s.limits.begin(), 100) << "steps of 10 ms to reach the ceiling";
+  EXPECT_LT(first - s.limits.begin(), 150) << "steps of 10 ms to reach the ceiling";
 }
 
 TEST(ConcurrencyControllerTest, DoesNotGrowWhereMoreTransfersBuyNothing) {
@@ -155,7 +155,7 @@ TEST(ConcurrencyControllerTest, ErrorsTakeAQuarterOff) {
   EXPECT_EQ(s.c.limit(), before * 3 / 4);
 }
 
-TEST(ConcurrencyControllerTest, MemoryPressureShrinksTheGrowthButNotBelowTheInitial) {
+TEST(ConcurrencyControllerTest, MemoryPressureShrinksTheGrowthButNotBelowItsFloor) {
   Sim s;
   s.Run(Link{}, 500);
   ASSERT_GT(s.c.limit(), 16);

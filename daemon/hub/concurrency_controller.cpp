@@ -24,6 +24,9 @@ constexpr double kProbeStep = 1.25;
 
 ConcurrencyController::ConcurrencyController(Clock& clock, ConcurrencyOptions options)
     : clock_(clock), opts_(Clamped(options)), limit_(opts_.initial), peak_(opts_.initial) {
+  // The first window holds the start (connections, TLS, small requests):
+  // measured, it would make any step look like a gain.
+  settling_ = true;
   OpenWindow();
 }
 

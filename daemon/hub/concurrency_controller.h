@@ -14,7 +14,8 @@
 //    and another tried; else the limit goes back to where it was and
 //    holds: more transfers no longer bought throughput. The window right
 //    after a step up is not measured (new transfers are still connecting:
-//    a TLS handshake is several round trips), the one after it is.
+//    a TLS handshake is several round trips), the one after it is; nor is
+//    the first window of all.
 //  - Holding: every `reprobe_windows` clean windows a x1.25 step is tried
 //    again (the path may have changed); after a backoff, every 2.
 //  - Backing off, at once and at most once per `min_window`: a 429 or 503

@@ -19,6 +19,8 @@ ConcurrencyOptions Clamped(ConcurrencyOptions o) {
 
 constexpr double kStartStep = 2.0;
 constexpr double kProbeStep = 1.25;
+// A halving stays when it keeps this much of the throughput.
+constexpr double kShrinkKeeps = 0.95;
 
 }  // namespace
 
@@ -84,6 +86,19 @@ void ConcurrencyController::StartProbe(double factor) {
   if (phase_ != Phase::kStart) phase_ = Phase::kProbing;
 }
 
+void ConcurrencyController::StartShrink() {
+  const int next = std::max(limit_ / 2, opts_.pressure_floor);
+  if (next >= limit_) {
+    phase_ = Phase::kHolding;
+    return;
+  }
+  before_step_ = limit_;
+  rate_before_step_ = last_rate_;
+  SetLimit(next);
+  phase_ = Phase::kShrinking;
+  settling_ = true;
+}
+
 void ConcurrencyController::OnWindow(double rate) {
   last_rate_ = rate;
   switch (phase_) {
@@ -97,14 +112,28 @@ void ConcurrencyController::OnWindow(double rate) {
       }
       // The step bought too little: back to the limit before it, whose
       // throughput stands (the better of the two measurements).
+      const bool climb_ended = phase_ == Phase::kStart;
       SetLimit(before_step_);
       last_rate_ = std::max(rate, rate_before_step_);
       before_step_ = 0;
       phase_ = Phase::kHolding;
       recovering_ = false;
       clean_windows_ = 0;
+      if (climb_ended) StartShrink();
       return;
     }
+    case Phase::kShrinking:
+      if (rate >= rate_before_step_ * kShrinkKeeps) {  // fewer transfers lose nothing
+        last_rate_ = std::max(rate, rate_before_step_);
+        StartShrink();
+        return;
+      }
+      SetLimit(before_step_);
+      last_rate_ = rate_before_step_;
+      before_step_ = 0;
+      phase_ = Phase::kHolding;
+      clean_windows_ = 0;
+      return;
     case Phase::kHolding:
       if (++clean_windows_ >= (recovering_ ? 2 : opts_.reprobe_windows)) {
         clean_windows_ = 0;

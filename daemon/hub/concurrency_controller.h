@@ -16,6 +16,11 @@
 //    after a step up is not measured (new transfers are still connecting:
 //    a TLS handshake is several round trips), the one after it is; nor is
 //    the first window of all.
+//  - Shrinking, once the climb ended: the limit is halved (not below
+//    `pressure_floor`) while the halving keeps 95% of the throughput, so
+//    that a path bound by something else (the CPU, the disk) does not keep
+//    transfers and connections that buy nothing; the first halving that
+//    costs more is undone.
 //  - Holding: every `reprobe_windows` clean windows a x1.25 step is tried
 //    again (the path may have changed); after a backoff, every 2.
 //  - Backing off, at once and at most once per `min_window`: a 429 or 503
@@ -54,9 +59,10 @@ struct ConcurrencyOptions {
 class ConcurrencyController {
  public:
   enum class Phase : std::uint8_t {
-    kStart,    // doubling while throughput follows
-    kProbing,  // one x1.25 step under test
-    kHolding,  // the limit stays; a probe comes every reprobe_windows
+    kStart,      // doubling while throughput follows
+    kProbing,    // one x1.25 step under test
+    kShrinking,  // after the climb: one halving under test
+    kHolding,    // the limit stays; a probe comes every reprobe_windows
   };
 
   // REQUIRES: `clock` outlives the controller. Options are clamped so that
@@ -99,6 +105,7 @@ class ConcurrencyController {
   void OpenWindow();
   void OnWindow(double rate);
   void StartProbe(double factor);
+  void StartShrink();
 
   Clock& clock_;
   const ConcurrencyOptions opts_;

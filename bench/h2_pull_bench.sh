@@ -33,7 +33,9 @@
 #
 #   bench/h2_pull_bench.sh [BUILD_DIR]      (default build/; Release build)
 # Environment: STREAMS="16 4 1", JOBS=16 (transfers in flight, for exlr8d
-#   and curl alike), ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
+#   and curl alike), JOBS_LIST="auto 16 32 64 128" (instead of STREAMS:
+#   exlr8d with no --jobs, or --jobs N; curl only with CURL=on; CSV=PREFIX
+#   appends each run to PREFIX.<path>), ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
 #   1024 --experts 16 --moe-layers 1-4" (extra synth flags), SHOW_PHASES=1
 #   (each exlr8d run's phase_s), PULL_FLAGS (extra exlr8d pull flags),
 #   NETEM=on and PATHS="20ms:0% 20ms:0.05%", or PROXY=on and
@@ -206,6 +208,12 @@ run() {
     exlr8d-*)
       "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "$jobs" --h2-streams "${name#exlr8d-}" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
+    jobs-auto)  # no --jobs: the adaptive limit
+      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 \
+        --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
+    jobs-*)
+      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "${name#jobs-}" \
+        --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
     baseline)
       "$BASELINE_BIN" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "$jobs" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json > "$w/pull.json" ;;
@@ -218,13 +226,23 @@ run() {
   c=$(connections_since "$before")
   printf '  %-12s %7.3f s  %6.1f MB/s  %2d connections\n' "$name" "$s" "$(echo "$plan_bytes / $s / 1000000" | bc -l)" "$c"
   echo "$name $s $c" >> "$w/results"
-  if [[ ($name == exlr8d-* || $name == baseline) && -n ${SHOW_PHASES:-} ]]; then python3 "$tool" get "$w/pull.json" phase_s; fi
+  if [[ $name == jobs-* ]]; then
+    printf '    jobs: %s\n' "$(python3 "$tool" get "$w/pull.json" jobs)"
+    [[ -n ${CSV:-} ]] && echo "$name,$s,$c,$(python3 "$tool" get "$w/pull.json" jobs | tr -d ' ,{}\"' | tr ':' '=')" >> "$CSV.$path_name"
+  fi
+  if [[ ($name == exlr8d-* || $name == jobs-* || $name == baseline) && -n ${SHOW_PHASES:-} ]]; then python3 "$tool" get "$w/pull.json" phase_s; fi
 }
 
 names=()
-for s in $streams_list; do names+=("exlr8d-$s"); done
+if [[ -n ${JOBS_LIST:-} ]]; then
+  # JOBS_LIST="auto 16 32": exlr8d with no --jobs (auto) or --jobs N, the
+  # default --h2-streams; curl only with CURL=on.
+  for j in $JOBS_LIST; do names+=("jobs-$j"); done
+else
+  for s in $streams_list; do names+=("exlr8d-$s"); done
+fi
 [[ -n ${BASELINE_BIN:-} ]] && names+=(baseline)
-names+=(curl-h2 curl-h1)
+[[ -z ${JOBS_LIST:-} || ${CURL:-off} == on ]] && names+=(curl-h2 curl-h1)
 [[ $netem == on ]] && ip link set lo mtu 1500
 for p in $paths; do
   delay=${p%%:*} loss=${p#*:}
@@ -241,6 +259,7 @@ for p in $paths; do
     printf '\n== plain loopback (NETEM=off; load %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
   fi
   rm -f "$w/results"
+  path_name=${p//:/_}
   for ((r = 0; r < rounds; r++)); do
     echo " round $((r + 1))"
     n=${#names[@]}

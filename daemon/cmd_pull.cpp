@@ -23,6 +23,9 @@ namespace exlr8 {
 
 namespace {
 
+// The most transfers in flight the adaptive limit reaches (no --jobs).
+constexpr int kAdaptiveJobsCeiling = 128;
+
 constexpr const char* kUsage =
     R"(usage: exlr8d pull ORG/NAME --manifest NAME|PATH --tp N --rank R [options]
        exlr8d pull ORG/NAME [--revision REV] [options]
@@ -46,7 +49,9 @@ resumes where it stopped.
   --endpoint URL         hub or mirror (default $HF_ENDPOINT, else https://huggingface.co)
   --cache DIR            cache directory (default $EXLR8_CACHE, else
                          $XDG_CACHE_HOME/exlr8, else ~/.cache/exlr8)
-  --jobs J               parallel transfers (default 16)
+  --jobs J               exactly J transfers in flight (default: adaptive,
+                         from 64, between 4 and 128 as throughput grows;
+                         backs off on 429/503, errors, full buffers)
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
                          ceil(J/S) connections per host (default 4; S >= J:
                          all on one multiplexed connection)
@@ -160,6 +165,10 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
         {"refetches", u(s.refetches)},
         {"checksum_failures", u(s.checksum_failures)},
         {"resolves", u(s.resolves)},
+        {"jobs", JsonValue::Object({{"adaptive", JsonValue::Bool(s.jobs_adaptive)},
+                                    {"limit", u(s.jobs_limit)},
+                                    {"peak", u(s.jobs_peak)},
+                                    {"backoffs", u(s.jobs_backoffs)}})},
         {"routed_halves", u(s.plan.totals.routed_halves)},
         {"shared_halves", u(s.plan.totals.shared_halves)},
         {"evicted_filesets", u(s.evicted.size())},
@@ -218,6 +227,15 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
   std::printf("  requests         %llu (%llu retries, %llu refetches, %llu /resolve/)\n",
               static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retries),
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
+  if (s.jobs_adaptive)
+    std::printf(
+        "  in flight        adaptive: %llu transfers at the end, %llu at most, %llu backoffs (--jobs N "
+        "fixes it at N)\n",
+        static_cast<unsigned long long>(s.jobs_limit), static_cast<unsigned long long>(s.jobs_peak),
+        static_cast<unsigned long long>(s.jobs_backoffs));
+  else if (s.jobs_limit > 0)
+    std::printf("  in flight        %llu transfers (--jobs)\n",
+                static_cast<unsigned long long>(s.jobs_limit));
   std::printf("  checksum errors  %llu (discarded and refetched)\n", static_cast<unsigned long long>(s.checksum_failures));
   std::printf("  time             %.2f s, %s/s\n", s.elapsed_s, HumanBytes(static_cast<std::uint64_t>(mbps)).c_str());
   std::printf("  phases           %s\n", PhaseTimes(s).c_str());
@@ -254,7 +272,10 @@ int RunPullCommand(const std::vector<std::string>& argv) {
       opt.tp = static_cast<int>(tp);
       opt.rank = static_cast<int>(rank);
     }
-    EXLR8_ASSIGN_OR_RETURN(std::int64_t jobs, args->GetInt("jobs", 16, 1, 1024));
+    // No --jobs: the limit adapts between 4 and kAdaptiveJobsCeiling; --jobs N:
+    // exactly N, as before.
+    EXLR8_ASSIGN_OR_RETURN(std::int64_t jobs, args->GetInt("jobs", kAdaptiveJobsCeiling, 1, 1024));
+    opt.fetch.adaptive = !args->Has("jobs");
     opt.fetch.max_parallel = static_cast<int>(jobs);
     opt.fetch.max_queued = std::max(64, 4 * static_cast<int>(jobs));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args->GetInt("h2-streams", kDefaultH2StreamsPerConnection, 1, 1024));

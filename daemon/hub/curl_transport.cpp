@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,11 +47,8 @@ struct CurlTransport::Impl {
     // needs a connection per transfer: the bound then goes back to
     // max_transfers for the rest of the transport's life (one setting for
     // all hosts; see NoteHttpVersion).
-    const int wanted_connections =
-        (opts.max_transfers + opts.h2_streams_per_connection - 1) / opts.h2_streams_per_connection;
-    host_connections_capped = wanted_connections < opts.max_transfers;
-    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-                      static_cast<long>(host_connections_capped ? wanted_connections : opts.max_transfers));
+    host_connections_capped = WantedConnections() < opts.max_transfers;
+    ApplyHostBound();
     plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
     hub_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
     if (!settings.token.empty()) {
@@ -100,6 +98,15 @@ struct CurlTransport::Impl {
     return 0;
   }
 
+  // HTTP/2 connections per host for the transfers now allowed.
+  int WantedConnections() const {
+    return (transfer_limit + opts.h2_streams_per_connection - 1) / opts.h2_streams_per_connection;
+  }
+  void ApplyHostBound() {
+    curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                      static_cast<long>(host_connections_capped ? WantedConnections() : opts.max_transfers));
+  }
+
   // Lifts the per-host connection bound (see the constructor) once any
   // answer came over HTTP/1.x, where a connection carries one transfer.
   void NoteHttpVersion(CURL* easy) {
@@ -122,12 +129,21 @@ struct CurlTransport::Impl {
   // CURLMOPT_MAX_HOST_CONNECTIONS is below max_transfers (HTTP/2 streams
   // capped per connection, and no HTTP/1.x answer seen yet).
   bool host_connections_capped = false;
+  // What the owner keeps in flight at most now (SetTransferLimit).
+  int transfer_limit = opts.max_transfers;
 };
 
 CurlTransport::CurlTransport(const HttpSettings& settings, Options options)
     : impl_(std::make_unique<Impl>(settings, options)) {}
 
 CurlTransport::~CurlTransport() = default;
+
+void CurlTransport::SetTransferLimit(int n) {
+  const int limit = std::clamp(n, 1, std::max(1, impl_->opts.max_transfers));
+  if (limit == impl_->transfer_limit) return;
+  impl_->transfer_limit = limit;
+  if (impl_->host_connections_capped) impl_->ApplyHostBound();
+}
 
 void CurlTransport::Start(const HttpRequest& req, HttpTransfer* t) {
   Impl::Slot* s = impl_->FreeSlot();

@@ -36,6 +36,9 @@ class CurlTransport final : public HttpTransport {
   Result<int> Perform() override;
   Status Wait(std::chrono::milliseconds timeout) override;
   void Wake() override;
+  // Holds the HTTP/2 connections per host to ceil(n / streams per
+  // connection) (n clamped to 1..max_transfers), while that bound applies.
+  void SetTransferLimit(int n) override;
 
  private:
   struct Impl;

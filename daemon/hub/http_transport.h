@@ -87,6 +87,10 @@ class HttpTransport {
   virtual Status Wait(std::chrono::milliseconds timeout) = 0;
   // Thread-safe: ends a Wait now (or the next one at once).
   virtual void Wake() = 0;
+  // The owner keeps at most `n` transfers in flight from now on (an
+  // adaptive limit); a transport may size its connections by it. No-op by
+  // default.
+  virtual void SetTransferLimit(int /*n*/) {}
 };
 
 }  // namespace exlr8

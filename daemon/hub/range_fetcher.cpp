@@ -18,6 +18,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/base/mutex.h"
 #include "daemon/hub/answer_checker.h"
+#include "daemon/hub/concurrency_controller.h"
 #include "daemon/hub/file_resolver.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/http_transport.h"
@@ -34,6 +35,8 @@ using Slot = TransferSlots::Slot;
 
 RangeFetcherOptions Normalized(RangeFetcherOptions o) {
   o.max_parallel = std::max(1, o.max_parallel);
+  o.adaptive_floor = std::clamp(o.adaptive_floor, 1, o.max_parallel);
+  o.adaptive_initial = std::clamp(o.adaptive_initial, o.adaptive_floor, o.max_parallel);
   if (o.h2_streams_per_connection <= 0) o.h2_streams_per_connection = o.max_parallel;
   o.max_parallel_resolves = std::clamp(o.max_parallel_resolves, 1, o.max_parallel);
   o.max_queued = std::max(0, o.max_queued);
@@ -70,6 +73,15 @@ CurlTransport::Options CurlOptionsOf(const RangeFetcherOptions& o) {
 
 void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) { FetchCounterCells::Inc(c, n); }
 
+std::optional<ConcurrencyController> ControllerOf(const RangeFetcherOptions& o, Clock& clock) {
+  if (!o.adaptive) return std::nullopt;
+  ConcurrencyOptions c;
+  c.floor = o.adaptive_floor;
+  c.initial = o.adaptive_initial;
+  c.ceiling = o.max_parallel;
+  return std::optional<ConcurrencyController>(std::in_place, clock, c);
+}
+
 }  // namespace
 
 struct RangeFetcher::Impl final : TransferSlots::Listener {
@@ -84,7 +96,10 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
                                       [&h](std::string_view p) { return h.DescribeFile(p); }},
                  sched, ResolverOptionsOf(opts)),
         jobs(h, sched, resolver, counters, opts.max_refetches, opts.stop_on_failure),
-        slots(opts.transport, hub.http_settings(), CurlOptionsOf(opts), this) {}
+        slots(opts.transport, hub.http_settings(), CurlOptionsOf(opts), this),
+        concurrency(ControllerOf(opts, *clock)) {
+    PublishConcurrency();
+  }
 
   const HubClient& hub;
   const RangeFetcherOptions opts;
@@ -105,11 +120,30 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
   // Declared last: destroyed first, abandoning its transfers while the
   // rest they point into is still there.
   TransferSlots slots;
+  // The limit on transfers in flight, when it adapts; persists across runs.
+  std::optional<ConcurrencyController> concurrency;
+  int transport_limit = 0;  // what the transport was last told
   // The bandwidth limit this run honours (options' shared one, or its own);
   // null = none.
   std::shared_ptr<RateLimiter> rate;
 
   RangeConsumer& consumer() { return *consumer_; }
+
+  // Transfers (ranges and resolves) that may be in flight now.
+  int Limit() const { return concurrency ? concurrency->limit() : opts.max_parallel; }
+  bool Full() const { return slots.busy() >= Limit(); }
+
+  void PublishConcurrency() {
+    if (concurrency && concurrency->limit() != transport_limit) {
+      transport_limit = concurrency->limit();
+      slots.transport().SetTransferLimit(transport_limit);
+    }
+    const auto limit = static_cast<std::uint64_t>(Limit());
+    counters.concurrency_limit.store(limit, std::memory_order_relaxed);
+    counters.concurrency_peak.store(concurrency ? static_cast<std::uint64_t>(concurrency->peak()) : limit,
+                                    std::memory_order_relaxed);
+    counters.concurrency_backoffs.store(concurrency ? concurrency->backoffs() : 0, std::memory_order_relaxed);
+  }
   RangeConsumer* consumer_ = nullptr;
 
   // ------------------------------------------------------------ resolves
@@ -122,7 +156,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
 
   void StartResolves() {
     while (resolver.CanStartResolve() && !jobs.stopping()) {
-      if (slots.busy() >= opts.max_parallel) return;
+      if (Full()) return;
       const std::optional<std::uint32_t> fi = resolver.StartNextResolve();
       if (!fi) return;
       const FileState& f = resolver.file(*fi);
@@ -151,6 +185,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
       if (!step.resolved && !step.follow && t.head.status == 429) {
         Inc(counters.rate_limited);
         hub.CountRateLimited();
+        if (concurrency) concurrency->Throttled();
       }
     }
     Apply(resolver.OnResolveEnd(fi, std::move(step)));
@@ -213,10 +248,12 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
                                           " that its resolve answered (the hub's listing says otherwise)"));
             continue;
           }
+          if (Full()) return;
           Slot* t = slots.Take(f.url);
           if (t == nullptr) return;
           sched.PopReady();
           StartRange(ji, *t);
+          if (concurrency) concurrency->InFlight(slots.busy());
           continue;
         }
         case FileState::State::kFailed:
@@ -253,10 +290,12 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
     // others with it (the transport stops reading the connection, or
     // buffers the stream). A multiplexed transfer's OnData applies the backpressure.
     if (!t.checker.discarding() && !t.multiplexed && !consumer().ReadyFor(j.req.id, n)) {
+      if (concurrency) concurrency->Pressure();
       slots.Pause(t);  // ResumePaused offers the chunk again
       return Body::kPause;
     }
     t.checker.CountBody(n);
+    if (concurrency) concurrency->Received(n);
     // Every byte off the wire counts against the limit, discarded ones too.
     if (rate != nullptr) rate->Consume(n, clock->Now());
     if (!t.checker.head_checked()) {
@@ -305,6 +344,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
       case AnswerVerdict::Kind::kRetry:
         if (v.bad_answer) Inc(counters.bad_answers);
         if (status >= 500) Inc(counters.unavailable);
+        if (concurrency && (!end.ok || status >= 500)) concurrency->Failed();
         jobs.Retry(ji, v.status);
         return;
       case AnswerVerdict::Kind::kFail:
@@ -330,6 +370,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
           Inc(counters.rate_limited);
         else
           Inc(counters.unavailable);
+        if (concurrency) concurrency->Throttled();
         if (!v.wait || *v.wait <= opts.max_throttle_wait) ++j.throttled;  // a wait too long fails anyway
         const TransferScheduler::Throttle next = sched.AfterThrottle(j.throttled, v.wait);
         switch (next.kind) {
@@ -355,6 +396,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
   // free again.
   void OnSlotDone(Slot& t, const TransferEnd& end) override {
     counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
+    if (concurrency) concurrency->Ended();
     if (t.is_resolve) {
       OnResolveDone(t, end);
     } else {
@@ -423,6 +465,10 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
         break;
       }
       const auto now = clock->Now();
+      if (concurrency) {
+        concurrency->Tick();
+        PublishConcurrency();
+      }
       jobs.ApplyDelivered();
       jobs.PullRequests();
       jobs.PromoteDue();

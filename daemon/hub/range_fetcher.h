@@ -156,8 +156,19 @@ inline constexpr int kDefaultH2StreamsPerConnection = 4;
 struct RangeFetcherOptions {
   // Transfers in flight at once (ranges and resolves together). Open
   // connections: at most this plus max_parallel_resolves (room for the
-  // hub's beside the CDN's).
+  // hub's beside the CDN's). With `adaptive`, the ceiling of the limit.
   int max_parallel = 16;
+  // The limit on transfers in flight follows a ConcurrencyController
+  // (concurrency_controller.h): it starts at adaptive_initial, grows while
+  // the throughput grows, and backs off on 429/503, transport errors and
+  // consumers that can take no more, between adaptive_floor and
+  // max_parallel. False: always max_parallel.
+  // It starts at 64: on the paths of docs/BENCHMARKS.md ("Transfers in
+  // flight that adapt") 64 was never far from the best fixed count, and a
+  // short pull has little time to climb from 16.
+  bool adaptive = false;
+  int adaptive_initial = 64;
+  int adaptive_floor = 4;
   // Streams one HTTP/2 connection carries at most; a transfer that finds
   // every connection to its host full opens another, so the transfers
   // spread over ceil(max_parallel / this) connections per host, never more
@@ -226,6 +237,11 @@ struct FetchCounters {
   std::uint64_t overlong_bodies = 0;
   std::uint64_t refetches = 0;         // Refetch verdicts acted on
   std::uint64_t active_transfers = 0;  // now
+  // Transfers allowed in flight now (the adaptive limit, or max_parallel),
+  // the highest it reached, and how often it backed off (adaptive only).
+  std::uint64_t concurrency_limit = 0;
+  std::uint64_t concurrency_peak = 0;
+  std::uint64_t concurrency_backoffs = 0;
 };
 
 class RangeFetcher {

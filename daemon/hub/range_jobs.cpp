@@ -24,6 +24,9 @@ FetchCounters FetchCounterCells::Snapshot() const {
   s.overlong_bodies = get(overlong_bodies);
   s.refetches = get(refetches);
   s.active_transfers = get(active_transfers);
+  s.concurrency_limit = get(concurrency_limit);
+  s.concurrency_peak = get(concurrency_peak);
+  s.concurrency_backoffs = get(concurrency_backoffs);
   return s;
 }
 

@@ -379,7 +379,9 @@ Result<PullSummary> PullJob::Rep::RunBody() {
     env.commit_interval = opt.commit_interval;
     env.commit_bytes = opt.commit_bytes;
     env.background_jobs = opt.background_jobs;
-    env.max_parallel = opt.fetch.max_parallel;
+    // An adaptive fetch sizes the background share as the old default of
+    // 16 did, so the whole files get what they got before.
+    env.max_parallel = opt.fetch.adaptive ? std::min(16, opt.fetch.adaptive_initial) : opt.fetch.max_parallel;
     env.write_threads = WriteThreads();
     fetch = std::make_unique<PullStreams>(std::move(env));
     streams = fetch.get();
@@ -517,6 +519,10 @@ Result<PullSummary> PullJob::Rep::End(Result<PullSummary> result) {
   s.retries = fc.retries;
   s.refetches = fc.refetches;
   s.resolves = fc.resolves;
+  s.jobs_adaptive = opt.fetch.adaptive;
+  s.jobs_limit = fc.concurrency_limit;
+  s.jobs_peak = fc.concurrency_peak;
+  s.jobs_backoffs = fc.concurrency_backoffs;
   s.checksum_failures = counters.checksum_failures.load();
   s.bytes_resumed = counters.bytes_resumed.load();
   s.bytes_written = counters.bytes_written_verified.load();

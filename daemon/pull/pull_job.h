@@ -142,6 +142,10 @@ struct PullSummary {
   // accounting is right (a failed run may have claimed more).
   std::uint64_t bytes_written = 0, bytes_claimed = 0;
   std::uint64_t requests = 0, retries = 0, checksum_failures = 0, resolves = 0, refetches = 0;
+  // Transfers in flight: whether the limit adapted (no --jobs), where it
+  // ended, the highest it reached and how often it backed off.
+  bool jobs_adaptive = false;
+  std::uint64_t jobs_limit = 0, jobs_peak = 0, jobs_backoffs = 0;
   // What PullOptions::make_room evicted: the filesets' ids and verified bytes.
   std::vector<FilesetId> evicted;
   std::uint64_t bytes_evicted = 0;

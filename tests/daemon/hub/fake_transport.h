@@ -90,6 +90,7 @@ class FakeHubTransport final : public HttpTransport {
     live.transfer = t;
     Answer(req, static_cast<int>(calls_.size()), &live);
     live_.push_back(std::move(live));
+    max_live_ = std::max(max_live_, static_cast<int>(live_.size()));
   }
 
   void Resume(HttpTransfer* t) override {
@@ -104,6 +105,7 @@ class FakeHubTransport final : public HttpTransport {
 
   Result<int> Perform() override {
     int ended = 0;
+    if (clock_ != nullptr && round_trip.count() > 0 && !live_.empty()) clock_->Advance(round_trip);
     // OnDone may start new transfers: take the ones that run now.
     std::vector<Live> now;
     now.swap(live_);
@@ -159,6 +161,12 @@ class FakeHubTransport final : public HttpTransport {
   void Wake() override { woken_.store(true); }
 
   std::chrono::milliseconds waited() const { return waited_; }
+  // The most transfers that were in flight at once.
+  int max_live() const { return max_live_; }
+  // With a FakeClock: each Perform that finds transfers in flight takes
+  // this long, so every transfer costs about one round trip and throughput
+  // grows with the transfers in flight (a path bound by its round trip).
+  std::chrono::milliseconds round_trip{0};
 
  private:
   struct Live {
@@ -261,6 +269,7 @@ class FakeHubTransport final : public HttpTransport {
   std::vector<Clock::TimePoint> call_times_;
   std::vector<Live> live_;
   std::atomic<bool> woken_{false};
+  int max_live_ = 0;
   std::chrono::milliseconds waited_{0};
 };
 

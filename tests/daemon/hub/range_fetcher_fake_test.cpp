@@ -168,5 +168,68 @@ TEST_F(RangeFetcherFakeTest, MissingFileFailsItsRequestsAsNotFound) {
   EXPECT_EQ(c.accepted.size(), 1u);
 }
 
+// A round-trip-bound path (each Perform takes 10 ms of fake time): with no
+// fixed --jobs the transfers in flight grow from the initial limit towards
+// the ceiling, and never pass it.
+TEST_F(RangeFetcherFakeTest, AdaptiveLimitGrowsOnARoundTripBoundPathUpToItsCeiling) {
+  net_->lfs_files["w/big.safetensors"] = MakeBlob(2'000'000, 4);
+  net_->round_trip = std::chrono::milliseconds(10);
+  TestConsumer c;
+  Split(c, "w/big.safetensors", 2'000'000, 1'000);
+  RangeFetcherOptions o = Options();
+  o.adaptive = true;
+  o.adaptive_initial = 4;
+  o.adaptive_floor = 2;
+  o.max_parallel = 32;
+  o.max_queued = 64;
+  RangeFetcher f(*client_, o);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(AllFiles());
+  EXPECT_EQ(f.counters().concurrency_peak, 32u);
+  EXPECT_GT(net_->max_live(), 4);
+  EXPECT_LE(net_->max_live(), 32);
+  EXPECT_EQ(f.counters().concurrency_backoffs, 0u);
+}
+
+// The same path with a fixed limit: exactly that many, never more.
+TEST_F(RangeFetcherFakeTest, FixedLimitStaysFixed) {
+  net_->lfs_files["w/big.safetensors"] = MakeBlob(500'000, 4);
+  net_->round_trip = std::chrono::milliseconds(10);
+  TestConsumer c;
+  Split(c, "w/big.safetensors", 500'000, 1'000);
+  RangeFetcherOptions o = Options();
+  o.max_parallel = 6;
+  RangeFetcher f(*client_, o);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(net_->max_live(), 6);
+  EXPECT_EQ(f.counters().concurrency_limit, 6u);
+  EXPECT_EQ(f.counters().concurrency_peak, 6u);
+}
+
+// A 429 burst halves the adaptive limit (and its Retry-After is still
+// waited): the fetch backs off, then completes.
+TEST_F(RangeFetcherFakeTest, AdaptiveLimitBacksOffOnA429Burst) {
+  net_->round_trip = std::chrono::milliseconds(10);
+  for (int call = 2; call <= 9; ++call) net_->FailCall(call, {429, {"Retry-After: 1"}});
+  TestConsumer c;
+  Split(c, "w/a.safetensors", 100'000, 1'000);
+  RangeFetcherOptions o = Options();
+  o.adaptive = true;
+  o.adaptive_initial = 8;
+  o.adaptive_floor = 2;
+  o.max_parallel = 8;
+  RangeFetcher f(*client_, o);
+  const Status s = f.Run(c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  c.ExpectBytes(AllFiles());
+  EXPECT_EQ(f.counters().rate_limited, 8u);
+  EXPECT_GE(f.counters().concurrency_backoffs, 1u);
+  // Retry-After: 1 is honoured: the retried ranges went out a second later.
+  ASSERT_GE(net_->call_times().size(), 10u);
+  EXPECT_GE(net_->call_times().back() - net_->call_times()[1], seconds(1));
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -44,6 +44,9 @@ pip=("$venv/bin/pip" --disable-pip-version-check --quiet)
 src=$(mktemp -d "${TMPDIR:-/tmp}/exlr8-py.XXXXXX")
 trap 'rm -rf "$src"' EXIT
 cp -r "$here/python/." "$src/"
+# A build/ left in python/ by a manual pip run would be reused by setuptools
+# (same mtimes after the copy), installing stale modules.
+rm -rf "$src/build" "$src"/src/*.egg-info
 "${pip[@]}" install "$src" || "${pip[@]}" install --no-build-isolation "$src" ||
   { echo "python_package_test: pip install ./python failed" >&2; exit 1; }
 "$venv/bin/python" -c 'import exlr8, sys; assert "numpy" not in sys.modules and "torch" not in sys.modules'

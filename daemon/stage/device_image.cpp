@@ -298,6 +298,27 @@ const std::byte* DeviceRankImage::data() const {
 
 std::uint64_t DeviceRankImage::allocation_bytes() const { return vmm.empty() ? ipc.size() : vmm.size(); }
 
+Status AllocateDeviceImageMemory(DeviceRankImage& img, int device, std::uint64_t bytes, bool force_ipc) {
+  bool use_ipc = force_ipc;
+  if (!use_ipc) {
+    Result<ExportableDeviceMemory> vmm = ExportableDeviceMemory::Allocate(device, bytes);
+    if (vmm.ok()) {
+      img.vmm = std::move(*vmm);
+      EXLR8_ASSIGN_OR_RETURN(const int fd, img.vmm.ExportFd());
+      img.vmm_fd = UniqueFd(fd);
+    } else if (vmm.status().code() == StatusCode::kUnimplemented) {
+      use_ipc = true;
+    } else {
+      return vmm.status();
+    }
+  }
+  if (use_ipc) {
+    EXLR8_ASSIGN_OR_RETURN(img.ipc, DeviceBuffer::Allocate(bytes));
+    EXLR8_ASSIGN_OR_RETURN(img.ipc_handle, ExportIpcHandle(img.ipc.data()));
+  }
+  return Status::Ok();
+}
+
 Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceImageOptions& o) {
   const auto t0 = SteadyClock::now();
   SetStep(o, 0);
@@ -315,26 +336,9 @@ Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& r, const DeviceI
   const std::uint64_t size = img.plan.layout.allocation_bytes();
   img.proof.seconds_read = SecondsSince(t0);
 
-  // The allocation: VMM with a file descriptor, else cudaMalloc with IPC.
   CudaSetDeviceGuard guard;
   EXLR8_RETURN_IF_ERROR(guard.Set(o.device));
-  bool use_ipc = o.force_ipc;
-  if (!use_ipc) {
-    Result<ExportableDeviceMemory> vmm = ExportableDeviceMemory::Allocate(o.device, size);
-    if (vmm.ok()) {
-      img.vmm = std::move(*vmm);
-      EXLR8_ASSIGN_OR_RETURN(const int fd, img.vmm.ExportFd());
-      img.vmm_fd = UniqueFd(fd);
-    } else if (vmm.status().code() == StatusCode::kUnimplemented) {
-      use_ipc = true;
-    } else {
-      return vmm.status();
-    }
-  }
-  if (use_ipc) {
-    EXLR8_ASSIGN_OR_RETURN(img.ipc, DeviceBuffer::Allocate(size));
-    EXLR8_ASSIGN_OR_RETURN(img.ipc_handle, ExportIpcHandle(img.ipc.data()));
-  }
+  EXLR8_RETURN_IF_ERROR(AllocateDeviceImageMemory(img, o.device, size, o.force_ipc));
   std::byte* base = const_cast<std::byte*>(img.data());
   // The copy writes every byte of the image, padding included; the
   // allocation's rounding past it is zeroed here (the legacy stream, then

@@ -140,6 +140,13 @@ struct DeviceRankImage {
 // request.threads is unused (options.threads counts); request.progress,
 // when set, counts the copy's bytes too; request.before_reading runs after
 // the plan.
+// The image's memory on the current device `device`: a VMM allocation of
+// `bytes` (granularity-rounded) with its exported descriptor in img.vmm and
+// img.vmm_fd, or, where the driver cannot export one or force_ipc, a
+// cudaMalloc in img.ipc with its legacy handle. Errors: ResourceExhausted,
+// Unavailable, Internal.
+Status AllocateDeviceImageMemory(DeviceRankImage& img, int device, std::uint64_t bytes, bool force_ipc);
+
 Result<DeviceRankImage> StageDeviceRankImage(const RankRequest& request, const DeviceImageOptions& options);
 
 // The hash and decode steps again over a staged image (what the stage ran

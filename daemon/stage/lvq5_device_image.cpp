@@ -16,7 +16,6 @@
 #include "format/tetra/word.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device.h"
-#include "gpu/ipc.h"
 #include "gpu/region_hash.h"
 #include "gpu/stream.h"
 #include "gpu/tetra_decode.cuh"
@@ -186,23 +185,7 @@ Result<Lvq5DeviceImage> StageDeviceLvq5Image(const RankRequest& r, const Lvq5Dev
 
   CudaSetDeviceGuard guard;
   EXLR8_RETURN_IF_ERROR(guard.Set(o.image.device));
-  bool use_ipc = o.image.force_ipc;
-  if (!use_ipc) {
-    Result<ExportableDeviceMemory> vmm = ExportableDeviceMemory::Allocate(o.image.device, size);
-    if (vmm.ok()) {
-      img.vmm = std::move(*vmm);
-      EXLR8_ASSIGN_OR_RETURN(const int fd, img.vmm.ExportFd());
-      img.vmm_fd = UniqueFd(fd);
-    } else if (vmm.status().code() == StatusCode::kUnimplemented) {
-      use_ipc = true;
-    } else {
-      return vmm.status();
-    }
-  }
-  if (use_ipc) {
-    EXLR8_ASSIGN_OR_RETURN(img.ipc, DeviceBuffer::Allocate(size));
-    EXLR8_ASSIGN_OR_RETURN(img.ipc_handle, ExportIpcHandle(img.ipc.data()));
-  }
+  EXLR8_RETURN_IF_ERROR(AllocateDeviceImageMemory(img, o.image.device, size, o.image.force_ipc));
   std::byte* base = const_cast<std::byte*>(img.data());
   if (img.allocation_bytes() > size)
     EXLR8_CUDA_TRY(cudaMemset(base + size, 0, img.allocation_bytes() - size));

@@ -1,10 +1,13 @@
-// Runs the built `exlr8` command as a real process, for the command-line
-// tests of tests/client/.
+// Runs the built `exlr8` command as a real process, and a temporary
+// directory for its files, for the command-line tests of tests/client/.
 #pragma once
 
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace exlr8 {
@@ -27,5 +30,20 @@ inline ProcessResult Exlr8(const std::string& args) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = "/tmp/exlr8-cli-test-XXXXXX";
+    if (!mkdtemp(t.data())) std::abort();
+    path_ = t;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace exlr8

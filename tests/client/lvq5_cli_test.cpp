@@ -42,19 +42,6 @@ std::string Sha256File(const fs::path& p) {
   return hex;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = "/tmp/exlr8-lvq5-cli-XXXXXX";
-    if (!mkdtemp(t.data())) std::abort();
-    path_ = t;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 TEST(Lvq5Cli, VerifyTheFixture) {
   auto r = Exlr8("verify " + (kFixture / "tiny-sealed.bin").string());

@@ -236,7 +236,12 @@ void JobScheduler::RunJob(Cache& cache, RunningJob& rj) {
     End(id,
         [q, id] { return q->Finish(id, JobState::kCancelled, "cancelled by a client before it started"); });
   } else {
-    RecordEnd(rj, rj.job->Run(cache));
+    const JobOutcome outcome = rj.job->Run(cache);
+    {
+      MutexLock l(&mu_);
+      rj.work_ended = true;
+    }
+    RecordEnd(rj, outcome);
   }
   {
     MutexLock l(&mu_);
@@ -354,7 +359,7 @@ std::vector<JobSnapshot> JobScheduler::Describe(std::vector<JobInfo> jobs) const
 std::optional<JobId> JobScheduler::RunningJobOfPull(std::int64_t pull) const {
   MutexLock l(&mu_);
   for (const auto& [id, rj] : running_) {
-    if (rj->finished) continue;
+    if (rj->finished || rj->work_ended) continue;
     const JobReport r = rj->job->Report();
     if (r.progress && r.progress->pull_id == pull) return id;
   }

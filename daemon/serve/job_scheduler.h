@@ -108,6 +108,10 @@ class JobScheduler {
     std::thread thread;
     bool finished = false;          // its thread is done; the scheduler joins it
     bool cancel_requested = false;  // a client cancelled it
+    // Its work returned: from here its pull is no longer running, though
+    // the end may not be recorded yet (a client that reads the job as done
+    // must not then cancel its pull).
+    bool work_ended = false;
   };
   // How the first look of Cancel found the job.
   struct CancelFlag {

@@ -48,6 +48,13 @@ class FakeJobQueue final : public JobQueue {
     MutexLock l(&mu_);
     fail_finish_ = n;
   }
+  // While held, Finish counts its call and then waits: a job's work has
+  // ended but its end is not recorded yet.
+  void HoldFinish(bool hold) {
+    MutexLock l(&mu_);
+    hold_finish_ = hold;
+    changed_.SignalAll();
+  }
 
   JobInfo Row(JobId id) const {
     MutexLock l(&mu_);
@@ -149,6 +156,7 @@ class FakeJobQueue final : public JobQueue {
     MutexLock l(&mu_);
     ++finish_calls_;
     changed_.SignalAll();
+    while (hold_finish_) changed_.Wait(&mu_);
     if (fail_finish_ > 0) {
       --fail_finish_;
       return IOError("database is locked (fake)");
@@ -159,6 +167,7 @@ class FakeJobQueue final : public JobQueue {
     j.error = std::string(error);
     j.result = std::string(result);
     ++ends_[id];
+    changed_.SignalAll();
     return Status();
   }
   Status CancelQueued(JobId id, std::string_view error) override {
@@ -181,6 +190,7 @@ class FakeJobQueue final : public JobQueue {
   MarkHook mark_hook_ EXLR8_GUARDED_BY(mu_);
   int fail_mark_ EXLR8_GUARDED_BY(mu_) = 0;
   int fail_finish_ EXLR8_GUARDED_BY(mu_) = 0;
+  bool hold_finish_ EXLR8_GUARDED_BY(mu_) = false;
   int mark_calls_ EXLR8_GUARDED_BY(mu_) = 0;
   int finish_calls_ EXLR8_GUARDED_BY(mu_) = 0;
 };

@@ -59,7 +59,8 @@ struct Probe {
 // Runs until released (or at once when `block` is false) or cancelled.
 class FakeJob final : public Job {
  public:
-  FakeJob(std::shared_ptr<Probe> probe, bool block) : probe_(std::move(probe)), block_(block) {}
+  FakeJob(std::shared_ptr<Probe> probe, bool block, PullId pull = 0)
+      : probe_(std::move(probe)), block_(block), pull_(pull) {}
   JobOutcome Run(Cache&) override {
     MutexLock l(&probe_->mu);
     probe_->ran = true;
@@ -77,12 +78,21 @@ class FakeJob final : public Job {
     probe_->cancelled = true;
     probe_->changed.SignalAll();
   }
-  JobReport Report() const override { return {}; }
+  // A pull's progress when the job was given a pull id, else nothing.
+  JobReport Report() const override {
+    JobReport r;
+    if (pull_ != 0) {
+      r.progress.emplace();
+      r.progress->pull_id = pull_;
+    }
+    return r;
+  }
   void AddTotals(RunnerTotals& t) const override { t.bytes_received += 1; }
 
  private:
   std::shared_ptr<Probe> probe_;
   const bool block_;
+  const PullId pull_;
 };
 
 // Bounded by real time, for state the scheduler keeps in memory (a job's
@@ -120,7 +130,7 @@ class JobSchedulerTest : public ::testing::Test {
             MutexLock l(&probes_mu_);
             probes_[info.id] = probe;
           }
-          return std::make_unique<FakeJob>(probe, block_);
+          return std::make_unique<FakeJob>(probe, block_, pull_id_);
         },
         o);
     scheduler_->Start();
@@ -160,6 +170,7 @@ class JobSchedulerTest : public ::testing::Test {
   int locked_tries_ = 0;
   std::atomic<int> opens_{0};
   bool block_ = false;
+  PullId pull_id_ = 0;  // the pull id the jobs report (0: none)
   Mutex probes_mu_;
   std::map<JobId, std::shared_ptr<Probe>> probes_ EXLR8_GUARDED_BY(probes_mu_);
   std::unique_ptr<JobScheduler> scheduler_;  // declared last: stopped first
@@ -277,6 +288,23 @@ TEST_F(JobSchedulerTest, AnEndTheQueueCannotRecordIsTriedAgainEachRetryAndRecord
   EXPECT_EQ(queue_.ends_recorded(id), 1);
   EXPECT_THAT(log, HasSubstr("job 1: could not record its end (retrying)"));
   EXPECT_THAT(log, HasSubstr("job 1: its end is recorded now"));
+}
+
+// A job whose work has ended is read as done by a client as soon as its
+// end is recorded; from the moment the work returns, its pull must no
+// longer be found running (a DELETE of the pull then answers 409, never
+// cancels a job that is done).
+TEST_F(JobSchedulerTest, APullWhoseWorkEndedIsNotRunningWhileItsEndIsRecorded) {
+  pull_id_ = 7;
+  Start();
+  queue_.HoldFinish(true);
+  const JobId id = Submit("a/one");
+  ASSERT_TRUE(queue_.AwaitChange([](const FakeJobQueue::View& v) { return v.finish_calls == 1; }));
+  EXPECT_EQ(scheduler_->RunningJobOfPull(7), std::nullopt);
+  queue_.HoldFinish(false);
+  ASSERT_TRUE(queue_.AwaitState(id, JobState::kDone));
+  EXPECT_EQ(scheduler_->RunningJobOfPull(7), std::nullopt);
+  scheduler_->Stop();
 }
 
 // The queue cannot record a job's start: the job stays queued and says

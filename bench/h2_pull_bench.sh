@@ -34,7 +34,8 @@
 #   bench/h2_pull_bench.sh [BUILD_DIR]      (default build/; Release build)
 # Environment: STREAMS="16 4 1", JOBS=16 (transfers in flight, for exlr8d
 #   and curl alike), JOBS_LIST="auto 16 32 64 128" (instead of STREAMS:
-#   exlr8d with no --jobs, or --jobs N; curl only with CURL=on; CSV=PREFIX
+#   exlr8d with no --jobs, or --jobs N; auto-sS: no --jobs and
+#   --h2-streams S; curl only with CURL=on; CSV=PREFIX
 #   appends each run to PREFIX.<path>), ROUNDS=3, BASELINE_BIN=PATH, SYNTH="--hidden
 #   1024 --experts 16 --moe-layers 1-4" (extra synth flags), SHOW_PHASES=1
 #   (each exlr8d run's phase_s), PULL_FLAGS (extra exlr8d pull flags),
@@ -208,8 +209,10 @@ run() {
     exlr8d-*)
       "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "$jobs" --h2-streams "${name#exlr8d-}" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
-    jobs-auto)  # no --jobs: the adaptive limit
-      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 \
+    jobs-auto*)  # no --jobs: the adaptive limit; jobs-auto-sS: with --h2-streams S
+      local streams=()
+      [[ $name == jobs-auto-s* ]] && streams=(--h2-streams "${name#jobs-auto-s}")
+      "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 "${streams[@]}" \
         --endpoint "$hub" --cache "$w/cache" --ca-bundle "$w/cert.pem" --no-progress --json ${PULL_FLAGS:-} > "$w/pull.json" ;;
     jobs-*)
       "$bin/exlr8d" pull --repo bench/h2 --manifest home --tp 4 --rank 1 --jobs "${name#jobs-}" \

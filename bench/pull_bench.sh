@@ -38,6 +38,7 @@
 # Environment: PARTS="A B" (or C), RUNS=3, WARM_RUNS=2, VARIANTS, MODES="warm cold",
 #   ROUNDS=3, TMPFS (part C), B_SECONDS=60, B_MAX_GB_COLD=8 (the dense
 #   files alone are 5.9 GB), B_MAX_GB=4, B_WRAP (part B: e.g. heaptrack),
+#   B_JOBS=auto (part B's --jobs; auto: none, the adaptive limit),
 #   EXLR8_BENCH_DIR (work directory, default a new /tmp/exlr8-pull-bench.*;
 #   it is deleted at the end), NGINX_BIN=/usr/sbin/nginx (else the one
 #   scripts/setup.sh unpacks under .tools/; not NGINX: nginx itself reads
@@ -496,7 +497,11 @@ if [[ " $parts " == *" B "* ]]; then
     "$bin/exlr8" plan "$glm" --manifest "$b_manifest" --tp 4 --rank 1 --json > "$w/glm-plan.json"
     t1=$(now)
   fi
-  b_args=(--repo bench/pull --manifest "$b_manifest" --tp 4 --rank 1 --jobs 16 "${pull_extra[@]}")
+  # B_JOBS: part B's --jobs; "auto" (the default) gives none: the adaptive
+  # limit, which may grow to 128 transfers in flight, is what memory must bear.
+  b_jobs=()
+  [[ ${B_JOBS:-auto} != auto ]] && b_jobs=(--jobs "$B_JOBS")
+  b_args=(--repo bench/pull --manifest "$b_manifest" --tp 4 --rank 1 "${b_jobs[@]}" "${pull_extra[@]}")
   python3 - "$w/glm-plan.json" "$(echo "$t1 - $t0" | bc)" << 'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); t = p["totals"]
@@ -548,7 +553,7 @@ PY
     wait "$tp" || rc=$?
     sleep 1.5  # nginx flushes its log buffer every second
     echo "  [$label] stopped after $(echo "$t1 - $t0" | bc | cut -c1-5) s ($why), exit $rc, cache page state $cache_state, load $l"
-    grep -E "exlr8d pull: " "$w/pull-b.err" | tail -2 | sed 's/^/    /'
+    grep -hE "exlr8d pull: |in flight" "$w/pull-b.err" "$w/pull-b.out" | tail -3 | sed "s/^/    /"
     rss=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$w/timev.txt")
     python3 "$tool" half-log "$w/glm-plan.json" "$w/ngx/access.log" "$t0" > "$w/half.json"
     python3 - "$w/half.json" "$rss" << 'PY'

@@ -53,8 +53,9 @@ resumes where it stopped.
                          from 64, between 4 and 128 as throughput grows;
                          backs off on 429/503, errors, full buffers)
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
-                         ceil(J/S) connections per host (default 4; S >= J:
-                         all on one multiplexed connection)
+                         ceil(J/S) connections per host (default 4, and 16
+                         without --jobs where answers come within 2 ms;
+                         S >= J: all on one multiplexed connection)
   --token-file FILE      token file (default: $HF_TOKEN, else $HF_TOKEN_PATH,
                          else $HF_HOME/token); wins over $HF_TOKEN
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)
@@ -168,7 +169,8 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
         {"jobs", JsonValue::Object({{"adaptive", JsonValue::Bool(s.jobs_adaptive)},
                                     {"limit", u(s.jobs_limit)},
                                     {"peak", u(s.jobs_peak)},
-                                    {"backoffs", u(s.jobs_backoffs)}})},
+                                    {"backoffs", u(s.jobs_backoffs)},
+                                    {"h2_streams", u(s.h2_streams)}})},
         {"routed_halves", u(s.plan.totals.routed_halves)},
         {"shared_halves", u(s.plan.totals.shared_halves)},
         {"evicted_filesets", u(s.evicted.size())},
@@ -229,10 +231,10 @@ void PrintSummary(const PullSummary& s, bool json, bool dry_run) {
               static_cast<unsigned long long>(s.refetches), static_cast<unsigned long long>(s.resolves));
   if (s.jobs_adaptive)
     std::printf(
-        "  in flight        adaptive: %llu transfers at the end, %llu at most, %llu backoffs (--jobs N "
-        "fixes it at N)\n",
+        "  in flight        adaptive: %llu transfers at the end, %llu at most, %llu backoffs, %llu per "
+        "HTTP/2 connection (--jobs N fixes it at N)\n",
         static_cast<unsigned long long>(s.jobs_limit), static_cast<unsigned long long>(s.jobs_peak),
-        static_cast<unsigned long long>(s.jobs_backoffs));
+        static_cast<unsigned long long>(s.jobs_backoffs), static_cast<unsigned long long>(s.h2_streams));
   else if (s.jobs_limit > 0)
     std::printf("  in flight        %llu transfers (--jobs)\n",
                 static_cast<unsigned long long>(s.jobs_limit));
@@ -280,6 +282,7 @@ int RunPullCommand(const std::vector<std::string>& argv) {
     opt.fetch.max_queued = std::max(64, 4 * static_cast<int>(jobs));
     EXLR8_ASSIGN_OR_RETURN(std::int64_t streams, args->GetInt("h2-streams", kDefaultH2StreamsPerConnection, 1, 1024));
     opt.fetch.h2_streams_per_connection = static_cast<int>(streams);
+    opt.fetch.h2_streams_by_path = opt.fetch.adaptive && !args->Has("h2-streams");
     opt.hub.endpoint = args->GetOr("endpoint", "");
     opt.hub.token_file = args->GetOr("token-file", "");
     opt.hub.proxy = args->GetOr("proxy", "");

@@ -73,6 +73,10 @@ struct TransferEnd {
   // The status of the answer as the transport counted it (0: none); unlike
   // the head's, never a proxy's CONNECT answer.
   long http_status = 0;
+  // From the request sent to the first byte of its answer, as the transport
+  // measured it: about one round trip plus the server's time. Negative:
+  // unknown (no answer, or a transport that does not measure it).
+  std::chrono::microseconds answer_wait{-1};
 };
 
 // What to do with a request after its transfer ended.

@@ -35,8 +35,7 @@ struct CurlTransport::Impl {
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, pool);
     // A connection whose streams are all busy is passed over, so libcurl
     // opens another (up to the host bound below) instead of waiting.
-    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS,
-                      static_cast<long>(opts.h2_streams_per_connection));
+    curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(streams));
     // That alone does not hold the connections to max_transfers / streams:
     // libcurl 7.88 (Debian 12) attaches every transfer that starts while a
     // new connection is still connecting to it, past the stream cap, and
@@ -100,7 +99,7 @@ struct CurlTransport::Impl {
 
   // HTTP/2 connections per host for the transfers now allowed.
   int WantedConnections() const {
-    return (transfer_limit + opts.h2_streams_per_connection - 1) / opts.h2_streams_per_connection;
+    return (transfer_limit + streams - 1) / streams;
   }
   void ApplyHostBound() {
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
@@ -131,6 +130,8 @@ struct CurlTransport::Impl {
   bool host_connections_capped = false;
   // What the owner keeps in flight at most now (SetTransferLimit).
   int transfer_limit = opts.max_transfers;
+  // HTTP/2 streams per connection now (SetStreamsPerConnection).
+  int streams = std::max(1, opts.h2_streams_per_connection);
 };
 
 CurlTransport::CurlTransport(const HttpSettings& settings, Options options)
@@ -142,6 +143,16 @@ void CurlTransport::SetTransferLimit(int n) {
   const int limit = std::clamp(n, 1, std::max(1, impl_->opts.max_transfers));
   if (limit == impl_->transfer_limit) return;
   impl_->transfer_limit = limit;
+  if (impl_->host_connections_capped) impl_->ApplyHostBound();
+}
+
+void CurlTransport::SetStreamsPerConnection(int s) {
+  const int streams = std::clamp(s, 1, std::max(1, impl_->opts.max_transfers));
+  if (streams == impl_->streams) return;
+  impl_->streams = streams;
+  curl_multi_setopt(impl_->multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(streams));
+  // Capped only while every answer was HTTP/2: decided once, at the start,
+  // from the streams then; a later change moves the bound, never lifts it.
   if (impl_->host_connections_capped) impl_->ApplyHostBound();
 }
 
@@ -218,6 +229,13 @@ Result<int> CurlTransport::Perform() {
     TransferEnd end;
     end.ok = rc == CURLE_OK;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &end.http_status);
+    if (end.http_status > 0) {
+      curl_off_t sent = 0, first_byte = 0;
+      if (curl_easy_getinfo(msg->easy_handle, CURLINFO_PRETRANSFER_TIME_T, &sent) == CURLE_OK &&
+          curl_easy_getinfo(msg->easy_handle, CURLINFO_STARTTRANSFER_TIME_T, &first_byte) == CURLE_OK &&
+          first_byte >= sent && first_byte > 0)
+        end.answer_wait = std::chrono::microseconds(first_byte - sent);
+    }
     if (!end.ok) {
       end.permanent = IsPermanentCurlError(rc);
       end.error = DescribeCurlError(rc, s->errbuf, ProxyOf(impl_->settings, s->url));

@@ -39,6 +39,9 @@ class CurlTransport final : public HttpTransport {
   // Holds the HTTP/2 connections per host to ceil(n / streams per
   // connection) (n clamped to 1..max_transfers), while that bound applies.
   void SetTransferLimit(int n) override;
+  // Sets CURLMOPT_MAX_CONCURRENT_STREAMS (libcurl reads it each time it
+  // looks for a connection to reuse) and the host bound with it.
+  void SetStreamsPerConnection(int s) override;
 
  private:
   struct Impl;

@@ -91,6 +91,10 @@ class HttpTransport {
   // adaptive limit); a transport may size its connections by it. No-op by
   // default.
   virtual void SetTransferLimit(int /*n*/) {}
+  // HTTP/2 streams one connection carries at most from now on (a transfer
+  // that finds its host's connections full opens another); connections
+  // already open keep theirs. No-op by default.
+  virtual void SetStreamsPerConnection(int /*s*/) {}
 };
 
 }  // namespace exlr8

@@ -19,6 +19,7 @@
 #include "daemon/base/mutex.h"
 #include "daemon/hub/answer_checker.h"
 #include "daemon/hub/concurrency_controller.h"
+#include "daemon/hub/connection_spread.h"
 #include "daemon/hub/file_resolver.h"
 #include "daemon/hub/http_common.h"
 #include "daemon/hub/http_transport.h"
@@ -38,6 +39,7 @@ RangeFetcherOptions Normalized(RangeFetcherOptions o) {
   o.adaptive_floor = std::clamp(o.adaptive_floor, 1, o.max_parallel);
   o.adaptive_initial = std::clamp(o.adaptive_initial, o.adaptive_floor, o.max_parallel);
   if (o.h2_streams_per_connection <= 0) o.h2_streams_per_connection = o.max_parallel;
+  if (o.short_path_h2_streams <= 0) o.short_path_h2_streams = o.max_parallel;
   o.max_parallel_resolves = std::clamp(o.max_parallel_resolves, 1, o.max_parallel);
   o.max_queued = std::max(0, o.max_queued);
   o.max_attempts = std::max(1, o.max_attempts);
@@ -82,6 +84,15 @@ std::optional<ConcurrencyController> ControllerOf(const RangeFetcherOptions& o, 
   return std::optional<ConcurrencyController>(std::in_place, clock, c);
 }
 
+std::optional<ConnectionSpread> SpreadOf(const RangeFetcherOptions& o) {
+  if (!o.h2_streams_by_path) return std::nullopt;
+  ConnectionSpread::Options s;
+  s.long_path_streams = o.h2_streams_per_connection;
+  s.short_path_streams = o.short_path_h2_streams;
+  s.short_path = o.short_path_wait;
+  return std::optional<ConnectionSpread>(std::in_place, s);
+}
+
 }  // namespace
 
 struct RangeFetcher::Impl final : TransferSlots::Listener {
@@ -97,7 +108,9 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
                  sched, ResolverOptionsOf(opts)),
         jobs(h, sched, resolver, counters, opts.max_refetches, opts.stop_on_failure),
         slots(opts.transport, hub.http_settings(), CurlOptionsOf(opts), this),
-        concurrency(ControllerOf(opts, *clock)) {
+        concurrency(ControllerOf(opts, *clock)),
+        spread(SpreadOf(opts)) {
+    counters.h2_streams.store(static_cast<std::uint64_t>(opts.h2_streams_per_connection), std::memory_order_relaxed);
     PublishConcurrency();
   }
 
@@ -123,6 +136,10 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
   // The limit on transfers in flight, when it adapts; persists across runs.
   std::optional<ConcurrencyController> concurrency;
   int transport_limit = 0;  // what the transport was last told
+  // Streams per connection by the path's round trip, when nobody set them;
+  // persists across runs.
+  std::optional<ConnectionSpread> spread;
+  int transport_streams = opts.h2_streams_per_connection;  // what the transport was last told
   // The bandwidth limit this run honours (options' shared one, or its own);
   // null = none.
   std::shared_ptr<RateLimiter> rate;
@@ -397,6 +414,14 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
   void OnSlotDone(Slot& t, const TransferEnd& end) override {
     counters.active_transfers.fetch_sub(1, std::memory_order_relaxed);
     if (concurrency) concurrency->Ended();
+    if (spread) {
+      spread->Answered(!t.is_resolve, end.answer_wait);
+      if (spread->streams() != transport_streams) {
+        transport_streams = spread->streams();
+        slots.transport().SetStreamsPerConnection(transport_streams);
+        counters.h2_streams.store(static_cast<std::uint64_t>(transport_streams), std::memory_order_relaxed);
+      }
+    }
     if (t.is_resolve) {
       OnResolveDone(t, end);
     } else {

@@ -183,6 +183,13 @@ struct RangeFetcherOptions {
   // per transfer whatever this says; its first answer lifts that bound
   // back to max_parallel, for every host of the fetcher.
   int h2_streams_per_connection = kDefaultH2StreamsPerConnection;
+  // When true (an adaptive pull given no --h2-streams), the streams per
+  // connection follow the path (connection_spread.h):
+  // h2_streams_per_connection on a long one, short_path_h2_streams where
+  // answers come back within short_path_wait.
+  bool h2_streams_by_path = false;
+  int short_path_h2_streams = 16;
+  std::chrono::microseconds short_path_wait{2000};
   // Concurrent /resolve/ requests (the Hub rate-limits them).
   int max_parallel_resolves = 4;
   // Requests pulled ahead of free transfer slots (waiting for a resolve or
@@ -242,6 +249,9 @@ struct FetchCounters {
   std::uint64_t concurrency_limit = 0;
   std::uint64_t concurrency_peak = 0;
   std::uint64_t concurrency_backoffs = 0;
+  // HTTP/2 streams one connection carries now (h2_streams_per_connection,
+  // or what the path chose with h2_streams_by_path).
+  std::uint64_t h2_streams = 0;
 };
 
 class RangeFetcher {

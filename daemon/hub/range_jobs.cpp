@@ -27,6 +27,7 @@ FetchCounters FetchCounterCells::Snapshot() const {
   s.concurrency_limit = get(concurrency_limit);
   s.concurrency_peak = get(concurrency_peak);
   s.concurrency_backoffs = get(concurrency_backoffs);
+  s.h2_streams = get(h2_streams);
   return s;
 }
 

@@ -38,7 +38,8 @@ struct FetchCounterCells {
   std::atomic<std::uint64_t> requests_started{0}, requests_done{0}, requests_failed{0}, transfers{0},
       retries{0}, resumes{0}, bytes_received{0}, bytes_discarded{0}, resolves{0}, reresolves{0},
       rate_limited{0}, unavailable{0}, ignored_range{0}, bad_answers{0}, overlong_bodies{0}, refetches{0},
-      active_transfers{0}, concurrency_limit{0}, concurrency_peak{0}, concurrency_backoffs{0};
+      active_transfers{0}, concurrency_limit{0}, concurrency_peak{0}, concurrency_backoffs{0},
+      h2_streams{0};
 
   static void Inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.fetch_add(n, std::memory_order_relaxed);

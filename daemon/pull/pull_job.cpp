@@ -523,6 +523,7 @@ Result<PullSummary> PullJob::Rep::End(Result<PullSummary> result) {
   s.jobs_limit = fc.concurrency_limit;
   s.jobs_peak = fc.concurrency_peak;
   s.jobs_backoffs = fc.concurrency_backoffs;
+  s.h2_streams = fc.h2_streams;
   s.checksum_failures = counters.checksum_failures.load();
   s.bytes_resumed = counters.bytes_resumed.load();
   s.bytes_written = counters.bytes_written_verified.load();

@@ -146,6 +146,9 @@ struct PullSummary {
   // ended, the highest it reached and how often it backed off.
   bool jobs_adaptive = false;
   std::uint64_t jobs_limit = 0, jobs_peak = 0, jobs_backoffs = 0;
+  // HTTP/2 streams per connection at the end (chosen by the path's round
+  // trip when adaptive and not set).
+  std::uint64_t h2_streams = 0;
   // What PullOptions::make_room evicted: the filesets' ids and verified bytes.
   std::vector<FilesetId> evicted;
   std::uint64_t bytes_evicted = 0;

@@ -290,6 +290,30 @@ TEST_F(PullTlsTest, TransfersSpreadOverMoreHttp2ConnectionsWhenStreamsAreCapped)
   }
 }
 
+// An adaptive pull given no --h2-streams on loopback, where answers come
+// back well within 2 ms: libcurl's answer timing reaches the fetcher, which
+// puts 16 streams on each connection, so the 32 transfers use at most 2
+// CDN connections (4 streams each would be up to 8).
+TEST_F(PullTlsTest, AShortPathPutsSixteenStreamsOnEachHttp2Connection) {
+  if (!LibcurlSpeaksHttp2()) GTEST_SKIP() << "this libcurl has no HTTP/2";
+  TempDir cache;
+  PullOptions o = TlsOptions(cert_.string());
+  o.fetch.adaptive = true;
+  o.fetch.max_parallel = 32;
+  o.fetch.adaptive_initial = 32;
+  o.fetch.h2_streams_by_path = true;
+  const std::size_t lines_before = tls_->CdnLog().size();
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  EXPECT_EQ(s->h2_streams, 16u);
+  const std::vector<std::string> all = tls_->CdnLog();
+  const std::set<std::string> used =
+      ConnectionsOf(std::vector<std::string>(all.begin() + static_cast<std::ptrdiff_t>(lines_before), all.end()));
+  std::printf("%zu CDN requests over %zu connections\n", all.size() - lines_before, used.size());
+  EXPECT_LE(used.size(), 2u);
+}
+
 // Fetches ranges of one file; asks to hold every transfer back a few times
 // (as a busy consumer or the pull's background hold does), counting asks.
 class HoldAskingConsumer : public RangeConsumer {

@@ -1,6 +1,8 @@
 // Unit tests of ConcurrencyController (daemon/hub/concurrency_controller.h)
-// on a FakeClock and a simulated link: every wait is fake time.
+// on a FakeClock and a simulated link: every wait is fake time; and of
+// ConnectionSpread (connection_spread.h), which spreads those transfers.
 #include "daemon/hub/concurrency_controller.h"
+#include "daemon/hub/connection_spread.h"
 
 #include <gtest/gtest.h>
 
@@ -217,6 +219,29 @@ TEST(ConcurrencyControllerTest, BoundsAreClamped) {
   EXPECT_EQ(c.limit(), 20);
   c.Throttled();
   EXPECT_EQ(c.limit(), 20);  // floor clamped to the ceiling
+}
+
+// ConnectionSpread: the path counts as long until an answer is measured;
+// the shortest wait decides, the ranges' over the resolves' once there is one.
+TEST(ConnectionSpreadTest, TheShortestMeasuredWaitDecidesAndRangesWinOverResolves) {
+  using std::chrono::microseconds;
+  ConnectionSpread s({.long_path_streams = 4, .short_path_streams = 16, .short_path = microseconds(2000)});
+  EXPECT_EQ(s.streams(), 4);
+  s.Answered(false, microseconds(-1));  // not measured
+  EXPECT_EQ(s.streams(), 4);
+  s.Answered(false, microseconds(30'000));
+  EXPECT_EQ(s.streams(), 4);
+  s.Answered(false, microseconds(1'999));  // the hub is near
+  EXPECT_EQ(s.streams(), 16);
+  s.Answered(true, microseconds(2'000));  // the CDN is not: 2 ms is not short
+  EXPECT_EQ(s.streams(), 4);
+  s.Answered(false, microseconds(100));  // resolves no longer count
+  EXPECT_EQ(s.streams(), 4);
+  s.Answered(true, microseconds(900'000));  // a slow answer does not undo a shorter one
+  s.Answered(true, microseconds(1'500));
+  EXPECT_EQ(s.streams(), 16);
+  s.Answered(true, microseconds(50'000));
+  EXPECT_EQ(s.streams(), 16);
 }
 
 }  // namespace

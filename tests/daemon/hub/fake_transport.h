@@ -143,6 +143,7 @@ class FakeHubTransport final : public HttpTransport {
         end.no_answer = l.transfer->head.status == 0;
       }
       end.http_status = l.transfer->head.status;
+      if (end.http_status > 0) end.answer_wait = l.from_cdn ? cdn_answer_wait : hub_answer_wait;
       ++ended;
       l.transfer->OnDone(end);
     }
@@ -160,6 +161,14 @@ class FakeHubTransport final : public HttpTransport {
 
   void Wake() override { woken_.store(true); }
 
+  void SetStreamsPerConnection(int s) override { streams_set_.push_back(s); }
+  // Every SetStreamsPerConnection, in order.
+  const std::vector<int>& streams_set() const { return streams_set_; }
+  // The answer wait (TransferEnd::answer_wait) reported for the hub's
+  // answers and the CDN's; negative: not measured.
+  std::chrono::microseconds hub_answer_wait{-1};
+  std::chrono::microseconds cdn_answer_wait{-1};
+
   std::chrono::milliseconds waited() const { return waited_; }
   // The most transfers that were in flight at once.
   int max_live() const { return max_live_; }
@@ -175,6 +184,7 @@ class FakeHubTransport final : public HttpTransport {
     std::size_t pos = 0;
     bool paused = false;
     bool reset = false;  // no answer: the transfer fails
+    bool from_cdn = false;
   };
 
   void Head(HttpTransfer* t, long status, const std::vector<std::string>& headers) {
@@ -218,6 +228,7 @@ class FakeHubTransport final : public HttpTransport {
       }
     } else if (req.url.rfind(cdn, 0) == 0) {
       path = req.url.substr(cdn.size());
+      live->from_cdn = true;
       if (auto it = lfs_files.find(path); it != lfs_files.end()) bytes = &it->second;
     }
     if (bytes == nullptr) {
@@ -268,6 +279,7 @@ class FakeHubTransport final : public HttpTransport {
   std::vector<HttpRequest> calls_;
   std::vector<Clock::TimePoint> call_times_;
   std::vector<Live> live_;
+  std::vector<int> streams_set_;
   std::atomic<bool> woken_{false};
   int max_live_ = 0;
   std::chrono::milliseconds waited_{0};

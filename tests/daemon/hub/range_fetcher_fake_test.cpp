@@ -231,5 +231,58 @@ TEST_F(RangeFetcherFakeTest, AdaptiveLimitBacksOffOnA429Burst) {
   EXPECT_GE(net_->call_times().back() - net_->call_times()[1], seconds(1));
 }
 
+// With no --h2-streams on an adaptive pull, the streams per connection
+// follow the path: a hub answering within 2 ms makes the first ranges go
+// 16 to a connection; a CDN whose answers take a long round trip then
+// spreads them 4 to a connection again.
+TEST_F(RangeFetcherFakeTest, StreamsPerConnectionFollowThePathsRoundTrip) {
+  struct Path {
+    const char* name;
+    std::chrono::microseconds hub, cdn;
+    std::vector<int> told;
+  };
+  using std::chrono::microseconds;
+  for (const Path& p : {Path{"short path", microseconds(300), microseconds(400), {16}},
+                        Path{"short to the hub, long to the CDN", microseconds(300), microseconds(40'000), {16, 4}},
+                        Path{"long path", microseconds(20'000), microseconds(40'000), {}},
+                        Path{"long to the hub, short to the CDN", microseconds(20'000), microseconds(500), {16}},
+                        Path{"not measured", microseconds(-1), microseconds(-1), {}}}) {
+    SCOPED_TRACE(p.name);
+    net_ = std::make_unique<FakeHubTransport>(client_->ResolveUrl("x").substr(0, client_->ResolveUrl("x").size() - 1),
+                                              client_->commit(), &clock_);
+    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
+    net_->hub_answer_wait = p.hub;
+    net_->cdn_answer_wait = p.cdn;
+    TestConsumer c;
+    Split(c, "w/a.safetensors", 100'000, 1'000);
+    RangeFetcherOptions o = Options();
+    o.adaptive = true;
+    o.max_parallel = 32;
+    o.h2_streams_by_path = true;
+    RangeFetcher f(*client_, o);
+    const Status s = f.Run(c);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    c.ExpectBytes(net_->lfs_files);
+    EXPECT_EQ(net_->streams_set(), p.told);
+    EXPECT_EQ(f.counters().h2_streams, static_cast<std::uint64_t>(p.told.empty() ? 4 : p.told.back()));
+  }
+}
+
+// --h2-streams given (or a fixed --jobs): the streams stay as set, whatever
+// the path.
+TEST_F(RangeFetcherFakeTest, StreamsPerConnectionStayAsSetWithoutByPath) {
+  net_->hub_answer_wait = std::chrono::microseconds(300);
+  net_->cdn_answer_wait = std::chrono::microseconds(300);
+  TestConsumer c;
+  Split(c, "w/a.safetensors", 100'000, 1'000);
+  RangeFetcherOptions o = Options();
+  o.adaptive = true;
+  o.h2_streams_per_connection = 2;
+  RangeFetcher f(*client_, o);
+  ASSERT_TRUE(f.Run(c).ok());
+  EXPECT_TRUE(net_->streams_set().empty());
+  EXPECT_EQ(f.counters().h2_streams, 2u);
+}
+
 }  // namespace
 }  // namespace exlr8

@@ -16,7 +16,9 @@
 // ended, and from the resolves to the hub before that: the resolves come
 // first, so the first ranges already start spread as the hub's path says.
 // Until an answer is measured the path counts as long, as it did before
-// this existed.
+// this existed. A short path also needs no bulk connections
+// (HttpRequest::bulk): its connections drain megabytes in milliseconds, so
+// nothing queues behind them long, and extra handshakes would cost more.
 //
 // Thread rules: not thread-safe; RangeFetcher::Run's thread alone calls it.
 #pragma once
@@ -42,12 +44,13 @@ class ConnectionSpread {
     if (shortest.count() < 0 || wait < shortest) shortest = wait;
   }
 
-  // Streams per connection for what is known now.
-  int streams() const {
+  // The path is short by what is known now.
+  bool short_path() const {
     const std::chrono::microseconds rtt = range_wait_.count() >= 0 ? range_wait_ : resolve_wait_;
-    if (rtt.count() < 0) return opts_.long_path_streams;
-    return rtt < opts_.short_path ? opts_.short_path_streams : opts_.long_path_streams;
+    return rtt.count() >= 0 && rtt < opts_.short_path;
   }
+  // Streams per connection for what is known now.
+  int streams() const { return short_path() ? opts_.short_path_streams : opts_.long_path_streams; }
 
  private:
   Options opts_;

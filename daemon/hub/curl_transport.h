@@ -1,10 +1,12 @@
 // CurlTransport: HttpTransport over libcurl's multi interface, the
 // daemon's driver under RangeFetcher and (one per request lent) HubClient.
 //
-// One multi handle; one reusable easy handle per transfer slot. HTTP/2 is
-// multiplexed where the server offers it over TLS, connections are kept
-// alive, and the connection pool is sized for the fetcher's transfers
-// plus its resolves (see the constructor for the per-host bound).
+// Two multi handles, each a connection pool: bulk transfers
+// (HttpRequest::bulk) in one, everything else in the other; one reusable
+// easy handle per transfer slot. HTTP/2 is multiplexed where the server
+// offers it over TLS, connections are kept alive, and each pool is sized
+// for the fetcher's transfers plus its resolves (see Configure for the
+// per-host bound).
 //
 // Thread rules: as HttpTransport (Wake from any thread; the rest on the
 // thread that drives it).

@@ -41,6 +41,12 @@ struct HttpRequest {
   // Longest the whole transfer may take, however steadily it moves; 0: no
   // limit but the stall limit.
   std::chrono::milliseconds timeout{0};
+  // A large download: it runs on connections that carry only bulk
+  // transfers. A server writes an HTTP/2 answer into its connection's
+  // buffers as fast as they take it, so a small answer on the same
+  // connection queues behind megabytes of it: on a path whose connections
+  // move a few MB/s, the planner's small requests waited seconds.
+  bool bulk = false;
 };
 
 // One transfer's receiving end, implemented by the caller. The transport

@@ -238,6 +238,8 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
     req.has_range = true;
     req.range_first = t.checker.first();
     req.range_last = t.checker.last();
+    req.bulk = opts.bulk_range_bytes > 0 && req.range_last - req.range_first + 1 >= opts.bulk_range_bytes &&
+               !(spread && spread->short_path());
     Inc(counters.transfers);
     if (f.on_hub) {  // a GET of the hub's /resolve/ URL: the Hub rate-limits these too
       Inc(counters.resolves);

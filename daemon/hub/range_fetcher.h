@@ -190,6 +190,11 @@ struct RangeFetcherOptions {
   bool h2_streams_by_path = false;
   int short_path_h2_streams = 16;
   std::chrono::microseconds short_path_wait{2000};
+  // Ranges of at least this many bytes are bulk transfers
+  // (HttpRequest::bulk: connections of their own, so that the other
+  // requests never queue behind their bytes); 0: none. Not where
+  // h2_streams_by_path found the path short.
+  std::uint64_t bulk_range_bytes = 4u << 20;
   // Concurrent /resolve/ requests (the Hub rate-limits them).
   int max_parallel_resolves = 4;
   // Requests pulled ahead of free transfer slots (waiting for a resolve or

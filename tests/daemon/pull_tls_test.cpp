@@ -314,6 +314,43 @@ TEST_F(PullTlsTest, AShortPathPutsSixteenStreamsOnEachHttp2Connection) {
   EXPECT_LE(used.size(), 2u);
 }
 
+// Bulk transfers (here every range of 64 KiB or more: the whole files)
+// never share an HTTP/2 connection with the small ones, so a small answer
+// never queues behind a large one in a connection's buffers; the pull is
+// byte-exact.
+TEST_F(PullTlsTest, BulkTransfersGetConnectionsOfTheirOwn) {
+  if (!LibcurlSpeaksHttp2()) GTEST_SKIP() << "this libcurl has no HTTP/2";
+  TempDir cache;
+  PullOptions o = TlsOptions(cert_.string());
+  o.fetch.max_parallel = 16;
+  o.fetch.bulk_range_bytes = 64 << 10;
+  const std::size_t lines_before = tls_->CdnLog().size();
+  auto s = Pull(cache.path(), o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectCacheHoldsExactlyThePlan(cache.path(), TinyRelease(), *s);
+  const std::vector<std::string> all = tls_->CdnLog();
+  std::map<std::string, std::pair<int, int>> by_connection;  // bulk, small requests
+  int bulk = 0;
+  int small = 0;
+  for (std::size_t i = lines_before; i < all.size(); ++i) {
+    const std::string& line = all[i];
+    const std::size_t at = line.find("\"bytes=");
+    ASSERT_NE(at, std::string::npos) << "a CDN request without a range: " << line;
+    const std::uint64_t first = std::stoull(line.substr(at + 7));
+    const std::uint64_t last = std::stoull(line.substr(line.find('-', at) + 1));
+    const bool is_bulk = last - first + 1 >= o.fetch.bulk_range_bytes;
+    auto& [b, n] = by_connection[line.substr(line.rfind(" c") + 2)];
+    (is_bulk ? b : n) += 1;
+    (is_bulk ? bulk : small) += 1;
+  }
+  std::printf("%d bulk and %d small CDN requests over %zu connections\n", bulk, small, by_connection.size());
+  ASSERT_GT(bulk, 0) << "the release has no range of 64 KiB or more: the test shows nothing";
+  ASSERT_GT(small, 0);
+  for (const auto& [connection, counts] : by_connection)
+    EXPECT_TRUE(counts.first == 0 || counts.second == 0)
+        << "connection " << connection << " carried " << counts.first << " bulk and " << counts.second << " small";
+}
+
 // Fetches ranges of one file; asks to hold every transfer back a few times
 // (as a busy consumer or the pull's background hold does), counting asks.
 class HoldAskingConsumer : public RangeConsumer {

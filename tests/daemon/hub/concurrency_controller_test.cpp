@@ -227,14 +227,17 @@ TEST(ConnectionSpreadTest, TheShortestMeasuredWaitDecidesAndRangesWinOverResolve
   using std::chrono::microseconds;
   ConnectionSpread s({.long_path_streams = 4, .short_path_streams = 16, .short_path = microseconds(2000)});
   EXPECT_EQ(s.streams(), 4);
+  EXPECT_FALSE(s.short_path());
   s.Answered(false, microseconds(-1));  // not measured
   EXPECT_EQ(s.streams(), 4);
   s.Answered(false, microseconds(30'000));
   EXPECT_EQ(s.streams(), 4);
   s.Answered(false, microseconds(1'999));  // the hub is near
   EXPECT_EQ(s.streams(), 16);
+  EXPECT_TRUE(s.short_path());
   s.Answered(true, microseconds(2'000));  // the CDN is not: 2 ms is not short
   EXPECT_EQ(s.streams(), 4);
+  EXPECT_FALSE(s.short_path());
   s.Answered(false, microseconds(100));  // resolves no longer count
   EXPECT_EQ(s.streams(), 4);
   s.Answered(true, microseconds(900'000));  // a slow answer does not undo a shorter one

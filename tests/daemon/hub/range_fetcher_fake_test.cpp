@@ -268,6 +268,51 @@ TEST_F(RangeFetcherFakeTest, StreamsPerConnectionFollowThePathsRoundTrip) {
   }
 }
 
+// Ranges of bulk_range_bytes or more are sent as bulk transfers (on
+// connections of their own, curl_transport.h); smaller ones and the
+// resolves are not; 0 makes none bulk, and so does a path found short.
+TEST_F(RangeFetcherFakeTest, RangesFromTheBulkSizeUpAreBulkTransfers) {
+  struct Case {
+    std::uint64_t bulk;
+    std::chrono::microseconds answer_wait;  // both hub and CDN; with h2_streams_by_path
+    bool by_path;
+    bool expect_bulk;
+  };
+  using std::chrono::microseconds;
+  for (const Case& k : {Case{30'000, microseconds(-1), false, true}, Case{0, microseconds(-1), false, false},
+                        Case{30'000, microseconds(20'000), true, true}, Case{30'000, microseconds(300), true, false}}) {
+    const std::uint64_t bulk = k.bulk;
+    SCOPED_TRACE("bulk_range_bytes " + std::to_string(bulk) + ", answers after " +
+                 std::to_string(k.answer_wait.count()) + " us" + (k.by_path ? ", by path" : ""));
+    net_ = std::make_unique<FakeHubTransport>(client_->ResolveUrl("x").substr(0, client_->ResolveUrl("x").size() - 1),
+                                              client_->commit(), &clock_);
+    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
+    net_->hub_answer_wait = k.answer_wait;
+    net_->cdn_answer_wait = k.answer_wait;
+    TestConsumer c;
+    c.Add("w/a.safetensors", 0, 29'999);
+    c.Add("w/a.safetensors", 29'999, 30'000);
+    c.Add("w/a.safetensors", 59'999, 40'001);
+    RangeFetcherOptions o = Options();
+    o.bulk_range_bytes = bulk;
+    o.adaptive = k.by_path;
+    o.h2_streams_by_path = k.by_path;
+    RangeFetcher f(*client_, o);
+    ASSERT_TRUE(f.Run(c).ok());
+    c.ExpectBytes(net_->lfs_files);
+    std::map<std::uint64_t, bool> bulk_by_length;
+    for (const HttpRequest& r : net_->calls()) {
+      if (!r.has_range) {
+        EXPECT_FALSE(r.bulk) << r.url;
+        continue;
+      }
+      bulk_by_length[r.range_last - r.range_first + 1] = r.bulk;
+    }
+    EXPECT_EQ(bulk_by_length,
+              (std::map<std::uint64_t, bool>{{29'999, false}, {30'000, k.expect_bulk}, {40'001, k.expect_bulk}}));
+  }
+}
+
 // --h2-streams given (or a fixed --jobs): the streams stay as set, whatever
 // the path.
 TEST_F(RangeFetcherFakeTest, StreamsPerConnectionStayAsSetWithoutByPath) {

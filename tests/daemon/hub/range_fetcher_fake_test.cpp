@@ -41,6 +41,17 @@ class RangeFetcherFakeTest : public ::testing::Test {
     return o;
   }
 
+  // A fresh in-memory hub holding w/a.safetensors alone, whose answers
+  // come after `hub_wait` and `cdn_wait` (TransferEnd::answer_wait).
+  void FreshHub(std::chrono::microseconds hub_wait, std::chrono::microseconds cdn_wait) {
+    std::string prefix = client_->ResolveUrl("x");
+    prefix.pop_back();
+    net_ = std::make_unique<FakeHubTransport>(prefix, client_->commit(), &clock_);
+    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
+    net_->hub_answer_wait = hub_wait;
+    net_->cdn_answer_wait = cdn_wait;
+  }
+
   // Ranges of `path` of `n` bytes each, covering it.
   void Split(TestConsumer& c, const std::string& path, std::uint64_t size, std::uint64_t n) {
     for (std::uint64_t off = 0; off < size; off += n) c.Add(path, off, std::min(n, size - off));
@@ -248,11 +259,7 @@ TEST_F(RangeFetcherFakeTest, StreamsPerConnectionFollowThePathsRoundTrip) {
                         Path{"long to the hub, short to the CDN", microseconds(20'000), microseconds(500), {16}},
                         Path{"not measured", microseconds(-1), microseconds(-1), {}}}) {
     SCOPED_TRACE(p.name);
-    net_ = std::make_unique<FakeHubTransport>(client_->ResolveUrl("x").substr(0, client_->ResolveUrl("x").size() - 1),
-                                              client_->commit(), &clock_);
-    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
-    net_->hub_answer_wait = p.hub;
-    net_->cdn_answer_wait = p.cdn;
+    FreshHub(p.hub, p.cdn);
     TestConsumer c;
     Split(c, "w/a.safetensors", 100'000, 1'000);
     RangeFetcherOptions o = Options();
@@ -284,11 +291,7 @@ TEST_F(RangeFetcherFakeTest, RangesFromTheBulkSizeUpAreBulkTransfers) {
     const std::uint64_t bulk = k.bulk;
     SCOPED_TRACE("bulk_range_bytes " + std::to_string(bulk) + ", answers after " +
                  std::to_string(k.answer_wait.count()) + " us" + (k.by_path ? ", by path" : ""));
-    net_ = std::make_unique<FakeHubTransport>(client_->ResolveUrl("x").substr(0, client_->ResolveUrl("x").size() - 1),
-                                              client_->commit(), &clock_);
-    net_->lfs_files["w/a.safetensors"] = MakeBlob(100'000, 1);
-    net_->hub_answer_wait = k.answer_wait;
-    net_->cdn_answer_wait = k.answer_wait;
+    FreshHub(k.answer_wait, k.answer_wait);
     TestConsumer c;
     c.Add("w/a.safetensors", 0, 29'999);
     c.Add("w/a.safetensors", 29'999, 30'000);

@@ -55,7 +55,8 @@ resumes where it stopped.
   --h2-streams S         HTTP/2 streams per connection: transfers spread over
                          ceil(J/S) connections per host (default 4, and 16
                          without --jobs where answers come within 2 ms;
-                         S >= J: all on one multiplexed connection)
+                         S >= J: all on one multiplexed connection). Ranges
+                         of 4 MiB or more get connections of their own
   --token-file FILE      token file (default: $HF_TOKEN, else $HF_TOKEN_PATH,
                          else $HF_HOME/token); wins over $HF_TOKEN
   --proxy URL            proxy for every request (default: HTTPS_PROXY etc.)

@@ -87,7 +87,8 @@ Pull options (for every job; as for 'exlr8d pull'):
                       $SSL_CERT_FILE, else the system's store)
   --jobs J            parallel transfers per pull (default 16)
   --h2-streams S      HTTP/2 streams per connection: ceil(J/S) connections
-                      per host (default 4; S >= J: one multiplexed connection)
+                      per host (default 4; S >= J: one multiplexed connection);
+                      ranges of 4 MiB or more get connections of their own
   --limit-rate BYTES  download rate limit, e.g. 200M (bytes/s), for all the
                       running jobs together
   --budget BYTES      refuse to grow the cache past this size

@@ -27,12 +27,7 @@ struct CurlTransport::Impl {
   Impl(const HttpSettings& s, Options o) : settings(s), opts(o) {
     EnsureCurlGlobalInit();
     multi = curl_multi_init();
-    bulk_multi = curl_multi_init();
-    for (CURLM* m : {multi, bulk_multi}) Configure(m);
-    // A bulk transfer fills a connection's window by itself: one each, so
-    // that two large files never split one connection's throughput.
-    curl_multi_setopt(bulk_multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 1L);
-    curl_multi_setopt(bulk_multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_transfers));
+    Configure(multi);
     host_connections_capped = WantedConnections() < opts.max_transfers;
     ApplyHostBound();
     plain_headers = curl_slist_append(nullptr, "Accept-Encoding: identity");
@@ -74,7 +69,7 @@ struct CurlTransport::Impl {
       curl_easy_cleanup(s->easy);
     }
     curl_multi_cleanup(multi);
-    curl_multi_cleanup(bulk_multi);
+    if (bulk_multi != nullptr) curl_multi_cleanup(bulk_multi);
     curl_slist_free_all(plain_headers);
     curl_slist_free_all(hub_headers);
   }
@@ -118,6 +113,20 @@ struct CurlTransport::Impl {
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                       static_cast<long>(host_connections_capped ? WantedConnections() : opts.max_transfers));
   }
+  // The bulk pool, made on first use (most transports never need one: the
+  // hub client's, a pull of small files).
+  CURLM* BulkMulti() {
+    if (bulk_multi == nullptr) {
+      bulk_multi = curl_multi_init();
+      Configure(bulk_multi);
+      // A bulk transfer fills a connection's window by itself: one each, so
+      // that two large files never split one connection's throughput.
+      curl_multi_setopt(bulk_multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 1L);
+      curl_multi_setopt(bulk_multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(opts.max_transfers));
+    }
+    return bulk_multi;
+  }
+
   void SetStreams(int s) {
     streams = s;
     curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, static_cast<long>(streams));
@@ -137,21 +146,24 @@ struct CurlTransport::Impl {
 
   // The bulk pool's sockets and timer, for the poll of the other pool: its
   // sockets as extra descriptors, and `*timeout` cut to its next timer.
-  // Descriptors past FD_SETSIZE are not reported by curl_multi_fdset, so
-  // the wait is also cut to kBulkPollCap while bulk transfers run.
+  // curl_multi_fdset leaves out descriptors past FD_SETSIZE (a server may
+  // hold thousands): a bulk transfer's connected socket is then watched
+  // for reading through CURLINFO_ACTIVESOCKET, and the wait is cut to
+  // kBulkPollCap while bulk transfers run, for what neither reports (a
+  // connection still being set up there).
   std::vector<curl_waitfd> BulkWaitFds(std::chrono::milliseconds* timeout) {
     std::vector<curl_waitfd> fds;
     if (bulk_live == 0) return fds;
     *timeout = std::min(*timeout, kBulkPollCap);
+    long next = -1;
+    if (curl_multi_timeout(bulk_multi, &next) == CURLM_OK && next >= 0)
+      *timeout = std::min(*timeout, std::chrono::milliseconds(next));
     fd_set r, w, e;
     FD_ZERO(&r);
     FD_ZERO(&w);
     FD_ZERO(&e);
     int max_fd = -1;
-    if (curl_multi_fdset(bulk_multi, &r, &w, &e, &max_fd) != CURLM_OK || max_fd < 0) {
-      *timeout = std::min(*timeout, std::chrono::milliseconds(10));  // nothing to watch: look again soon
-      return fds;
-    }
+    if (curl_multi_fdset(bulk_multi, &r, &w, &e, &max_fd) != CURLM_OK) max_fd = -1;
     for (int fd = 0; fd <= max_fd; ++fd) {
       short events = 0;
       if (FD_ISSET(fd, &r)) events |= CURL_WAIT_POLLIN;
@@ -159,9 +171,16 @@ struct CurlTransport::Impl {
       if (FD_ISSET(fd, &e)) events |= CURL_WAIT_POLLPRI;
       if (events != 0) fds.push_back(curl_waitfd{fd, events, 0});
     }
-    long next = -1;
-    if (curl_multi_timeout(bulk_multi, &next) == CURLM_OK && next >= 0)
-      *timeout = std::min(*timeout, std::chrono::milliseconds(next));
+    for (const auto& [transfer, slot] : running) {
+      curl_socket_t fd = CURL_SOCKET_BAD;
+      if (slot->owner != bulk_multi ||
+          curl_easy_getinfo(slot->easy, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK || fd == CURL_SOCKET_BAD ||
+          fd < FD_SETSIZE)
+        continue;
+      fds.push_back(curl_waitfd{fd, CURL_WAIT_POLLIN, 0});
+    }
+    // Nothing to watch yet (the names still resolving): look again soon.
+    if (fds.empty()) *timeout = std::min(*timeout, std::chrono::milliseconds(10));
     return fds;
   }
   static constexpr std::chrono::milliseconds kBulkPollCap{100};
@@ -290,8 +309,11 @@ void CurlTransport::Start(const HttpRequest& req, HttpTransfer* t) {
     DebugLogRequest(req.head_only, s->url, range, token && !impl_->settings.token.empty());
   }
   impl_->running[t] = s;
-  s->owner = req.bulk ? impl_->bulk_multi : impl_->multi;
-  if (req.bulk) {
+  // Bulk only while every answer was HTTP/2: over HTTP/1.x each connection
+  // carries one transfer anyway, and a second pool would only hold more.
+  const bool bulk = req.bulk && impl_->host_connections_capped;
+  s->owner = bulk ? impl_->BulkMulti() : impl_->multi;
+  if (bulk) {
     ++impl_->bulk_live;
     // Not onto a bulk connection still being set up (libcurl 7.88 attaches
     // a waiting transfer to it past the one-stream cap): a connection of its own.
@@ -309,7 +331,7 @@ void CurlTransport::Abandon(HttpTransfer* t) {
   auto it = impl_->running.find(t);
   if (it == impl_->running.end()) return;
   curl_multi_remove_handle(it->second->owner, it->second->easy);
-  if (it->second->owner == impl_->bulk_multi) --impl_->bulk_live;
+  if (it->second->owner != impl_->multi) --impl_->bulk_live;
   it->second->transfer = nullptr;
   impl_->running.erase(it);
 }
@@ -317,7 +339,7 @@ void CurlTransport::Abandon(HttpTransfer* t) {
 Result<int> CurlTransport::Perform() {
   int done = 0;
   for (CURLM* m : {impl_->multi, impl_->bulk_multi}) {
-    if (m == impl_->bulk_multi && impl_->bulk_live == 0) continue;
+    if (m != impl_->multi && impl_->bulk_live == 0) continue;
     int still_running = 0;
     const CURLMcode mc = curl_multi_perform(m, &still_running);
     if (mc != CURLM_OK) return InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));

@@ -53,6 +53,9 @@
 // holding) them.
 #define EXLR8_ACQUIRE(...) EXLR8_THREAD_ANNOTATION_(acquire_capability(__VA_ARGS__))
 #define EXLR8_RELEASE(...) EXLR8_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
+// A function that takes the locks only when it returns the first argument
+// (a try-lock): EXLR8_TRY_ACQUIRE(true) on a Mutex's own method.
+#define EXLR8_TRY_ACQUIRE(...) EXLR8_THREAD_ANNOTATION_(try_acquire_capability(__VA_ARGS__))
 // A function that checks at run time that the lock is held; the analysis
 // then takes it as held.
 #define EXLR8_ASSERT_CAPABILITY(x) EXLR8_THREAD_ANNOTATION_(assert_capability(x))
@@ -77,6 +80,8 @@ class EXLR8_CAPABILITY("mutex") Mutex {
 
   void Lock() EXLR8_ACQUIRE() { mu_.lock(); }
   void Unlock() EXLR8_RELEASE() { mu_.unlock(); }
+  // Takes the lock if it is free; true when it did.
+  bool TryLock() EXLR8_TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // Tells the analysis the caller holds the lock (for code reached through a
   // callback it cannot follow). Checks nothing at run time.
   void AssertHeld() EXLR8_ASSERT_CAPABILITY(this) {}

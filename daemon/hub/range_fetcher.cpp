@@ -354,7 +354,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
       jobs.Complete(ji);
       return;
     }
-    AnswerVerdict v = t.checker.Finish(t.head, end, jobs.Describe(ji));
+    AnswerVerdict v = t.checker.Finish(t.head, end, jobs.Describe(ji), clock->WallNow());
     const FileState& f = resolver.file(j.file);
     switch (v.kind) {
       case AnswerVerdict::Kind::kComplete:
@@ -570,5 +570,7 @@ void RangeFetcher::Deliver(std::uint64_t id, RangeVerdict verdict) {
 }
 
 FetchCounters RangeFetcher::counters() const { return impl_->counters.Snapshot(); }
+
+Clock& RangeFetcher::clock() const { return *impl_->clock; }
 
 }  // namespace exlr8

@@ -311,6 +311,10 @@ class RangeFetcher {
   // Thread-safe snapshot.
   FetchCounters counters() const;
 
+  // The clock the fetcher measures and waits by (RangeFetcherOptions::clock,
+  // or the real one), for what runs beside it on the same time line.
+  Clock& clock() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -30,12 +30,14 @@ class RepoPathSource final : public ByteSource {
 
 }  // namespace
 
+void ConsumerBase::NoteFailure(const Status& status) {
+  MutexLock lock(&failure_mu_);
+  ++failures_;
+  if (first_error_.ok()) first_error_ = status;
+}
+
 void ConsumerBase::OnFailed(std::uint64_t id, const Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(failure_mu_);
-    ++failures_;
-    if (first_error_.ok()) first_error_ = status;
-  }
+  NoteFailure(status);
   Forget(id);
   // Nothing else can succeed past these: stop the whole run early, with
   // this as the reason every other open request (of any consumer) ends with.
@@ -56,38 +58,40 @@ WholeFileConsumer::WholeFileConsumer(RangeFetcher& fetcher, Cache& cache, Commit
     : ConsumerBase(fetcher), cache_(cache), batch_(batch), counters_(counters), targets_(std::move(targets)) {}
 
 WholeFileConsumer::~WholeFileConsumer() {
+  std::thread checker;
   {
-    std::lock_guard<std::mutex> lock(check_mu_);
+    MutexLock lock(&check_mu_);
     check_stop_ = true;
+    checker = std::move(checker_);
   }
-  check_cv_.notify_all();
-  if (checker_.joinable()) checker_.join();
+  check_cv_.SignalAll();
+  if (checker.joinable()) checker.join();
 }
 
 void WholeFileConsumer::QueueCheck(std::size_t target) {
-  std::lock_guard<std::mutex> lock(check_mu_);
+  MutexLock lock(&check_mu_);
   check_queue_.push_back(target);
   if (!checker_.joinable()) checker_ = std::thread([this] { CheckLoop(); });
-  check_cv_.notify_all();
+  check_cv_.SignalAll();
 }
 
 void WholeFileConsumer::DrainChecks() {
-  std::unique_lock<std::mutex> lock(check_mu_);
-  check_cv_.wait(lock, [&] { return check_stop_ || (check_queue_.empty() && !checking_); });
+  MutexLock lock(&check_mu_);
+  while (!check_stop_ && !(check_queue_.empty() && !checking_)) check_cv_.Wait(&check_mu_);
 }
 
 // Reads each queued file back from the cache (its bytes are written, not yet
 // durable: the page cache has them) and checks it against the format.
 void WholeFileConsumer::CheckLoop() {
   pthread_setname_np(pthread_self(), "exlr8-dense");
-  std::unique_lock<std::mutex> lock(check_mu_);
+  check_mu_.Lock();
   while (true) {
-    check_cv_.wait(lock, [&] { return check_stop_ || !check_queue_.empty(); });
-    if (check_stop_) return;
+    while (!check_stop_ && check_queue_.empty()) check_cv_.Wait(&check_mu_);
+    if (check_stop_) break;
     const WholeFileTarget& t = targets_[check_queue_.front()];
     check_queue_.pop_front();
     checking_ = true;
-    lock.unlock();
+    check_mu_.Unlock();
     Result<std::unique_ptr<ByteSource>> src = cache_.OpenCheckedByCaller(t.file);
     std::shared_ptr<const std::vector<FileRecord>> records;
     Status s = src.status();
@@ -116,15 +120,12 @@ void WholeFileConsumer::CheckLoop() {
                           (t.sha256.empty() ? "git blob id" : "SHA-256") +
                           ": the release itself is malformed)");
     }
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> failure(failure_mu_);
-      ++failures_;
-      if (first_error_.ok()) first_error_ = s;
-    }
-    lock.lock();
+    if (!s.ok()) NoteFailure(s);
+    check_mu_.Lock();
     checking_ = false;
-    check_cv_.notify_all();
+    check_cv_.SignalAll();
   }
+  check_mu_.Unlock();
 }
 
 Status WholeFileConsumer::Accepted(const WholeFileTarget& t,
@@ -134,7 +135,7 @@ Status WholeFileConsumer::Accepted(const WholeFileTarget& t,
       batch_.Add({t.file, 0, t.size, /*whole_file=*/true, std::move(records)}, t.size - t.resume_from));
   counters_.bytes_verified.fetch_add(t.size, std::memory_order_relaxed);
   counters_.bytes_written_verified.fetch_add(t.size - t.resume_from, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(verified_mu_);
+  MutexLock lock(&verified_mu_);
   verified_.push_back(t.file);
   return Status::Ok();
 }
@@ -251,7 +252,7 @@ bool HeaderConsumer::NextRequest(RangeRequest* out) {
   out->id = next_;
   out->label = t.path + " header";
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     start_size_[next_] = t.bytes.size();
   }
   ++next_;
@@ -280,7 +281,7 @@ RangeVerdict HeaderConsumer::OnComplete(std::uint64_t id) {
 void HeaderConsumer::OnReset(std::uint64_t id) {
   std::size_t start;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     start = start_size_[id];
   }
   targets_[id].bytes.resize(start);

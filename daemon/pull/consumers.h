@@ -19,18 +19,17 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/base/mutex.h"
 #include "daemon/cache/cache.h"
 #include "daemon/cache/digest.h"
 #include "daemon/hub/range_fetcher.h"
@@ -61,22 +60,22 @@ struct JobCounters {
 template <typename T>
 class LiveRequests {
  public:
-  void Emplace(std::uint64_t id, T value) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Emplace(std::uint64_t id, T value) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     map_.emplace(id, std::move(value));
   }
-  T& At(std::uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
+  T& At(std::uint64_t id) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return map_.at(id);
   }
-  void Erase(std::uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Erase(std::uint64_t id) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     map_.erase(id);
   }
 
  private:
-  std::mutex mu_;
-  std::unordered_map<std::uint64_t, T> map_;
+  Mutex mu_;
+  std::unordered_map<std::uint64_t, T> map_ EXLR8_GUARDED_BY(mu_);
 };
 
 // Base: remembers the first failure and cancels the fetcher on failures that
@@ -85,16 +84,26 @@ class ConsumerBase : public RangeConsumer {
  public:
   explicit ConsumerBase(RangeFetcher& fetcher) : fetcher_(fetcher) {}
   void OnFailed(std::uint64_t id, const Status& status) override;
-  // Read once the run has ended.
-  const Status& first_error() const { return first_error_; }
-  std::uint64_t failures() const { return failures_; }
+  // Final once the run has ended.
+  Status first_error() const EXLR8_EXCLUDES(failure_mu_) {
+    MutexLock lock(&failure_mu_);
+    return first_error_;
+  }
+  std::uint64_t failures() const EXLR8_EXCLUDES(failure_mu_) {
+    MutexLock lock(&failure_mu_);
+    return failures_;
+  }
 
  protected:
   virtual void Forget(std::uint64_t id) = 0;
+  // Counts a failed request; the first one's status is first_error().
+  void NoteFailure(const Status& status) EXLR8_EXCLUDES(failure_mu_);
   RangeFetcher& fetcher_;
-  std::mutex failure_mu_;
-  Status first_error_;
-  std::uint64_t failures_ = 0;
+
+ private:
+  mutable Mutex failure_mu_;
+  Status first_error_ EXLR8_GUARDED_BY(failure_mu_);
+  std::uint64_t failures_ EXLR8_GUARDED_BY(failure_mu_) = 0;
 };
 
 struct WholeFileTarget {
@@ -146,10 +155,13 @@ class WholeFileConsumer final : public ConsumerBase {
 
   // Waits until every check queued so far has ended (call after the run, so
   // that verified() and first_error() are final).
-  void DrainChecks();
+  void DrainChecks() EXLR8_EXCLUDES(check_mu_);
 
   // Files verified (and queued for commit) in this run.
-  const std::vector<FileId>& verified() const { return verified_; }
+  std::vector<FileId> verified() EXLR8_EXCLUDES(verified_mu_) {
+    MutexLock lock(&verified_mu_);
+    return verified_;
+  }
   // Bytes written into the cache so far (any thread).
   std::uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
 
@@ -163,8 +175,8 @@ class WholeFileConsumer final : public ConsumerBase {
   // The file matched its hash (and its format): queue it for commit as
   // verified whole, with its record index if it has one.
   Status Accepted(const WholeFileTarget& t, std::shared_ptr<const std::vector<FileRecord>> records = nullptr);
-  void QueueCheck(std::size_t target);
-  void CheckLoop();
+  void QueueCheck(std::size_t target) EXLR8_EXCLUDES(check_mu_);
+  void CheckLoop() EXLR8_EXCLUDES(check_mu_);
   Cache& cache_;
   CommitBatcher& batch_;
   JobCounters& counters_;
@@ -172,16 +184,16 @@ class WholeFileConsumer final : public ConsumerBase {
   std::size_t next_ = 0;
   LiveRequests<Live> live_;
   std::vector<std::optional<StreamDigest>> prefix_digests_;  // by target, from HashPrefixes
-  std::mutex verified_mu_;
-  std::vector<FileId> verified_;
+  Mutex verified_mu_;
+  std::vector<FileId> verified_ EXLR8_GUARDED_BY(verified_mu_);
   std::atomic<std::uint64_t> bytes_written_{0};
   // The dense checks: targets waiting, and the thread that runs them.
-  std::mutex check_mu_;
-  std::condition_variable check_cv_;  // queued, stopping, or one ended
-  std::deque<std::size_t> check_queue_;
-  bool checking_ = false;  // a check is running
-  bool check_stop_ = false;
-  std::thread checker_;
+  Mutex check_mu_;
+  CondVar check_cv_;  // queued, stopping, or one ended
+  std::deque<std::size_t> check_queue_ EXLR8_GUARDED_BY(check_mu_);
+  bool checking_ EXLR8_GUARDED_BY(check_mu_) = false;  // a check is running
+  bool check_stop_ EXLR8_GUARDED_BY(check_mu_) = false;
+  std::thread checker_ EXLR8_GUARDED_BY(check_mu_);
 };
 
 struct HeaderTarget {
@@ -219,8 +231,9 @@ class HeaderConsumer final : public ConsumerBase {
   std::vector<HeaderTarget>& targets_;
   std::function<Status(HeaderTarget&)> on_complete_;
   std::size_t next_ = 0;
-  std::mutex mu_;
-  std::unordered_map<std::uint64_t, std::size_t> start_size_;  // id -> bytes.size() at start
+  Mutex mu_;
+  // id -> bytes.size() at start
+  std::unordered_map<std::uint64_t, std::size_t> start_size_ EXLR8_GUARDED_BY(mu_);
 };
 
 // One half still to fetch.

@@ -5,6 +5,9 @@
 #include <array>
 #include <chrono>
 
+#include "daemon/base/clock.h"
+#include "daemon/base/mutex.h"
+
 namespace exlr8 {
 
 namespace {
@@ -19,12 +22,13 @@ static_assert(OffloadConsumer::kLanes == FetchSession::kStep + 1, "one offload l
 // requests (ids tagged with the submission's slot) and routes callbacks back.
 class FetchSession::Mux final : public RangeConsumer {
  public:
-  Mux(RangeFetcher& fetcher, std::chrono::nanoseconds max_hold) : fetcher_(fetcher), max_hold_(max_hold) {}
+  Mux(RangeFetcher& fetcher, Clock& clock, std::chrono::nanoseconds max_hold)
+      : fetcher_(fetcher), clock_(clock), max_hold_(max_hold) {}
 
-  Ticket Add(RangeConsumer& consumer, Priority priority, int cap) {
+  Ticket Add(RangeConsumer& consumer, Priority priority, int cap) EXLR8_EXCLUDES(mu_) {
     Ticket t;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (count_ >= kMaxSubmissions) return kMaxSubmissions;  // Wait reports it
       t = count_++;
       subs_[t] = Sub{&consumer, priority, cap};
@@ -33,8 +37,8 @@ class FetchSession::Mux final : public RangeConsumer {
     return t;
   }
 
-  bool NextRequest(RangeRequest* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool NextRequest(RangeRequest* out) override EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     // Planner steps first; then capped submissions below their cap (their
     // share of the slots: the dense files keep streaming beside the halves
     // instead of waiting for all of them, and end before they do); then by
@@ -48,8 +52,8 @@ class FetchSession::Mux final : public RangeConsumer {
     return false;
   }
 
-  bool MayHaveMore() override {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool MayHaveMore() override EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (!closed_) return true;
     for (std::size_t i = 0; i < count_; ++i)
       if (!subs_[i].exhausted) return true;
@@ -75,14 +79,14 @@ class FetchSession::Mux final : public RangeConsumer {
   // timeout, 30 s by default) would end it after a long step on a slow
   // link. Called on the fetch thread, lock-free.
   bool ReadyFor(std::uint64_t id, std::size_t /*bytes*/) override {
-    if (subs_[id & kMaxSubmissions].priority != kBackground) return true;
+    if (PriorityOf(id) != kBackground) return true;
     const std::int64_t since = hold_since_ns_.load(std::memory_order_relaxed);
     return since == 0 || NowNs() - since > max_hold_.count();
   }
 
   // The offload worker's lane: steps first, then halves, then the
   // background (whose transfers alone are held back when it is full).
-  int Lane(std::uint64_t id) const { return subs_[id & kMaxSubmissions].priority; }
+  int Lane(std::uint64_t id) const { return PriorityOf(id); }
 
   void OnFailed(std::uint64_t id, const Status& status) override {
     Of(id).OnFailed(id >> kSlotBits, status);
@@ -91,30 +95,30 @@ class FetchSession::Mux final : public RangeConsumer {
 
   void Close() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       closed_ = true;
     }
     fetcher_.Wake();
   }
 
-  void SetEnded(Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void SetEnded(Status status) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     ended_ = true;
     run_status_ = std::move(status);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
-  Status Wait(Ticket t) {
-    std::unique_lock<std::mutex> lock(mu_);
+  Status Wait(Ticket t) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (t >= count_) return InternalError("fetch session: more than " + std::to_string(kMaxSubmissions) + " steps");
-    cv_.wait(lock, [&] { return (subs_[t].exhausted && subs_[t].live == 0) || ended_; });
+    while (!(subs_[t].exhausted && subs_[t].live == 0) && !ended_) cv_.Wait(&mu_);
     if (subs_[t].exhausted && subs_[t].live == 0) return Status::Ok();
     if (!run_status_.ok()) return run_status_;
     return InternalError("fetch session ended before a submitted step ran");
   }
 
-  Status run_status() {
-    std::lock_guard<std::mutex> lock(mu_);
+  Status run_status() EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return run_status_;
   }
 
@@ -127,24 +131,30 @@ class FetchSession::Mux final : public RangeConsumer {
     std::uint64_t live = 0;  // handed out, not ended
   };
 
-  // Written once under mu_ before any of its ids exist, so reading the
-  // pointer for a live id needs no lock.
-  RangeConsumer& Of(std::uint64_t id) { return *subs_[id & kMaxSubmissions].consumer; }
+  // A submission's consumer and priority are written once under mu_ before
+  // any of its ids exist, so reading them for a live id needs no lock (the
+  // analysis cannot see that ordering; the rest of Sub is read under mu_).
+  RangeConsumer& Of(std::uint64_t id) EXLR8_NO_THREAD_SAFETY_ANALYSIS {
+    return *subs_[id & kMaxSubmissions].consumer;
+  }
+  int PriorityOf(std::uint64_t id) const EXLR8_NO_THREAD_SAFETY_ANALYSIS {
+    return subs_[id & kMaxSubmissions].priority;
+  }
 
-  void End(std::uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void End(std::uint64_t id) EXLR8_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     Sub& s = subs_[id & kMaxSubmissions];
     if (s.live == 0) return;  // never: the fetcher ends each request once
     --s.live;
     if (s.priority == kStep && --steps_live_ == 0) hold_since_ns_.store(0, std::memory_order_relaxed);
-    if (s.exhausted && s.live == 0) cv_.notify_all();
+    if (s.exhausted && s.live == 0) cv_.SignalAll();
   }
 
   // The first request of the submissions `eligible` selects, in the order
   // submitted, within their caps; `start_priority` is what the fetcher
-  // orders it by (RangeRequest::priority). REQUIRES: mu_ held.
+  // orders it by (RangeRequest::priority).
   template <typename Eligible>
-  bool HandOut(RangeRequest* out, Eligible eligible, int start_priority) {
+  bool HandOut(RangeRequest* out, Eligible eligible, int start_priority) EXLR8_REQUIRES(mu_) {
     for (std::size_t i = 0; i < count_; ++i) {
       Sub& s = subs_[i];
       if (s.exhausted || !eligible(s)) continue;
@@ -157,40 +167,41 @@ class FetchSession::Mux final : public RangeConsumer {
         return true;
       }
       s.exhausted = true;
-      if (s.live == 0) cv_.notify_all();
+      if (s.live == 0) cv_.SignalAll();
     }
     return false;
   }
 
-  // REQUIRES: mu_ held.
-  bool Capped(std::size_t i) const {
+  bool Capped(std::size_t i) const EXLR8_REQUIRES(mu_) {
     if (!closed_) return true;
     for (std::size_t j = 0; j < count_; ++j)
       if (subs_[j].priority > subs_[i].priority && !subs_[j].exhausted) return true;
     return false;
   }
 
-  RangeFetcher& fetcher_;
-  const std::chrono::nanoseconds max_hold_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::array<Sub, kMaxSubmissions> subs_{};
-  std::size_t count_ = 0;
-  bool closed_ = false;
-  bool ended_ = false;
-  int steps_live_ = 0;  // kStep requests handed out, not ended
-  // When steps_live_ last became nonzero (steady clock, ns); 0 while none.
-  std::atomic<std::int64_t> hold_since_ns_{0};
-  static std::int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+  // Nanoseconds on clock_'s steady time line; never 0.
+  std::int64_t NowNs() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.Now().time_since_epoch()).count() | 1;
   }
-  Status run_status_;
+
+  RangeFetcher& fetcher_;
+  Clock& clock_;
+  const std::chrono::nanoseconds max_hold_;
+  Mutex mu_;
+  CondVar cv_;  // signalled when a submission ends or the run does
+  std::array<Sub, kMaxSubmissions> subs_ EXLR8_GUARDED_BY(mu_){};
+  std::size_t count_ EXLR8_GUARDED_BY(mu_) = 0;
+  bool closed_ EXLR8_GUARDED_BY(mu_) = false;
+  bool ended_ EXLR8_GUARDED_BY(mu_) = false;
+  int steps_live_ EXLR8_GUARDED_BY(mu_) = 0;  // kStep requests handed out, not ended
+  // When steps_live_ last became nonzero (NowNs); 0 while none.
+  std::atomic<std::int64_t> hold_since_ns_{0};
+  Status run_status_ EXLR8_GUARDED_BY(mu_);
 };
 
 FetchSession::FetchSession(RangeFetcher& fetcher, const std::atomic<bool>* cancel, int write_threads,
                            std::chrono::milliseconds max_hold)
-    : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher, max_hold)) {
+    : fetcher_(fetcher), mux_(std::make_unique<Mux>(fetcher, fetcher.clock(), max_hold)) {
   offload_ = std::make_unique<OffloadConsumer>(
       *mux_, fetcher_, kQueuedBytes, [mux = mux_.get()](std::uint64_t id) { return mux->Lane(id); }, write_threads);
   thread_ = std::thread([this, cancel] {

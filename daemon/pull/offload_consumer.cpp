@@ -37,21 +37,30 @@ OffloadConsumer::OffloadConsumer(RangeConsumer& inner, RangeFetcher& fetcher, st
 
 OffloadConsumer::~OffloadConsumer() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  for (auto& w : workers_) w->cv.notify_all();
+  for (auto& w : workers_) w->cv.SignalAll();
   for (auto& w : workers_) w->thread.join();
 }
 
 bool OffloadConsumer::NextRequest(RangeRequest* out) {
-  std::lock_guard<std::mutex> lock(inner_mu_);
+  MutexLock lock(&inner_mu_);
   return inner_.NextRequest(out);
 }
 
 bool OffloadConsumer::MayHaveMore() {
-  std::lock_guard<std::mutex> lock(inner_mu_);
+  MutexLock lock(&inner_mu_);
   return inner_.MayHaveMore();
+}
+
+// A conditional lock, which the analysis cannot follow; inner_mu_ guards
+// calls, not fields, so nothing it checks is lost.
+template <typename Call>
+auto OffloadConsumer::CallInner(Call call) EXLR8_NO_THREAD_SAFETY_ANALYSIS {
+  if (!serialize_) return call();
+  MutexLock lock(&inner_mu_);
+  return call();
 }
 
 std::size_t OffloadConsumer::LaneIndex(std::uint64_t id) const {
@@ -70,7 +79,7 @@ bool OffloadConsumer::ReadyFor(std::uint64_t id, std::size_t bytes) {
 
 Status OffloadConsumer::OnData(std::uint64_t id, std::uint64_t offset, std::span<const std::byte> bytes) {
   if (failed_count_.load(std::memory_order_acquire) != 0) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = failed_.find(id); it != failed_.end()) return it->second;
   }
   Open& o = open_[id];
@@ -90,30 +99,32 @@ void OffloadConsumer::PushData(std::uint64_t id, std::vector<std::byte>& open, s
   if (open.empty()) return;
   const std::size_t lane = LaneIndex(id);
   std::atomic<std::size_t>& queued = queued_bytes_[lane];
-  std::unique_lock<std::mutex> lock(mu_);
-  // Backpressure: wait for room in this lane, but never for a message
-  // larger than the whole budget once the lane is empty.
-  const std::size_t n = open.size();
-  if (queued != 0 && queued + n > max_queued_bytes_) {
-    producer_waiting_ = true;
-    space_cv_.wait(lock, [&] { return queued == 0 || queued + n <= max_queued_bytes_; });
-    producer_waiting_ = false;
-  }
-  queued += n;
-  std::size_t total = 0;
-  for (const auto& q : queued_bytes_) total += q;
-  peak_queued_bytes_ = std::max(peak_queued_bytes_, total);
   Worker& w = WorkerOf(id);
-  w.lanes[lane].push_back(Message{Op::kData, id, open_offset, std::move(open), Status::Ok()});
-  open = {};
-  if (refill && !spare_.empty()) {  // the next message's buffer
-    open = std::move(spare_.back());
-    spare_.pop_back();
-    open.clear();  // keeps the capacity
+  bool wake;
+  {
+    MutexLock lock(&mu_);
+    // Backpressure: wait for room in this lane, but never for a message
+    // larger than the whole budget once the lane is empty.
+    const std::size_t n = open.size();
+    if (queued != 0 && queued + n > max_queued_bytes_) {
+      producer_waiting_ = true;
+      while (queued != 0 && queued + n > max_queued_bytes_) space_cv_.Wait(&mu_);
+      producer_waiting_ = false;
+    }
+    queued += n;
+    std::size_t total = 0;
+    for (const auto& q : queued_bytes_) total += q;
+    peak_queued_bytes_ = std::max(peak_queued_bytes_, total);
+    w.lanes[lane].push_back(Message{Op::kData, id, open_offset, std::move(open), Status::Ok()});
+    open = {};
+    if (refill && !spare_.empty()) {  // the next message's buffer
+      open = std::move(spare_.back());
+      spare_.pop_back();
+      open.clear();  // keeps the capacity
+    }
+    wake = w.idle;
   }
-  const bool wake = w.idle;
-  lock.unlock();
-  if (wake) w.cv.notify_one();
+  if (wake) w.cv.Signal();
 }
 
 RangeVerdict OffloadConsumer::OnComplete(std::uint64_t id) {
@@ -142,34 +153,34 @@ void OffloadConsumer::Push(Message m) {
   const std::size_t lane = LaneIndex(m.id);
   bool wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     w.lanes[lane].push_back(std::move(m));
     wake = w.idle;
   }
-  if (wake) w.cv.notify_one();
+  if (wake) w.cv.Signal();
 }
 
 void OffloadConsumer::Drain() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   producer_waiting_ = true;
-  space_cv_.wait(lock, [&] { return Idle(); });
+  while (!Idle()) space_cv_.Wait(&mu_);
   producer_waiting_ = false;
 }
 
 std::size_t OffloadConsumer::peak_queued_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return peak_queued_bytes_;
 }
 
 void OffloadConsumer::Loop(Worker& w) {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (true) {
     if (w.Empty() && !stop_) {
       w.idle = true;
-      w.cv.wait(lock, [&] { return stop_ || !w.Empty(); });
+      while (!stop_ && w.Empty()) w.cv.Wait(&mu_);
       w.idle = false;
     }
-    if (w.Empty()) return;  // stop_ and nothing left
+    if (w.Empty()) break;  // stop_ and nothing left
     // The highest lane first: a planner step's completion must not wait
     // behind megabytes of halves or background file data.
     std::size_t top = kLanes - 1;
@@ -177,78 +188,63 @@ void OffloadConsumer::Loop(Worker& w) {
     Message m = std::move(w.lanes[top].front());
     w.lanes[top].pop_front();
     w.busy = true;
-    lock.unlock();
+    mu_.Unlock();
     Handle(m);
-    lock.lock();
+    mu_.Lock();
     w.busy = false;
     if (m.op == Op::kData) {
       queued_bytes_[top] -= m.bytes.size();
       if (spare_.size() < kMaxSpareBuffers && m.bytes.capacity() <= kMessageBytes) spare_.push_back(std::move(m.bytes));
     }
     // Producers wait only when a lane is full, or in Drain.
-    if (producer_waiting_) space_cv_.notify_all();
+    if (producer_waiting_) space_cv_.SignalAll();
   }
+  mu_.Unlock();
+}
+
+std::optional<Status> OffloadConsumer::FailureOf(std::uint64_t id) {
+  MutexLock lock(&mu_);
+  auto it = failed_.find(id);
+  if (it == failed_.end()) return std::nullopt;
+  return it->second;
 }
 
 void OffloadConsumer::Handle(Message& m) {
-  // The error the worker met earlier for this request, if any.
-  auto failure = [&]() -> std::optional<Status> {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = failed_.find(m.id);
-    if (it == failed_.end()) return std::nullopt;
-    return it->second;
-  };
   auto forget_failure = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     failed_.erase(m.id);
     failed_count_.store(failed_.size(), std::memory_order_release);
   };
   switch (m.op) {
     case Op::kData: {
-      if (failure()) return;  // the request is failing; drop its bytes
-      Status s;
-      {
-        std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
-        if (serialize_) lock.lock();
-        s = inner_.OnData(m.id, m.offset, m.bytes);
-      }
+      if (FailureOf(m.id)) return;  // the request is failing; drop its bytes
+      Status s = CallInner([&] { return inner_.OnData(m.id, m.offset, m.bytes); });
       if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         failed_.emplace(m.id, std::move(s));
         failed_count_.store(failed_.size(), std::memory_order_release);
       }
       return;
     }
     case Op::kComplete: {
-      if (auto f = failure()) {
+      if (auto f = FailureOf(m.id)) {
         forget_failure();
         fetcher_.Deliver(m.id, RangeVerdict::Fail(std::move(*f)));
         return;
       }
-      RangeVerdict v;
-      {
-        std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
-        if (serialize_) lock.lock();
-        v = inner_.OnComplete(m.id);
-      }
+      RangeVerdict v = CallInner([&] { return inner_.OnComplete(m.id); });
       if (v.kind == RangeVerdict::Kind::kPending)  // nested offloading is not supported
         v = RangeVerdict::Fail(InternalError("offloaded consumer answered Pending"));
       fetcher_.Deliver(m.id, std::move(v));
       return;
     }
-    case Op::kReset: {
-      std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
-      if (serialize_) lock.lock();
-      inner_.OnReset(m.id);
+    case Op::kReset:
+      CallInner([&] { inner_.OnReset(m.id); });
       return;
-    }
-    case Op::kFailed: {
+    case Op::kFailed:
       forget_failure();
-      std::unique_lock<std::mutex> lock(inner_mu_, std::defer_lock);
-      if (serialize_) lock.lock();
-      inner_.OnFailed(m.id, m.status);
+      CallInner([&] { inner_.OnFailed(m.id, m.status); });
       return;
-    }
   }
 }
 

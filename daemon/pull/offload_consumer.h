@@ -40,18 +40,18 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/base/mutex.h"
 #include "daemon/hub/range_fetcher.h"
 #include "format/status.h"
 
@@ -108,12 +108,15 @@ class OffloadConsumer final : public RangeConsumer {
     Status status;                 // kFailed
   };
 
-  // A worker thread and its queues, one per lane.
+  // A worker thread and its queues, one per lane. Every field but `thread`
+  // is read and written under the OffloadConsumer's mu_ (the analysis
+  // cannot name an enclosing object's lock; the functions that touch them
+  // REQUIRE mu_).
   struct Worker {
     std::array<std::deque<Message>, kLanes> lanes;
-    std::condition_variable cv;  // something queued / stop
-    bool idle = false;           // waits on cv
-    bool busy = false;           // handling a message
+    CondVar cv;          // something queued / stop
+    bool idle = false;   // waits on cv
+    bool busy = false;   // handling a message
     std::thread thread;
     bool Empty() const {
       return std::all_of(lanes.begin(), lanes.end(), [](const auto& q) { return q.empty(); });
@@ -121,35 +124,45 @@ class OffloadConsumer final : public RangeConsumer {
   };
   std::size_t LaneIndex(std::uint64_t id) const;
   Worker& WorkerOf(std::uint64_t id) { return *workers_[(id * 0x9E3779B97F4A7C15ull >> 32) % workers_.size()]; }
-  bool Idle() const;  // every queue empty, no worker busy. REQUIRES: mu_ held
-  void Push(Message m);
+  bool Idle() const EXLR8_REQUIRES(mu_);  // every queue empty, no worker busy
+  void Push(Message m) EXLR8_EXCLUDES(mu_);
   // Queues the open message of `id` (if any bytes), waiting for room in its
   // lane; leaves `open` empty, with a recycled buffer if `refill`.
-  void PushData(std::uint64_t id, std::vector<std::byte>& open, std::uint64_t open_offset, bool refill);
-  void Loop(Worker& w);
-  void Handle(Message& m);
+  void PushData(std::uint64_t id, std::vector<std::byte>& open, std::uint64_t open_offset, bool refill)
+      EXLR8_EXCLUDES(mu_);
+  void Loop(Worker& w) EXLR8_EXCLUDES(mu_);
+  void Handle(Message& m) EXLR8_EXCLUDES(mu_);
+  // The error the worker met earlier for request `id`, if any.
+  std::optional<Status> FailureOf(std::uint64_t id) EXLR8_EXCLUDES(mu_);
+  // Runs `call` into inner_, under inner_mu_ when serialize_.
+  template <typename Call>
+  auto CallInner(Call call);
 
   RangeConsumer& inner_;
   RangeFetcher& fetcher_;
   const std::size_t max_queued_bytes_;
   const std::function<int(std::uint64_t)> lane_;
 
-  const bool serialize_;  // one worker: every call into inner_ under inner_mu_
-  std::mutex inner_mu_;
+  // One worker: every call into inner_ is made under inner_mu_, so inner_
+  // sees one call at a time (NextRequest and MayHaveMore, from the fetch
+  // thread, take it always).
+  const bool serialize_;
+  Mutex inner_mu_;
 
-  mutable std::mutex mu_;  // guards everything below
-  std::condition_variable space_cv_;  // producers: bytes freed / drained
+  mutable Mutex mu_;
+  CondVar space_cv_;  // producers: bytes freed / drained
+  // Made in the constructor, then only read (the Workers' fields: mu_).
   std::vector<std::unique_ptr<Worker>> workers_;
   // Bytes queued per lane over all workers: written under mu_, read without
   // it by ReadyFor (a hint).
   std::array<std::atomic<std::size_t>, kLanes> queued_bytes_{};
-  std::vector<std::vector<std::byte>> spare_;  // recycled chunk buffers
-  std::size_t peak_queued_bytes_ = 0;
-  bool producer_waiting_ = false;  // OnData or Drain waits on space_cv_
-  bool stop_ = false;
+  std::vector<std::vector<std::byte>> spare_ EXLR8_GUARDED_BY(mu_);  // recycled chunk buffers
+  std::size_t peak_queued_bytes_ EXLR8_GUARDED_BY(mu_) = 0;
+  bool producer_waiting_ EXLR8_GUARDED_BY(mu_) = false;  // OnData or Drain waits on space_cv_
+  bool stop_ EXLR8_GUARDED_BY(mu_) = false;
   // Requests whose data the worker could not take (e.g. disk full), with
   // the error; cleared when the worker sees the request end.
-  std::unordered_map<std::uint64_t, Status> failed_;
+  std::unordered_map<std::uint64_t, Status> failed_ EXLR8_GUARDED_BY(mu_);
   std::atomic<std::size_t> failed_count_{0};  // failed_.size(), read without mu_
 
   // The fetch thread's open message per request in flight (fetch thread only).

@@ -19,7 +19,7 @@ PullStreams::~PullStreams() {
 std::unique_ptr<CommitBatcher> PullStreams::NewBatch(bool report) {
   return std::make_unique<CommitBatcher>(env_.cache, env_.commit_interval, env_.commit_bytes,
                                          report ? env_.on_commit : std::function<void()>(),
-                                         env_.space.recorded_counter());
+                                         env_.space.recorded_counter(), &env_.fetcher.clock());
 }
 
 Status PullStreams::RunStep(RangeConsumer& consumer, const ConsumerBase& base) {

@@ -12,11 +12,13 @@
 
 #include "daemon/cache/cache.h"
 #include "daemon/pull/consumers.h"
+#include "tests/daemon/base/fake_clock.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
 namespace {
 
+using testing::FakeClock;
 using testing::kCommitA;
 using testing::Pattern;
 using testing::TempDir;
@@ -93,14 +95,22 @@ bool RecordedSoon(Cache& cache, FileId file, std::uint64_t offset, std::uint64_t
 
 // What is queued after the last hand-over is recorded within the interval,
 // without waiting for the next Add, or for Flush at the pull's end when none
-// comes (the last index files and headers of a planning step).
+// comes (the last index files and headers of a planning step). The interval
+// is measured on the injected clock.
 TEST(CommitBatcherTest, WhatIsQueuedIsRecordedWithinAnIntervalWithoutMoreAdds) {
   Fixture fx;
-  CommitBatcher batch(*fx.cache, std::chrono::milliseconds(50), 1ull << 40);
+  FakeClock clock;
+  CommitBatcher batch(*fx.cache, std::chrono::minutes(1), 1ull << 40, {}, nullptr, &clock);
   fx.Write(0);
   ASSERT_TRUE(batch.Add({fx.file, 0, kChunk}).ok());  // neither due by time nor by bytes
   fx.Write(kChunk);
   ASSERT_TRUE(batch.Add({fx.file, kChunk, kChunk}).ok());
+  ASSERT_TRUE(clock.AwaitWaiters(1));  // the committer waits for the interval
+  clock.Advance(std::chrono::seconds(59));
+  auto covered = fx.cache->Covers(fx.file, 0, kChunk);
+  ASSERT_TRUE(covered.ok());
+  EXPECT_FALSE(*covered) << "recorded before its interval ended";
+  clock.Advance(std::chrono::seconds(1));
   EXPECT_TRUE(RecordedSoon(*fx.cache, fx.file, 0, 2 * kChunk));
 }
 

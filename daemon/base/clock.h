@@ -34,6 +34,10 @@ class Clock {
 
   virtual TimePoint Now() const = 0;
   virtual std::int64_t NowUnixMs() const = 0;
+  // NowUnixMs as a system_clock time point.
+  std::chrono::system_clock::time_point WallNow() const {
+    return std::chrono::system_clock::time_point(std::chrono::milliseconds(NowUnixMs()));
+  }
 
   // Blocks the calling thread until Now() >= deadline (at once if it is).
   virtual void SleepUntil(TimePoint deadline) = 0;

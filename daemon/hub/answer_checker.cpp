@@ -97,8 +97,8 @@ void AnswerChecker::Accept(const Slice& slice) {
   if (slice.beyond > 0 && status_ == 206) overlong_ = true;
 }
 
-AnswerVerdict AnswerChecker::Finish(const ResponseHead& head, const TransferEnd& end,
-                                    std::string_view what) const {
+AnswerVerdict AnswerChecker::Finish(const ResponseHead& head, const TransferEnd& end, std::string_view what,
+                                    std::chrono::system_clock::time_point now) const {
   const long status = head.status;
   AnswerVerdict v;
   if (complete() && (status == 200 || status == 206)) return v;  // kComplete
@@ -137,7 +137,7 @@ AnswerVerdict AnswerChecker::Finish(const ResponseHead& head, const TransferEnd&
   v.status = HttpError(status, head, what, token_sent_, token_);
   if (status == 429 || status == 503) {
     v.kind = AnswerVerdict::Kind::kThrottled;
-    v.wait = ThrottleWait(head);
+    v.wait = ThrottleWait(head, now);
     return v;
   }
   v.kind = IsRetryableHttp(status) ? AnswerVerdict::Kind::kRetry : AnswerVerdict::Kind::kFail;

@@ -151,7 +151,9 @@ class AnswerChecker {
   // The verdict once the transfer ended. `head` is the final response head
   // (status 0: no answer); `what` names the request in messages (label,
   // file, range).
-  AnswerVerdict Finish(const ResponseHead& head, const TransferEnd& end, std::string_view what) const;
+  // `now`: the wall time (a Retry-After may be a date).
+  AnswerVerdict Finish(const ResponseHead& head, const TransferEnd& end, std::string_view what,
+                       std::chrono::system_clock::time_point now) const;
 
  private:
   Head Bad(Status error);

@@ -320,9 +320,10 @@ std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::millisecond
          std::to_string(cap.count() / 1000) + " s allowed";
 }
 
-std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head) {
+std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head,
+                                                      std::chrono::system_clock::time_point now) {
   if (!head.retry_after.empty()) {
-    if (auto s = ParseRetryAfter(head.retry_after, std::chrono::system_clock::now())) {
+    if (auto s = ParseRetryAfter(head.retry_after, now)) {
       return std::chrono::duration_cast<std::chrono::milliseconds>(*s);
     }
   }

@@ -132,9 +132,11 @@ struct ResponseHead {
 // libcurl header callback; `userdata` is a ResponseHead*.
 std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitems, void* userdata);
 
-// How long to wait after a 429/503: Retry-After, else RateLimit t=, else
-// nullopt (caller falls back to its backoff).
-std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head);
+// How long to wait after a 429/503: Retry-After (a date is counted from
+// `now`, the wall time), else RateLimit t=, else nullopt (caller falls back
+// to its backoff).
+std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head,
+                                                      std::chrono::system_clock::time_point now);
 
 // "; server asks to wait 600 s, more than the 300 s allowed": appended to
 // the error of a 429/503 whose wait is past the cap (it fails at once).

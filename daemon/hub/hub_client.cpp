@@ -204,7 +204,7 @@ HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const 
   }
   step.status = HttpError(head.status, head, what, settings_.ShouldSendToken(request_url), settings_.token);
   step.retryable = IsRetryableHttp(head.status);
-  step.wait = ThrottleWait(head);
+  step.wait = ThrottleWait(head, requester_->clock().WallNow());
   return step;
 }
 
@@ -348,7 +348,7 @@ Status HubClient::FetchWholeFile(std::string_view path, std::uint64_t max_bytes,
     } else if (IsRetryableHttp(status)) {
       if (status == 429) requester_->CountRateLimited();
       last_error = HttpError(status, t.head, what, settings_.ShouldSendToken(where.url), settings_.token);
-      wait = ThrottleWait(t.head);
+      wait = ThrottleWait(t.head, requester_->clock().WallNow());
       if (wait && *wait > options_.max_throttle_wait) return last_error;
     } else {
       return HttpError(status, t.head, what, settings_.ShouldSendToken(where.url), settings_.token);

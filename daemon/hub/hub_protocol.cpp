@@ -230,9 +230,8 @@ std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
   if (end == nullptr || *end != '\0') return std::nullopt;
   const std::time_t when = timegm(&tm);
   if (when == static_cast<std::time_t>(-1)) return std::nullopt;
-  // In seconds, as time_t: a date centuries away does not fit the clock's
-  // nanoseconds (found by fuzz_hub_protocol: year 9194 overflowed). Capped
-  // like delta-seconds.
+  // In seconds, as time_t: a date centuries away (year 9194, say) would
+  // overflow the clock's nanoseconds. Capped like delta-seconds.
   const std::int64_t delta = static_cast<std::int64_t>(when) - static_cast<std::int64_t>(
                                                                    std::chrono::system_clock::to_time_t(now));
   return std::chrono::seconds(std::clamp<std::int64_t>(delta, 0, kMaxRetryAfterSeconds));

@@ -194,7 +194,7 @@ Result<HubRequester::Response> HubRequester::Request(const std::string& url, boo
       last_error = HttpError(status, r.head, what, settings_.ShouldSendToken(url), settings_.token);
       // 408 is the server timing our request out: an answer like any 4xx.
       last_outage = status == 408 ? HubOutage::kNone : HubOutage::kNotNow;
-      wait = ThrottleWait(r.head);
+      wait = ThrottleWait(r.head, clock_->WallNow());
       if (wait && *wait > options_.max_throttle_wait) {
         said(last_outage);
         return UnavailableError(last_error.message() + WaitPastCap(*wait, options_.max_throttle_wait));

@@ -16,6 +16,7 @@
 // range cut the transfer; a complete verdict only for a whole range under
 // 200/206; a throttle only for 429/503, its wait never negative; a failure
 // or retry always carries a non-OK status; the token is never in a message.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -144,7 +145,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cut = s.cut;
   }
 
-  const exlr8::AnswerVerdict v = checker.Finish(head, end, "fuzz range");
+  const exlr8::AnswerVerdict v = checker.Finish(head, end, "fuzz range",
+                                                std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)));
   CheckMessage(v.status);
   using Kind = exlr8::AnswerVerdict::Kind;
   if (v.kind == Kind::kComplete) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@ namespace exlr8 {
 namespace {
 
 constexpr std::string_view kCommit = "0123456789abcdef0123456789abcdef01234567";
+// The wall time every answer is judged at: Tue, 14 Nov 2023 22:13:20 GMT.
+const std::chrono::system_clock::time_point kNow{std::chrono::seconds(1'700'000'000)};
 
 RangeExpectation Want(std::uint64_t offset, std::uint64_t length, std::uint64_t delivered = 0) {
   RangeExpectation w;
@@ -67,7 +70,7 @@ TEST(AnswerCheckerTest, ExactRangeAnswerCompletes) {
   EXPECT_EQ(f.taken, 50u);
   EXPECT_FALSE(f.cut);  // the body's announced end: nothing to cut
   EXPECT_TRUE(c.complete());
-  EXPECT_EQ(c.Finish(h, {}, "r").kind, AnswerVerdict::Kind::kComplete);
+  EXPECT_EQ(c.Finish(h, {}, "r", kNow).kind, AnswerVerdict::Kind::kComplete);
 }
 
 TEST(AnswerCheckerTest, WrongContentRangeIsABadAnswerNamingTheHeaderAndValue) {
@@ -75,7 +78,7 @@ TEST(AnswerCheckerTest, WrongContentRangeIsABadAnswerNamingTheHeaderAndValue) {
   const ResponseHead h = Head({"HTTP/1.1 206 Partial Content", "Content-Range: bytes 0-49/1000"});
   EXPECT_EQ(c.CheckHead(h), AnswerChecker::Head::kBad);
   EXPECT_TRUE(c.bad_answer());
-  const AnswerVerdict v = c.Finish(h, {false, false, "write error"}, "r");
+  const AnswerVerdict v = c.Finish(h, {false, false, "write error"}, "r", kNow);
   EXPECT_EQ(v.kind, AnswerVerdict::Kind::kRetry);
   EXPECT_TRUE(v.bad_answer);
   EXPECT_EQ(v.status.code(), StatusCode::kCorruption);
@@ -130,7 +133,7 @@ TEST(AnswerCheckerTest, WholeFileAnswerSkipsToTheRangeAndCutsAfterIt) {
   EXPECT_EQ(f.beyond, 30u);  // the third chunk ends 30 bytes past the range
   EXPECT_TRUE(f.cut);
   EXPECT_FALSE(c.overlong());  // a 200 is not an overlong 206
-  EXPECT_EQ(c.Finish(h, {false, false, "cut"}, "r").kind, AnswerVerdict::Kind::kComplete);
+  EXPECT_EQ(c.Finish(h, {false, false, "cut"}, "r", kNow).kind, AnswerVerdict::Kind::kComplete);
 }
 
 TEST(AnswerCheckerTest, WholeFileAnswerEndingExactlyAtTheRangeIsCut) {
@@ -172,11 +175,11 @@ TEST(AnswerCheckerTest, ShortBodyIsRetriedAsABadAnswerCountingEveryTry) {
   const ResponseHead h = Head({"HTTP/1.1 206 x", "Content-Range: bytes 30-99/100", "Content-Length: 70"});
   ASSERT_EQ(c.CheckHead(h), AnswerChecker::Head::kRange);
   Feed(c, {20});
-  const AnswerVerdict clean_end = c.Finish(h, {}, "r");
+  const AnswerVerdict clean_end = c.Finish(h, {}, "r", kNow);
   EXPECT_EQ(clean_end.kind, AnswerVerdict::Kind::kRetry);
   EXPECT_TRUE(clean_end.bad_answer);
   EXPECT_EQ(clean_end.status.message(), "short body after 50 of 100 bytes");
-  const AnswerVerdict reset = c.Finish(h, {false, false, "Connection reset"}, "r");
+  const AnswerVerdict reset = c.Finish(h, {false, false, "Connection reset"}, "r", kNow);
   EXPECT_EQ(reset.kind, AnswerVerdict::Kind::kRetry);
   EXPECT_FALSE(reset.bad_answer);  // the network's fault, not the server's answer
   EXPECT_EQ(reset.status.message(), "Connection reset after 50 of 100 bytes");
@@ -185,8 +188,8 @@ TEST(AnswerCheckerTest, ShortBodyIsRetriedAsABadAnswerCountingEveryTry) {
 TEST(AnswerCheckerTest, NoAnswerIsRetriedUnlessNoTryCanPass) {
   AnswerChecker c(Want(0, 10));
   const ResponseHead none;
-  EXPECT_EQ(c.Finish(none, {false, false, "Couldn't connect"}, "r").kind, AnswerVerdict::Kind::kRetry);
-  const AnswerVerdict cert = c.Finish(none, {false, true, "SSL peer certificate"}, "L1 gate");
+  EXPECT_EQ(c.Finish(none, {false, false, "Couldn't connect"}, "r", kNow).kind, AnswerVerdict::Kind::kRetry);
+  const AnswerVerdict cert = c.Finish(none, {false, true, "SSL peer certificate"}, "L1 gate", kNow);
   EXPECT_EQ(cert.kind, AnswerVerdict::Kind::kFail);
   EXPECT_EQ(cert.status.code(), StatusCode::kIOError);
   EXPECT_EQ(cert.status.message(), "L1 gate: SSL peer certificate");
@@ -204,14 +207,14 @@ TEST(AnswerCheckerTest, ErrorBodyIsDiscardedUpToItsBound) {
 
 TEST(AnswerCheckerTest, CdnRefusalAsksForAReresolveButTheHubsDoesNot) {
   AnswerChecker cdn(Want(0, 10));
-  const AnswerVerdict v = cdn.Finish(Head({"HTTP/1.1 403 Forbidden"}), {}, "r");
+  const AnswerVerdict v = cdn.Finish(Head({"HTTP/1.1 403 Forbidden"}), {}, "r", kNow);
   EXPECT_EQ(v.kind, AnswerVerdict::Kind::kReresolve);
   EXPECT_EQ(v.status.message(), "CDN answered 403");
-  EXPECT_EQ(cdn.Finish(Head({"HTTP/1.1 401 x"}), {}, "r").kind, AnswerVerdict::Kind::kReresolve);
+  EXPECT_EQ(cdn.Finish(Head({"HTTP/1.1 401 x"}), {}, "r", kNow).kind, AnswerVerdict::Kind::kReresolve);
   RangeExpectation w = Want(0, 10);
   w.on_hub = true;
   AnswerChecker hub(w);
-  const AnswerVerdict denied = hub.Finish(Head({"HTTP/1.1 403 Forbidden"}), {}, "r");
+  const AnswerVerdict denied = hub.Finish(Head({"HTTP/1.1 403 Forbidden"}), {}, "r", kNow);
   EXPECT_EQ(denied.kind, AnswerVerdict::Kind::kFail);
   EXPECT_EQ(denied.status.code(), StatusCode::kPermissionDenied);
 }
@@ -221,37 +224,48 @@ TEST(AnswerCheckerTest, RedirectReresolvesOnlyAPresumedHubUrl) {
   w.on_hub = true;
   w.presumed_url = true;
   AnswerChecker presumed(w);
-  EXPECT_EQ(presumed.Finish(Head({"HTTP/1.1 302 Found", "Location: http://cdn/x"}), {}, "r").kind,
+  EXPECT_EQ(presumed.Finish(Head({"HTTP/1.1 302 Found", "Location: http://cdn/x"}), {}, "r", kNow).kind,
             AnswerVerdict::Kind::kReresolve);
   w.presumed_url = false;
   AnswerChecker resolved(w);
-  EXPECT_EQ(resolved.Finish(Head({"HTTP/1.1 302 Found", "Location: http://cdn/x"}), {}, "r").kind,
+  EXPECT_EQ(resolved.Finish(Head({"HTTP/1.1 302 Found", "Location: http://cdn/x"}), {}, "r", kNow).kind,
             AnswerVerdict::Kind::kFail);
 }
 
 TEST(AnswerCheckerTest, ThrottleCarriesTheServersWait) {
   AnswerChecker c(Want(0, 10));
-  const AnswerVerdict v = c.Finish(Head({"HTTP/1.1 429 Too Many Requests", "Retry-After: 7"}), {}, "r");
+  const AnswerVerdict v = c.Finish(Head({"HTTP/1.1 429 Too Many Requests", "Retry-After: 7"}), {}, "r", kNow);
   EXPECT_EQ(v.kind, AnswerVerdict::Kind::kThrottled);
   ASSERT_TRUE(v.wait.has_value());
   EXPECT_EQ(*v.wait, std::chrono::seconds(7));
   EXPECT_EQ(v.status.code(), StatusCode::kUnavailable);
-  const AnswerVerdict busy = c.Finish(Head({"HTTP/1.1 503 x"}), {}, "r");
+  const AnswerVerdict busy = c.Finish(Head({"HTTP/1.1 503 x"}), {}, "r", kNow);
   EXPECT_EQ(busy.kind, AnswerVerdict::Kind::kThrottled);
   EXPECT_FALSE(busy.wait.has_value());  // the scheduler's backoff decides
 }
 
+// A Retry-After given as a date is counted from the time the caller gives,
+// not from the machine's clock.
+TEST(AnswerCheckerTest, ARetryAfterDateIsCountedFromTheGivenTime) {
+  AnswerChecker c(Want(0, 10));
+  const AnswerVerdict v =
+      c.Finish(Head({"HTTP/1.1 503 x", "Retry-After: Tue, 14 Nov 2023 22:14:05 GMT"}), {}, "r", kNow);
+  EXPECT_EQ(v.kind, AnswerVerdict::Kind::kThrottled);
+  ASSERT_TRUE(v.wait.has_value());
+  EXPECT_EQ(*v.wait, std::chrono::seconds(45));
+}
+
 TEST(AnswerCheckerTest, ServerErrorsRetryAndClientErrorsFail) {
   AnswerChecker c(Want(0, 10));
-  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 500 x"}), {}, "r").kind, AnswerVerdict::Kind::kRetry);
-  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 408 x"}), {}, "r").kind, AnswerVerdict::Kind::kRetry);
+  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 500 x"}), {}, "r", kNow).kind, AnswerVerdict::Kind::kRetry);
+  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 408 x"}), {}, "r", kNow).kind, AnswerVerdict::Kind::kRetry);
   const AnswerVerdict missing =
-      c.Finish(Head({"HTTP/1.1 404 x", "X-Error-Code: EntryNotFound"}), {}, "L2 up");
+      c.Finish(Head({"HTTP/1.1 404 x", "X-Error-Code: EntryNotFound"}), {}, "L2 up", kNow);
   EXPECT_EQ(missing.kind, AnswerVerdict::Kind::kFail);
   EXPECT_EQ(missing.status.code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status.message().find("L2 up"), std::string::npos) << missing.status.ToString();
   // The listing promised bytes the server does not have.
-  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 416 x"}), {}, "r").status.code(), StatusCode::kCorruption);
+  EXPECT_EQ(c.Finish(Head({"HTTP/1.1 416 x"}), {}, "r", kNow).status.code(), StatusCode::kCorruption);
 }
 
 TEST(AnswerCheckerTest, TokenEchoedByTheHubNeverReachesTheMessage) {
@@ -261,7 +275,7 @@ TEST(AnswerCheckerTest, TokenEchoedByTheHubNeverReachesTheMessage) {
   w.token = "hf_secret_token_value";
   AnswerChecker c(w);
   const AnswerVerdict v =
-      c.Finish(Head({"HTTP/1.1 400 x", "X-Error-Message: bad header Bearer hf_secret_token_value"}), {}, "r");
+      c.Finish(Head({"HTTP/1.1 400 x", "X-Error-Message: bad header Bearer hf_secret_token_value"}), {}, "r", kNow);
   EXPECT_EQ(v.kind, AnswerVerdict::Kind::kFail);
   EXPECT_EQ(v.status.message().find("hf_secret_token_value"), std::string::npos) << v.status.ToString();
 }

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include "daemon/base/atomic_file.h"
 #include "daemon/base/clock.h"
@@ -180,9 +179,10 @@ std::filesystem::path DefaultStageBinary() {
   return ec ? std::filesystem::path("exlr8d-stage") : self.parent_path() / "exlr8d-stage";
 }
 
-StageManager::StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary)
+StageManager::StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary, Clock* clock)
     : root_(std::move(cache_dir) / "exlr8d.stages"),  // "exlr8d." is no repo's org (cache_paths.h)
-      stage_binary_(std::move(stage_binary)) {}
+      stage_binary_(std::move(stage_binary)),
+      clock_(clock != nullptr ? *clock : Clock::Real()) {}
 
 std::filesystem::path StageManager::StageDir(std::int64_t id) const { return root_ / std::to_string(id); }
 
@@ -203,7 +203,8 @@ void StageManager::Reap() {
 void StageManager::ReapExiting(std::int64_t id) {
   const auto child = children_.find(id);
   if (child == children_.end() || waited_for_.contains(id)) return;
-  for (int waited_ms = 0; waited_ms <= kReapGraceMs; ++waited_ms) {
+  const Clock::TimePoint give_up = clock_.Deadline(kReapGrace);
+  while (true) {
     int status = 0;
     const pid_t r = ::waitpid(child->second, &status, WNOHANG);
     if (r == child->second) {
@@ -215,7 +216,8 @@ void StageManager::ReapExiting(std::int64_t id) {
       children_.erase(child);
       return;
     }
-    ::usleep(1000);
+    if (clock_.Now() >= give_up) break;
+    clock_.SleepFor(std::chrono::milliseconds(1));
   }
   waited_for_.insert(id);
 }
@@ -279,7 +281,7 @@ Result<StageInfo> StageManager::Start(const StageRequest& asked) {
   EXLR8_RETURN_IF_ERROR(ValidateStageRequest(asked));
   StageRequest request = asked;
   if (request.check.empty()) request.check = DefaultStageCheck(request);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Reap();
   if (::access(stage_binary_.c_str(), X_OK) != 0)
     return UnimplementedError(stage_binary_.string() +
@@ -324,11 +326,12 @@ Result<StageInfo> StageManager::Start(const StageRequest& asked) {
     std::filesystem::remove(dir, ec);
     return s;
   }
-  const std::string request_text = RequestJson(request, Clock::Real().NowUnixMs());
-  {
-    std::ofstream out(dir / "request.json");
-    out << request_text;
-    if (!out.flush()) return IOError("write " + (dir / "request.json").string());
+  // Read back by every status read: whole or absent, never truncated.
+  if (Status s = WriteFileAtomically(dir / "request.json", RequestJson(request, clock_.NowUnixMs()),
+                                     Durability::kDurable);
+      !s.ok()) {
+    std::filesystem::remove_all(dir, ec);
+    return s;
   }
 
   std::vector<std::string> args = {stage_binary_.string(),
@@ -430,13 +433,13 @@ void StageManager::PruneFinished() {
 }
 
 Result<StageInfo> StageManager::Get(std::int64_t id) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Reap();
   return Read(id);
 }
 
 Result<std::vector<StageInfo>> StageManager::List() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Reap();
   std::vector<StageInfo> out;
   for (std::int64_t id : Ids()) {
@@ -447,7 +450,7 @@ Result<std::vector<StageInfo>> StageManager::List() {
 }
 
 Result<StageInfo> StageManager::Release(std::int64_t id, bool* forgotten) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Reap();
   EXLR8_ASSIGN_OR_RETURN(StageInfo info, Read(id));
   *forgotten = false;

@@ -27,12 +27,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "daemon/base/clock.h"
+#include "daemon/base/mutex.h"
 #include "daemon/stage/stage_state.h"
 #include "format/json.h"
 #include "format/status.h"
@@ -90,8 +91,10 @@ struct StageInfo {
 
 class StageManager {
  public:
-  // `stage_binary`: the exlr8d-stage program to run.
-  StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary);
+  // `stage_binary`: the exlr8d-stage program to run. `clock`: what the
+  // records' times and the wait for an exiting holder use; null =
+  // Clock::Real(). REQUIRES: `clock` outlives the manager.
+  StageManager(std::filesystem::path cache_dir, std::filesystem::path stage_binary, Clock* clock = nullptr);
 
   // Finished stages (released, failed, died) whose records are kept; older
   // ones are removed when the next stage starts.
@@ -101,41 +104,42 @@ class StageManager {
   // InvalidArgument for a bad request; FailedPrecondition when a live stage
   // holds the same rank in the same memory (the same device, for device
   // memory), naming it; Unimplemented when the stage program is not there.
-  Result<StageInfo> Start(const StageRequest& request);
-  Result<StageInfo> Get(std::int64_t id);
+  Result<StageInfo> Start(const StageRequest& request) EXLR8_EXCLUDES(mu_);
+  Result<StageInfo> Get(std::int64_t id) EXLR8_EXCLUDES(mu_);
   // Newest first.
-  Result<std::vector<StageInfo>> List();
+  Result<std::vector<StageInfo>> List() EXLR8_EXCLUDES(mu_);
   // A live holder is told to release (SIGTERM; a second call tells it to
   // release at once, lessees or not). A finished stage's record is removed
   // (`forgotten`). NotFound for an unknown id.
-  Result<StageInfo> Release(std::int64_t id, bool* forgotten);
+  Result<StageInfo> Release(std::int64_t id, bool* forgotten) EXLR8_EXCLUDES(mu_);
 
   const std::filesystem::path& stage_binary() const { return stage_binary_; }
 
  private:
   std::filesystem::path StageDir(std::int64_t id) const;
-  Result<StageInfo> Read(std::int64_t id);  // REQUIRES: mu_ held
-  void Reap();                              // REQUIRES: mu_ held
+  Result<StageInfo> Read(std::int64_t id) EXLR8_REQUIRES(mu_);
+  void Reap() EXLR8_REQUIRES(mu_);
   // For a holder this server started whose lock is gone: it is exiting
   // (the kernel drops its locks before the parent can reap it), so wait a
-  // moment for its status, which then goes to exited_; at most kReapGraceMs,
+  // moment for its status, which then goes to exited_; at most kReapGrace,
   // and once per holder (one stuck in its exit does not slow every read).
-  void ReapExiting(std::int64_t id);  // REQUIRES: mu_ held
-  static constexpr int kReapGraceMs = 2000;
+  void ReapExiting(std::int64_t id) EXLR8_REQUIRES(mu_);
+  static constexpr std::chrono::milliseconds kReapGrace{2000};
   std::vector<std::int64_t> Ids() const;    // the records' ids, newest first
   // Removes the records of finished stages beyond the newest kKeepFinished,
   // so that a node that stages for months keeps a bounded directory.
-  void PruneFinished();  // REQUIRES: mu_ held
+  void PruneFinished() EXLR8_REQUIRES(mu_);
 
   std::filesystem::path root_;
   std::filesystem::path stage_binary_;
-  std::mutex mu_;
+  Clock& clock_;
+  Mutex mu_;
   // Holders this server started and has not reaped: id -> pid; and the exit
   // statuses it reaped (a holder started by an earlier server is reaped by
   // init; its state.json tells how it ended).
-  std::map<std::int64_t, pid_t> children_;
-  std::map<std::int64_t, int> exited_;
-  std::set<std::int64_t> waited_for_;  // ReapExiting gave up on these
+  std::map<std::int64_t, pid_t> children_ EXLR8_GUARDED_BY(mu_);
+  std::map<std::int64_t, int> exited_ EXLR8_GUARDED_BY(mu_);
+  std::set<std::int64_t> waited_for_ EXLR8_GUARDED_BY(mu_);  // ReapExiting gave up on these
 };
 
 // The exlr8d-stage beside the running program (/proc/self/exe's directory).

@@ -6,16 +6,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
+#include "daemon/base/mutex.h"
 #include "daemon/cache/cache.h"
 #include "daemon/commands.h"
 #include "daemon/fileset_arg.h"
@@ -68,10 +67,10 @@ class ScrubProgressDisplay {
   }
   ~ScrubProgressDisplay() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
     if (drew_) std::fputc('\n', stderr);
   }
@@ -80,8 +79,12 @@ class ScrubProgressDisplay {
   void Loop() {
     const auto t0 = std::chrono::steady_clock::now();
     const auto every = std::chrono::milliseconds(tty_ ? 200 : 5000);
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, every, [this] { return stop_; })) {
+    MutexLock lock(&mu_);
+    while (true) {
+      const auto next = std::chrono::steady_clock::now() + every;
+      while (!stop_ && cv_.WaitUntil(&mu_, next)) {
+      }
+      if (stop_) break;
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::uint64_t done = counters_.bytes_checked.load(std::memory_order_relaxed);
       const std::uint64_t total = counters_.bytes_total.load(std::memory_order_relaxed);
@@ -105,9 +108,9 @@ class ScrubProgressDisplay {
   bool tty_;
   bool enabled_;
   bool drew_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;  // stop
+  bool stop_ EXLR8_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -2,7 +2,7 @@
 # The README's test command and what CI runs (.ci/run): installs what the
 # build needs, builds from scratch and runs a tier of the tests.
 #
-#   scripts/test.sh          the default tier, about 14.6 minutes on 2 cores:
+#   scripts/test.sh          the default tier, about 10-11 minutes on 2 cores:
 #                              build/       g++, -O1; every
 #                                           unit and integration test
 #                                           (ctest -LE full), the fuzz replays
@@ -15,8 +15,9 @@
 #                            labelled `full` (Python compatibility, release
 #                            sweeps with faults), the crash loop with 100
 #                            kills, the timing-sensitive tests 3 times over,
-#                            every threaded test under TSan, the demo on its
-#                            own Release build (-O3), libFuzzer for 60 s a target
+#                            every threaded test under TSan, -Wthread-safety
+#                            over every daemon source, the demo on its own
+#                            Release build (-O3), libFuzzer for 60 s a target
 #
 #   EXLR8_SKIP_SETUP=1   skip apt-get (dependencies already installed)
 #   EXLR8_JOBS=N         parallel build and test jobs (default: nproc)
@@ -99,8 +100,9 @@ wait_setup
 # threads of their own; the base's mutex, clock and atomic file tests race
 # threads on purpose, and serve's scheduler tests race cancels against
 # starts; the cache's catalog and extent store and the fetcher's job table
-# are shared by the pull's threads. -Wthread-safety -Werror checks every
-# GUARDED_BY and REQUIRES.
+# are shared by the pull's threads. -Wthread-safety -Werror checks the
+# GUARDED_BY and REQUIRES annotations of what these tests build; the long
+# tier checks every daemon source (scripts/thread_safety.sh).
 tsan_tests=(fetch_session_test offload_consumer_test range_fetcher_test commit_batcher_test cache_test
             header_step_test pull_progress_test pull_space_test rank_reader_test scrub_test lease_server_test lease_v2_server_test
             lease_client_test stage_state_test
@@ -168,6 +170,9 @@ if ((full)); then
   step "full tier: timing-sensitive tests 3 times over"
   run_ctest build timing -L timing -E PullCrashTest --repeat until-fail:3
 
+  step "full tier: -Wthread-safety over every daemon source (clang, syntax only)"
+  scripts/thread_safety.sh build
+
   step "full tier: the whole-daemon tests under ThreadSanitizer"
   TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/pull_test --gtest_brief=1 \
     --gtest_filter='PullTest.FaultsStillByteExact:PullTest.BackgroundJobsSettingsAllGiveTheExactPlan'
@@ -180,8 +185,7 @@ if ((full)); then
     TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t" --gtest_brief=1
   done
 
-  # -O3 warns where -O2 does not: a Release-only warning once broke the
-  # quick start unseen.
+  # -O3 warns where -O2 does not, so the quick start is built at -O3 too.
   step "full tier: the demo on its own Release build (build-release/, -O3)"
   EXLR8_SKIP_SETUP=1 EXLR8_CMAKE_ARGS=-DEXLR8_WERROR=ON EXLR8_DEMO_DIR="$root/out/demo-release" scripts/demo.sh \
     >"$root/out/demo-release.log" 2>&1 || { cat "$root/out/demo-release.log"; echo "scripts/demo.sh failed" >&2; exit 1; }

@@ -27,11 +27,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "client/lease/description_v2.h"
+#include "daemon/base/mutex.h"
 #include "daemon/stage/device_image.h"
 #include "daemon/stage/image_reference.h"
 #include "daemon/stage/rank_image_plan.h"
@@ -45,19 +45,19 @@ class FirstError {
  public:
   void Note(Status s) {
     if (s.ok()) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (status_.ok()) status_ = std::move(s);
     failed_.store(true);
   }
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
   Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return status_;
   }
 
  private:
-  std::mutex mu_;
-  Status status_;
+  Mutex mu_;
+  Status status_ EXLR8_GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
 };
 

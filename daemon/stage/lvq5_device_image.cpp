@@ -117,7 +117,8 @@ Status CheckLvq5TetraDecode(Lvq5DeviceImage& img, const Lvq5DeviceOptions& o) {
       ++img.tetra_records_sampled;
     }
     const std::span<const std::byte> disk = img.plan.maps[s.map]->bytes().subspan(s.offset, s.length);
-    for (const auto& [first, count] : RowRuns(rows, buffer_bytes / row_out)) {
+    for (const auto& run : RowRuns(rows, buffer_bytes / row_out)) {
+      const std::uint64_t first = run.first, count = run.second;  // named, so that a lambda may capture them
       if (ImageBuildCancelled(o.image.cancel)) return CancelledError("stopped while checking Tetra decodes");
       const std::uint64_t n = count * row_out;
       // CPU reference of the file's disk words, split between threads.

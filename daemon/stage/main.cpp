@@ -10,11 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +20,7 @@
 #include "client/cli/args.h"
 #include "client/cli/cli.h"
 #include "client/lease/description_v2.h"
+#include "daemon/base/mutex.h"
 #include "daemon/cache/cache_paths.h"
 #include "daemon/signal_watcher.h"
 #include "daemon/stage/device_image.h"
@@ -126,35 +125,38 @@ class StopRequests {
  public:
   void Add(int sig) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       ++count_;
       last_signal_ = sig;
     }
     flag_.store(true);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   const std::atomic<bool>* flag() const { return &flag_; }
   bool requested() const { return flag_.load(); }
   // Waits until `n` stops have been asked for (true), or `timeout` passed.
   bool WaitFor(int n, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, timeout, [&] { return count_ >= n; });
+    MutexLock l(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (count_ < n && cv_.WaitUntil(&mu_, deadline)) {
+    }
+    return count_ >= n;
   }
   void Wait(int n) {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return count_ >= n; });
+    MutexLock l(&mu_);
+    while (count_ < n) cv_.Wait(&mu_);
   }
   int last_signal() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return last_signal_;
   }
 
  private:
   std::atomic<bool> flag_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  int last_signal_ = 0;
+  Mutex mu_;
+  CondVar cv_;  // a stop was counted
+  int count_ EXLR8_GUARDED_BY(mu_) = 0;
+  int last_signal_ EXLR8_GUARDED_BY(mu_) = 0;
 };
 
 // Told to stop: no new lessees; the connected ones get `wait` to let go
@@ -376,10 +378,10 @@ struct ImageHolder {
   // Serves `description` with `fds` until told to stop, then asks the
   // lessees to let go and waits for them.
   int Hold(const std::string& description, std::span<const int> fds, std::string held, const char* memory) {
-    std::mutex report_mu;
+    Mutex report_mu;
     const char* phase = "holding";
     auto report_lessees = [&](const std::vector<pid_t>& lessees) {
-      std::lock_guard<std::mutex> l(report_mu);
+      MutexLock l(&report_mu);
       std::string pids;
       for (pid_t pid : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
       step(phase, held + ",\"lessees\":[" + pids + "]", nullptr, nullptr);
@@ -395,7 +397,7 @@ struct ImageHolder {
     stops.Wait(1);
     (void)NotifySystemd("STOPPING=1");
     {
-      std::lock_guard<std::mutex> l(report_mu);
+      MutexLock l(&report_mu);
       phase = "releasing";
     }
     report_lessees((*server)->Lessees());
@@ -630,10 +632,10 @@ int Run(const std::vector<std::string>& argv) {
   std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
   held +=
       std::string(",\"upload_gb_per_s\":") + rate + ",\"checked_halves\":" + std::to_string(r.checked_halves);
-  std::mutex report_mu;
+  Mutex report_mu;
   const char* phase = "holding";
   auto report_lessees = [&](const std::vector<pid_t>& lessees) {
-    std::lock_guard<std::mutex> l(report_mu);
+    MutexLock l(&report_mu);
     std::string pids;
     for (pid_t p : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(p);
     step(phase, held + ",\"lessees\":[" + pids + "]");
@@ -650,7 +652,7 @@ int Run(const std::vector<std::string>& argv) {
   stops.Wait(1);
   (void)NotifySystemd("STOPPING=1");
   {
-    std::lock_guard<std::mutex> l(report_mu);
+    MutexLock l(&report_mu);
     phase = "releasing";
   }
   report_lessees((*server)->Lessees());

@@ -10,16 +10,16 @@ StepReporter::StepReporter(std::unique_ptr<StageStateWriter> state, std::FILE* o
 
 StepReporter::~StepReporter() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 void StepReporter::Step(std::string_view name, std::string members, const std::atomic<std::uint64_t>* done,
                         const std::atomic<std::uint64_t>* total) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   name_ = name;
   members_ = std::move(members);
   done_ = done;
@@ -41,9 +41,11 @@ void StepReporter::WriteLocked(std::uint64_t done, std::uint64_t total) {
 }
 
 void StepReporter::Run() {
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   while (!stop_) {
-    cv_.wait_for(l, every_, [this] { return stop_; });
+    const auto next = std::chrono::steady_clock::now() + every_;
+    while (!stop_ && cv_.WaitUntil(&mu_, next)) {
+    }
     if (stop_ || done_ == nullptr) continue;
     const std::uint64_t done = done_->load(std::memory_order_relaxed);
     const std::uint64_t total = total_ != nullptr ? total_->load(std::memory_order_relaxed) : 0;

@@ -14,15 +14,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "daemon/base/mutex.h"
 #include "daemon/stage/stage_state.h"
 
 namespace exlr8 {
@@ -47,20 +46,22 @@ class StepReporter {
             const std::atomic<std::uint64_t>* total = nullptr);
 
  private:
-  void Run();
-  void WriteLocked(std::uint64_t done, std::uint64_t total);  // REQUIRES: mu_ held
+  void Run() EXLR8_EXCLUDES(mu_);
+  void WriteLocked(std::uint64_t done, std::uint64_t total) EXLR8_REQUIRES(mu_);
 
-  std::unique_ptr<StageStateWriter> state_;
+  std::unique_ptr<StageStateWriter> state_ EXLR8_GUARDED_BY(mu_);
   std::FILE* out_;
   const std::chrono::milliseconds every_, print_every_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::string name_, members_;
-  const std::atomic<std::uint64_t>* done_ = nullptr;
-  const std::atomic<std::uint64_t>* total_ = nullptr;
-  std::uint64_t last_done_ = 0;  // written last (a step's first write: none)
-  std::chrono::steady_clock::time_point step_start_, last_print_;
+  Mutex mu_;
+  CondVar cv_;  // stop
+  bool stop_ EXLR8_GUARDED_BY(mu_) = false;
+  std::string name_ EXLR8_GUARDED_BY(mu_);
+  std::string members_ EXLR8_GUARDED_BY(mu_);
+  const std::atomic<std::uint64_t>* done_ EXLR8_GUARDED_BY(mu_) = nullptr;
+  const std::atomic<std::uint64_t>* total_ EXLR8_GUARDED_BY(mu_) = nullptr;
+  std::uint64_t last_done_ EXLR8_GUARDED_BY(mu_) = 0;  // written last (a step's first write: none)
+  std::chrono::steady_clock::time_point step_start_ EXLR8_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_print_ EXLR8_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts once the rest is ready
 };
 

@@ -1,6 +1,6 @@
 // Ways of moving cache files (in the page cache) to the GPU, against a
 // plain pinned cudaMemcpyAsync of the same bytes: the measurement behind
-// issue 26's "upload >= 0.9x a pinned cudaMemcpyAsync", and the choice of
+// the target "upload >= 0.9x a pinned cudaMemcpyAsync", and the choice of
 // the device stage's copy (daemon/stage/device_image.cpp).
 //
 // The bench writes `files` files of 1 GiB into DIR (pseudo-random bytes;

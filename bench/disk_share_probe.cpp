@@ -38,7 +38,8 @@
 //                    [--pace-depth 1] [--read-rate 0] [--read-chunk 0]
 //
 // SRC is created (random bytes, fsync'ed) when it is missing or too small.
-// Results and what they mean: docs/BENCHMARKS.md (issue 3, the cold mode).
+// Results and what they mean: docs/BENCHMARKS.md ("Durable writes beside a
+// server's reads", and "Why cold misses" under the pull benchmarks).
 #include <fcntl.h>
 #include <linux/ioprio.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Uploading a host rank image (a memfd, daemon/stage's host memory kind) to
 // the GPU, against a plain pinned cudaMemcpyAsync of the same bytes: the
-// measurement behind issue 26's "upload >= 0.9x a pinned cudaMemcpyAsync".
+// measurement behind the target "upload >= 0.9x a pinned cudaMemcpyAsync".
 //
 // Rows (best of `reps` passes; copies timed with CUDA events, the rest with
 // a steady clock):

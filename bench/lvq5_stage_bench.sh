@@ -7,8 +7,8 @@
 # Tetra word of the first 1 GB of codes and a seeded 1 % of the rows beyond
 # decoded on the GPU in place and compared with the CPU reference) and
 # --check all (every word). Prints each step's wall time and the proof.
-# Issue 28's target: every word of a 14B-sized file decoded on the GPU and
-# compared with the CPU reference in at most 10 s on the H200 host.
+# Target: every word of a 14B-sized file decoded on the GPU and compared
+# with the CPU reference in at most 10 s on the H200 host.
 #
 #   bench/lvq5_stage_bench.sh WORK [BIN_DIR (default build/bin)]
 # WORK is deleted first and kept after (the cache under WORK/c). RECORDS

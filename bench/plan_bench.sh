@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Planning one rank of a GLM-5.3-geometry release (75 MoE layers x 256 experts,
 # widths 2/3/4, shared expert 3/4) from local index files.
-# Targets (issue 2): < 1 s and < 200 MB peak RSS.
+# Targets: < 1 s and < 200 MB peak RSS.
 # Baseline in the same run: reading every index file once (cat > /dev/null).
 #
 #   bench/plan_bench.sh [BUILD_DIR]     (default build/)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pull benchmarks (issue 3, section 8), on loopback only. The release files
+# Pull benchmarks, on loopback only. The release files
 # are served by nginx (sendfile, keep-alive) on 127.0.0.2; the hub API by
 # exlr8-hubsim on 127.0.0.1 with --cdn-base pointing /resolve/ at nginx.
 # Every number comes with a baseline measured in the same run against the

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Several jobs at once in `exlr8d serve`: a large pull is asked for, then at
 # once a small pull of another repo. With --max-jobs 1 (the baseline: the
-# queue strictly in order, as exlr8d serve ran it before session 8) the small
-# job waits for the large one; with the default (4) it runs beside it. Both
+# queue strictly in order, one job at a time) the small job waits for the
+# large one; with the default (4) it runs beside it. Both
 # runs share one --limit-rate, which stands for the node's link, so the total
 # time should not change; what changes is when the small job is ready.
 #

@@ -1,7 +1,7 @@
 // Staging a rank's whole image into device memory (StageDeviceRankImage,
 // daemon/stage/device_image.h) from a pulled cache, against a plain pinned
 // cudaMemcpyAsync of the same byte count in the same run: the measurement
-// behind issue 26's "upload >= 0.9x a pinned cudaMemcpyAsync", "GPU XXH64
+// behind the targets "upload >= 0.9x a pinned cudaMemcpyAsync", "GPU XXH64
 // >= 200 GB/s" and "default stage of a ~10 GB rank <= 2.5 s".
 //
 // Rows (best of `reps` stages; the stage's own timings, steady clock):

@@ -1,5 +1,5 @@
-// GPU decode of Tetra words (gpu/tetra_decode.cuh), issue 28's two GPU
-// targets, measured in one run.
+// GPU decode of Tetra words (gpu/tetra_decode.cuh): both GPU targets
+// (parts 1 and 2 below), measured in one run.
 //
 // Part 1, decode alone: N words (default 2^27) of seeded random served codes
 // in a matrix of rows of `nblocks` words (default 213, odd: both u32

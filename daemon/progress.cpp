@@ -49,8 +49,8 @@ void ProgressDisplay::Draw(const PullProgress& p, bool final) {
     last_bytes_ = static_cast<double>(p.bytes_received);
     last_time_ = p.elapsed_s;
   }
-  // The last line says the whole run's rate, as the summary does (found by
-  // review: the moving average of a fast pull was still 0 B/s there).
+  // The last line says the whole run's rate, as the summary does: the
+  // moving average of a fast pull can still read 0 B/s at the end.
   if (final && p.elapsed_s > 0) rate_ = static_cast<double>(p.bytes_received) / p.elapsed_s;
   if (tty_) {
     // Back to the line's start, the line, then erase what a longer line

@@ -1,4 +1,4 @@
--- exlr8d cache index, version 4: the record index of LVQ5 files (issue 28).
+-- exlr8d cache index, version 4: the record index of LVQ5 files.
 --
 -- One row per record of a whole-verified file whose structure the pull
 -- checked (an LVQ5 container: matrix records, raw tensors, blobs), written

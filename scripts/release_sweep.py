@@ -152,8 +152,9 @@ def one_round(args, rng, round_no, work):
     repo = "sweep/release"
     faults = []
     if args.faults:
-        # More than issue 3 asks of its fault test (the releases are small, so
-        # a pull makes few requests): drops, corruption, 5xx, 429, ignored ranges.
+        # Higher rates than the pull's fault test needs (>= 5% dropped, >= 1%
+        # corrupted; the releases are small, so a pull makes few requests):
+        # drops, corruption, 5xx, 429, ignored ranges.
         faults = ["--seed", str(seed), "--fault-drop", "0.1", "--fault-corrupt", "0.05", "--fault-500", "0.05",
                   "--fault-429", "0.02", "--retry-after", "0", "--fault-ignore-range", "0.05"]
     hub = Hub(hubsim, repo, release, work, faults)
@@ -167,8 +168,8 @@ def one_round(args, rng, round_no, work):
             while args.faults and again < 2 and r.returncode == 3 and "failed verification" in r.stderr:
                 # At 5% corrupted bodies a request fails all its verifications
                 # (3) about once in 8,000, and a header (no checksum: two of
-                # its at most 4 fetches must agree) about once in 2,000: the
-                # bounded failure issue 3 asks for, about one pull in 80 here
+                # its at most 4 fetches must agree) about once in 2,000: a
+                # failure after bounded attempts, about one pull in 80 here
                 # (150 rounds of the fixture). What must hold then is that
                 # the cache stayed consistent and a later pull completes from
                 # where the first stopped (two more: one alone would itself

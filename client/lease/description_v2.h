@@ -114,9 +114,8 @@ struct LeaseMismatch {
   std::optional<std::string> name;  // dense and plain tensors
 };
 
-// What the holder checked on the memory the lessee maps (issue 26 item 3).
-// What the holder checked in place before it leased the image
-// (docs/design/RANK_IMAGE.md, "The proof of contents").
+// What the holder checked in place, on the memory the lessee maps, before
+// it leased the image (docs/design/RANK_IMAGE.md, "The proof of contents").
 struct LeaseProof {
   std::string commit;  // the release commit checked: equal to the description's
   std::uint64_t hashed_regions = 0, hashed_bytes = 0, hashed_mismatches = 0;

@@ -270,8 +270,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     http::response<http::string_body> res = MakeResponse(req.version(), req.keep_alive(), answer);
     if (head) {
       // RFC 9110 9.3.2: the header a GET gets, no body. On a kept-alive
-      // connection the body would be read as the next answer (found by
-      // review: every HEAD got a 405 with its JSON body).
+      // connection the body would be read as the next answer.
       const std::size_t length = res.body().size();
       res.body().clear();
       res.content_length(length);

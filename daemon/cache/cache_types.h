@@ -76,7 +76,7 @@ struct FilesetInfo {
   std::uint64_t bytes_total = 0;   // sum of remote file sizes
   std::uint64_t bytes_cached = 0;  // sum of verified extents
   // Files verified whole; LVQ5 files among them (those with a record
-  // index) and their records (a whole-fileset pull, issue 28).
+  // index) and their records (a whole-fileset pull).
   std::uint64_t files_verified = 0;
   std::uint64_t lvq5_files = 0;
   std::uint64_t records = 0;

@@ -469,10 +469,10 @@ TEST(CacheCommandsTest, StatusChecksARankPulledWithALocalManifest) {
                   " --tp 4 --rank 1 --cache " + Quote(cache.path().string())).status, 3);
 }
 
-// Issue #24: with the hub down, `exlr8d pull` of a rank the cache held
-// complete exited 4 after ~6 s, and exlr8d-pull@ restarted every 30 s.
-// Now it exits 0, naming the cached commit and why the hub was not asked;
-// a rank the cache lacks still exits 4, saying what is missing.
+// With the hub down, `exlr8d pull` of a rank the cache holds complete exits
+// 0, naming the cached commit and why the hub was not asked, so exlr8d-pull@
+// does not restart it every 30 s; a rank the cache lacks exits 4, saying
+// what is missing.
 TEST(CacheCommandsTest, PullWithTheHubDownServesARankTheCacheHoldsCompleteAndSaysSo) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

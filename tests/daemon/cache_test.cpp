@@ -484,8 +484,8 @@ TEST(CacheTest, OpenFromForkedChildFailsNamingParentPid) {
   EXPECT_NE(report.find("exlr8d.lock"), std::string::npos) << report;
 }
 
-// A cache an exlr8d of session 7 wrote (index version 2) is upgraded in
-// place: its filesets and verified bytes stay, never checked again yet.
+// A cache with index schema version 2 is upgraded in place: its filesets
+// and verified bytes stay, never checked again yet.
 TEST(CacheTest, AVersion2IndexIsUpgradedKeepingItsData) {
   TempDir tmp;
   FileId file = 0;

@@ -7,9 +7,8 @@
 // process, and one that cannot outlive the test: it dies with its parent
 // (PR_SET_PDEATHSIG, set after the uid change, which clears it), and after
 // --lifetime seconds whatever happens (alarm). Every connect and read has a
-// timeout. (Found in CI: the test process died of a SIGPIPE, and the
-// children it had forked, looping forever, kept ctest's output pipe open
-// until its timeout, long after.)
+// timeout. A child left behind by a dead test (one killed by a SIGPIPE,
+// say) would otherwise keep ctest's output pipe open until ctest's timeout.
 //
 //   connection_holder --parent PID --uid UID [--root-group] --lifetime S
 //                     (--unix PATH | --tcp PORT) MODE N

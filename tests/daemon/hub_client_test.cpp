@@ -122,8 +122,8 @@ TEST(HubClientTest, UnknownRepoRevisionAndFileAreNotFoundByName) {
 }
 
 // What a failed Open says of the hub, for a pull that may serve a rank from
-// its cache instead (issue #24): only no answer at all, or "not now" on
-// every try, is an outage; an answer that says no is not.
+// its cache instead: only no answer at all, or "not now" on every try, is an
+// outage; an answer that says no is not.
 TEST(HubClientTest, OpenSaysWhetherTheHubCouldBeAsked) {
   FakeHub hub;
   auto open = [&](HubOptions o, const std::string& rev = "main") {
@@ -817,7 +817,7 @@ TEST(HubProtocolTest, HeaderParsers) {
   EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:50:07 GMT", now), std::chrono::seconds(30));
   EXPECT_EQ(ParseRetryAfter("soon", now), std::nullopt);
   // A date long past waits nothing; one centuries away (past what the
-  // clock's nanoseconds hold: found by fuzz_hub_protocol) waits the cap.
+  // clock's nanoseconds hold) waits the cap.
   EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1904 08:50:07 GMT", now), std::chrono::seconds(0));
   EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 9194 08:49:37 GMT", now), std::chrono::seconds(86400 * 365));
   EXPECT_EQ(ParseRetryAfter("99999999999", now), std::chrono::seconds(86400 * 365));

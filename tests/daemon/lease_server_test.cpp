@@ -139,7 +139,7 @@ TEST(LeaseServerTest, LesseesAreBounded) {
 }
 
 // No one member of the socket's group may hold every connection, locking
-// the other lessees out (and holding a release off; issue #24). A user gets
+// the other lessees out (and holding a release off). A user gets
 // kMaxLesseesPerUser; root and the holder's user keep a reserve.
 TEST(LeaseServerTest, OneUserCannotHoldEveryConnection) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to lease as other users";

@@ -71,7 +71,7 @@ TEST(ProgressLineTest, EveryWidthGetsALineThatFitsAndDropsTheLeastUsefulFirst) {
       EXPECT_NE(line.find("ranges"), std::string::npos) << line;
     }
   }
-  // 80 columns keep what issue 3 asks of the bar: bytes, rate, ETA, ranges.
+  // 80 columns keep what the bar must show: bytes, rate, ETA, ranges.
   const std::string eighty = PullProgressBar(Halfway(), 250e6, 80);
   for (const char* part : {"41.15 GB/82.30 GB", "250.00 MB/s", "ETA 02:45", "ranges 115200/230400"})
     EXPECT_NE(eighty.find(part), std::string::npos) << part << " in: " << eighty;

@@ -112,9 +112,9 @@ TEST(PullHeadersTest, DamagedHeaderIsFetchedAgainFromByteZero) {
 // Any two fetches that agree are enough, not just the last two: with every
 // second k3 answer damaged (good, bad, good, bad), the third fetch agrees
 // with the first. Comparing with the last fetch only, a header whose damage
-// still parsed failed here after its third disagreement (seen in CI's fault
-// sweep, where 5% of the answers are damaged at random). The first rounds
-// of these headers fit the 64 KiB probe, so each fetch is one answer.
+// still parsed would fail here after its third disagreement, as it can in a
+// fault sweep where 5% of the answers are damaged at random. The first
+// rounds of these headers fit the 64 KiB probe, so each fetch is one answer.
 TEST(PullHeadersTest, AnyTwoAgreeingFetchesOfAHeaderAreEnough) {
   TempDir release;
   SynthesizeOneMoeLayer(release.path(), 6, 4);

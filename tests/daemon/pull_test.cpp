@@ -479,9 +479,9 @@ TEST(PullTest, APullNeverLeavesTheCacheOverItsBudget) {
   // Room for the plan is enough: in this release each header ends where
   // its file's first half begins, so what a header's claim counts before
   // its size is known (up to that half) is the header. Several pulls, as
-  // the whole files stream and are recorded while the planner claims
-  // (found in CI: a check counted the bytes recorded meanwhile twice, as
-  // recorded and as still claimed, and failed pulls that fit).
+  // the whole files stream and are recorded while the planner claims: bytes
+  // recorded meanwhile must count once, not as recorded and as still
+  // claimed, or a pull that fits fails.
   for (int i = 0; i < 5; ++i) {
     TempDir cache;
     CacheOptions exact;
@@ -640,11 +640,11 @@ TEST(PullTest, OfflineServesFromTheCacheOnly) {
   EXPECT_EQ(Pull(cache.path(), other_rank).status().code(), StatusCode::kFailedPrecondition);
 }
 
-// Issue #24: with the hub unreachable, a pull of a rank the cache held
-// complete failed as a network error (exit 4 after ~6 s of retries), and
-// the pull unit restarted every 30 s, though huggingface_hub returns the
-// cached file there. It is served from the cache now, at the commit the
-// revision last resolved to, and says why.
+// With the hub unreachable (not answering no), a pull of a rank the cache
+// holds complete is served from the cache, at the commit the revision last
+// resolved to, and says why, as huggingface_hub returns the cached file
+// there; failing as a network error would make the pull unit restart every
+// 30 s while the rank is there.
 TEST(PullTest, AHubThatCannotBeAskedLeavesARankTheCacheHoldsCompleteToTheCache) {
   TempDir cache;
   testing::RefusingPort down;
@@ -1063,8 +1063,8 @@ TEST(PullTest, DryRunFetchesOnlyPlanningInputs) {
   EXPECT_GT(s->plan.totals.routed_halves, 0u);
   // index files + manifest + width headers, far less than the plan
   EXPECT_LT(s->bytes_fetched, s->plan.totals.bytes / 2);
-  // What a pull would fetch: the plan less what is verified now (found by
-  // review: a dry run said the whole plan even with all of it cached).
+  // What a pull would fetch: the plan less what is verified now, not the
+  // whole plan when part of it is cached.
   EXPECT_FALSE(s->complete);
   EXPECT_GT(s->bytes_missing, 0u);
   EXPECT_LT(s->bytes_missing, s->plan.totals.bytes);  // what planning fetched is in the cache now

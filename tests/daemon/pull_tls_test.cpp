@@ -294,9 +294,9 @@ TEST_F(PullTlsTest, TransfersSpreadOverMoreHttp2ConnectionsWhenStreamsAreCapped)
 // timing reaches the fetcher, which puts 16 streams on each connection, so
 // the 32 transfers use at most 2 CDN connections (4 streams each would be
 // up to 8). "Short" is under a second here: loopback answers come within
-// 2 ms on an idle machine, but not always on a loaded one (CI's, building
-// the sanitizer trees beside the tests), where this test saw 4 connections
-// (the first resolves judged the path long); the 2 ms line itself is
+// 2 ms on an idle machine, but not always on a loaded one (a CI machine
+// building the sanitizer trees beside the tests), where the first resolves
+// can judge the path long and give 4 connections; the 2 ms line itself is
 // ConnectionSpreadTest's.
 TEST_F(PullTlsTest, AShortPathPutsSixteenStreamsOnEachHttp2Connection) {
   if (!LibcurlSpeaksHttp2()) GTEST_SKIP() << "this libcurl has no HTTP/2";

@@ -529,8 +529,8 @@ TEST(RangeFetcherTest, TooLongBodyIsCut) {
 }
 
 // A 206 without a Content-Length on a connection the server keeps open
-// ends when its range is complete, not at the stall timeout (found by
-// review: 30 s per range).
+// ends when its range is complete, not at the stall timeout (which would
+// cost the whole timeout per range).
 TEST(RangeFetcherTest, AnUnsized206EndsWithItsRange) {
   FakeHub hub;
   hub.lfs_files["a.bin"] = MakeBlob(100'000, 8);
@@ -1067,10 +1067,9 @@ TEST(RangeFetcherTest, CancelFromAnotherThread) {
 
 // A consumer that meets a failure no request can get past aborts the run
 // with it as the reason: every other open request (a planner step's, say,
-// beside a background file's) ends with that cause, not "fetch cancelled"
-// (seen on the device: a step failed "fetch cancelled" while the real
-// error, a certificate, was a background file's). A Cancel made before is
-// still a cancel.
+// beside a background file's) ends with that cause, not "fetch cancelled",
+// so a step reports the real error (a certificate, say) even when a
+// background file met it. A Cancel made before is still a cancel.
 TEST(RangeFetcherTest, AbortEndsEveryOpenRequestWithItsReason) {
   for (const bool cancel_too : {false, true}) {
     SCOPED_TRACE(cancel_too ? "abort and cancel" : "abort");

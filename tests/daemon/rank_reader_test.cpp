@@ -123,10 +123,10 @@ TEST(RankReaderTest, ABitThatRottedOnDiskIsCaughtNamingTheHalf) {
   EXPECT_THAT(resized.status().message(), HasSubstr("the cache recorded"));
 }
 
-// The plan is made from the cached manifest and index files; found by
-// review: a manifest changed in the cache (here up1's copied over home's)
-// staged up1's widths as "home", every half passing its checksum. Both
-// kinds of file are checked by their hashes first.
+// The plan is made from the cached manifest and index files, so both kinds
+// of file are checked by their hashes first: a manifest changed in the
+// cache (here up1's copied over home's) would otherwise stage up1's widths
+// as "home", every half passing its checksum.
 TEST(RankReaderTest, AManifestOrIndexChangedInTheCacheIsRefused) {
   auto sim = StartSim(TinyRelease());
   TempDir cache;

@@ -163,8 +163,8 @@ TEST(ServeJobsTest, RunsAPullAskedOverTheSocketAndPinsIt) {
   EXPECT_EQ(serve.Stop(), 0);
 }
 
-// Issue #24: a pull job with the hub down failed, though the cache held its
-// rank complete; it is done now, served from the cache, and says so.
+// A pull job with the hub down, whose rank the cache holds complete, is
+// done, served from the cache, and says so.
 TEST(ServeJobsTest, APullJobWithTheHubDownIsDoneFromARankTheCacheHoldsComplete) {
   TempDir cache, logs;
   std::string commit;
@@ -381,8 +381,8 @@ TEST(ServeJobsTest, AJobEndTheQueueCouldNotRecordIsRecordedOnceItCan) {
   ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   EXPECT_TRUE(WaitFor([&] { return State(last = Job(serve, a)) == "done"; }, 10)) << State(last);
-  // Said right after the record that the state above reads (seen in a
-  // loaded run: read between the two).
+  // Said right after the record that the state above reads, so on a
+  // loaded machine the state can read "done" before the line is logged.
   EXPECT_TRUE(WaitFor([&] { return logged("job 1: its end is recorded now"); }, 10));
   EXPECT_EQ(serve.Stop(), 0);
 }
@@ -616,7 +616,7 @@ struct RoomForOnePlan {
 // has claimed and still writes, and stops before it writes a half, instead
 // of both fitting alone and overrunning the budget together. (Its small
 // whole files stream from the listing on, before the plan's size is known,
-// so one may be recorded already: seen in CI, a 1,180-byte manifest.)
+// so one, a 1,180-byte manifest say, may be recorded already.)
 TEST(ServeJobsTest, APullCountsTheSpaceAnotherRunningPullClaimed) {
   RoomForOnePlan room;
   auto& sim = room.sim;
@@ -922,7 +922,7 @@ TEST(ServeJobsTest, MetricsShowTheCacheTheQueueAndWhatTheServerDid) {
 
 // A running job's samples are labelled `job_id`, not `job`, which
 // Prometheus overwrites with its own target label (or renames to
-// exported_job; issue #24).
+// exported_job).
 TEST(ServeJobsTest, ARunningJobsMetricsAreLabelledJobId) {
   hubsim::FaultConfig slow;
   slow.throttle_bps = 100'000;

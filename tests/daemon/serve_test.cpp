@@ -448,7 +448,7 @@ TEST(ApiServerTest, OutOfDescriptorsPausesInsteadOfSpinning) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-// --- Who may use the API (issue #24) ---
+// --- Who may use the API ---
 
 // The status of the first answer in `got` ("HTTP/1.1 403 ..."); 0 for none.
 int StatusOf(const std::string& got) {
@@ -505,9 +505,9 @@ bool CanRunAsOtherUsers(std::string* why) {
 }
 
 // With --listen, another local user must not evict root's fileset, cancel a
-// job or start an exlr8d-stage running as root over 127.0.0.1 (issue #24).
-// Every request over TCP but GET /v1/health needs the bearer token, which
-// only the server's user can read.
+// job or start an exlr8d-stage running as root over 127.0.0.1. Every
+// request over TCP but GET /v1/health needs the bearer token, which only the
+// server's user can read.
 TEST(ServeAccessTest, AnotherUserChangesAndReadsNothingOverTcpWithoutTheToken) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
@@ -550,8 +550,8 @@ TEST(ServeAccessTest, AnotherUserChangesAndReadsNothingOverTcpWithoutTheToken) {
 
 // What an HTML form sends (text/plain, a foreign Origin) must not be
 // queued, and a page of attacker.example resolving to 127.0.0.1 (DNS
-// rebinding) must read no route (issue #24). Each is refused with problem
-// details naming what was refused, before the token is even looked at.
+// rebinding) must read no route. Each is refused with problem details
+// naming what was refused, before the token is even looked at.
 TEST(ServeAccessTest, RefusesCrossSiteRequestsAndForeignHosts) {
   TempDir cache;
   ServeProcess serve(cache.path(), {"--listen", "127.0.0.1:0", "--allow-host", "node7.example",
@@ -784,8 +784,8 @@ TEST(ServeAccessTest, TheTcpListenerNeedsTheTokenOfItsFile) {
 }
 
 // Idle TCP connections of one unprivileged user (300, more than the 256
-// slots) must not lock out requests on the Unix socket (issue #24). Each
-// listener has its own slots, and a user its own share of them.
+// slots) must not lock out requests on the Unix socket. Each listener has
+// its own slots, and a user its own share of them.
 TEST(ServeAccessTest, IdleConnectionsOfOneUserLockNobodyOut) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;
@@ -901,7 +901,7 @@ TEST(ApiServerTest, AHeaderAndAnIdleConnectionHaveDeadlinesOfTheirOwn) {
 }
 
 // On a cache it may not write, serve says so, not "another exlr8d serve
-// runs on this cache" (issue #24).
+// runs on this cache".
 TEST(ServeAccessTest, ACacheItCannotWriteIsNamedAsSuch) {
   std::string why;
   if (!CanRunAsOtherUsers(&why)) GTEST_SKIP() << why;

@@ -396,8 +396,8 @@ TEST(DenseDecode, RejectsNaNBytesE8M0MaxNonFiniteScalesAndOverflow) {
        {GoodRecord(Record(2, 1, 32, 0, 1)), Checksums("m", {0}), {"m.q4", "U8", {1, 16}, Bytes(16, 0)},
         {"m.s4", "F16", {1, 1}, F16s({NAN})}},
        0, 3},
-      // Finite scales whose products overflow fp32 (found by fuzz_dense):
-      // nibble 0 is -8, and -8 x 3e38 is -inf.
+      // Finite scales whose products overflow fp32: nibble 0 is -8, and
+      // -8 x 3e38 is -inf.
       {"INT4 scale overflows",
        {GoodRecord(Record(2, 1, 32, 0, 1)), Checksums("m", {0}), {"m.q4", "U8", {1, 16}, Bytes(16, 0)},
         {"m.s4", "F32", {1, 1}, F32s({3e38f})}},

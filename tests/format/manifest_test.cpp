@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenManifest{"unstored_width_msg", Manifest3("5"), "width 5 is not stored (stored: 2,3,4)"},
         BrokenManifest{"short_row", Manifest3("[2,2,2]"), "has 3 entries, expected 16"},
         BrokenManifest{"fractional", Manifest3("2.5"), "width is not an integer"},
-        // regression (found by fuzz_manifest): a width beyond int64 was cast for the message
+        // a width beyond int64 is named as a double in the message, never cast to an integer
         BrokenManifest{"huge_width", Manifest3("318446744073709551616"), "width 3.1844674407370955e+20 is not stored"},
         BrokenManifest{"string_width", Manifest3("\"2\""), "expected a list of 16 widths or one width"},
         BrokenManifest{"down_count", Manifest3("2", "[2,3,4]"), "has 3 experts, expected 4"},

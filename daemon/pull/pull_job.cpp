@@ -1,4 +1,5 @@
-// PullJob's run loop: resolve and list, plan, stream, commit, summarize.
+// PullJob's run loop: resolve and list, plan (pull_plan.cpp), stream,
+// commit, summarize; the job's state is PullJob::Rep (pull_job_rep.h).
 // The pieces it drives own their state (see each header's thread rules):
 //   pull_hub.h       whether the hub or the cache answers (hub outages)
 //   pull_streams.h   the fetch session and everything streaming in it
@@ -24,6 +25,7 @@
 #include "daemon/pull/header_step.h"
 #include "daemon/pull/pull_files.h"
 #include "daemon/pull/pull_hub.h"
+#include "daemon/pull/pull_job_rep.h"
 #include "daemon/pull/pull_progress.h"
 #include "daemon/pull/pull_space.h"
 #include "daemon/pull/pull_streams.h"
@@ -32,96 +34,6 @@
 #include "format/planner_input.h"
 
 namespace exlr8 {
-
-namespace {
-
-// The pull's row is written at most this often: each write is a SQLite
-// transaction with its own WAL fsync, and commits come as often as every
-// 16 MiB.
-constexpr std::chrono::milliseconds kProgressInterval{500};
-
-// What the planner made of the release for this rank.
-struct RankPlan {
-  Plan plan;
-  std::string manifest_path;  // in the release (or the local file's path)
-  bool manifest_is_local = false;
-  std::vector<std::string> whole;  // fetched whole whatever the plan
-  // The width files the rank reads from, and where their halves lie: what
-  // their headers are checked against.
-  std::vector<std::string> width_paths;
-  std::map<std::string, WidthFileSpan> spans;
-};
-
-}  // namespace
-
-// The state of one job.
-//
-// Thread rules: everything not said otherwise is the Run() thread's, unlocked.
-// Cancel() and Progress() read `cancel`, `counters`, `phases`, `progress`
-// and the fetcher through `fetcher_mu`; the commit threads report progress
-// (`progress`, CacheCounters()).
-struct PullJob::Rep {
-  Rep(Cache& c, PullOptions o)
-      : cache(c),
-        opt(std::move(o)),
-        clock(opt.clock != nullptr ? *opt.clock : Clock::Real()),
-        phases(clock),
-        progress(clock, kProgressInterval,
-                 [this](PullId id) { (void)cache.UpdatePull(id, CacheCounters()); }),
-        space(cache, opt.make_room, counters.bytes_written_verified),
-        files(cache, counters) {}
-
-  Cache& cache;
-  PullOptions opt;
-  Clock& clock;
-  std::atomic<bool> cancel{false};
-  JobCounters counters;
-  PhaseTimer phases;
-  ProgressReporter progress;
-  PullSpace space;  // declared after `counters`, which it reads
-
-  std::unique_ptr<HubClient> hub;
-  std::unique_ptr<RangeFetcher> fetcher;  // created after the hub; lives as long as the job
-  // The fetcher, for Cancel() and Progress() and the commit threads.
-  mutable Mutex fetcher_mu;
-  RangeFetcher* shared_fetcher EXLR8_GUARDED_BY(fetcher_mu) = nullptr;
-  std::optional<Status> hub_error;  // the hub could not be asked: served from the cache
-
-  FilesetId fileset = 0;
-  std::string commit;
-  PullFiles files;  // the fileset's files, as the cache holds them
-  std::optional<PullId> pull_id;
-  PullStreams* streams = nullptr;  // while Run's body runs; null offline
-
-  FetchCounters FetcherCounters() const EXLR8_EXCLUDES(fetcher_mu) {
-    MutexLock lock(&fetcher_mu);
-    return shared_fetcher != nullptr ? shared_fetcher->counters() : FetchCounters{};
-  }
-  int WriteThreads() const {
-    if (opt.write_threads > 0) return opt.write_threads;
-    return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
-  }
-
-  Status ResolveAndList();
-  // The planner's whole files (index files, manifest) verified: fetched
-  // as a step when missing; readable by the planner as it ends.
-  Status EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused);
-  // The metadata and plan phases: the manifest and index files, then the
-  // plan of the halves (headers deferred). Starts the whole files.
-  Result<RankPlan> PlanRank(std::uint64_t* reused);
-  // The headers phase: completes the plan with the width files' headers.
-  Status AddHeaders(RankPlan& rp, std::uint64_t* reused);
-  Status FetchHalves(const Plan& plan, std::uint64_t* reused);
-  // Waits for the files and halves, makes the last of them durable and
-  // records them.
-  Status FinishStreams();
-  PullCounters CacheCounters() const;
-  Result<PullSummary> RunBody();
-  // RunBody without a manifest: every file of the revision, whole.
-  Result<PullSummary> RunFileset(PullSummary sum);
-  // Records how the run ended in the pull's row; fills the summary.
-  Result<PullSummary> End(Result<PullSummary> result);
-};
 
 PullJob::PullJob(Cache& cache, PullOptions options)
     : rep_(std::make_unique<Rep>(cache, std::move(options))) {}
@@ -198,126 +110,6 @@ Status PullJob::Rep::ResolveAndList() {
   }
   EXLR8_RETURN_IF_ERROR(cache.PutFiles(fileset, declared).status());
   return files.Refresh();
-}
-
-Status PullJob::Rep::EnsureWholeFiles(const std::vector<std::string>& paths, std::uint64_t* reused) {
-  EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets,
-                         files.MissingWholeFiles(paths, opt.offline, reused));
-  if (targets.empty()) return Status::Ok();
-  std::uint64_t missing_bytes = 0;  // a resumed prefix is on disk already
-  for (const WholeFileTarget& t : targets) missing_bytes += t.size - t.resume_from;
-  if (opt.offline)
-    return FailedPreconditionError("offline mode: " + std::to_string(targets.size()) + " files (" +
-                                   std::to_string(missing_bytes) + " bytes, first " + targets[0].path +
-                                   ") are not in the cache");
-  EXLR8_RETURN_IF_ERROR(space.CheckAndClaim(missing_bytes));
-  if (streams == nullptr) return InternalError("fetch step without a fetch session");
-  CommitBatcher& batch = streams->NewStepBatch();
-  WholeFileConsumer consumer(*fetcher, cache, batch, counters, std::move(targets));
-  Status s = streams->RunStep(consumer, consumer);
-  consumer.DrainChecks();
-  if (s.ok()) s = consumer.first_error();
-  // Readable by the planner now; recorded (and flagged verified) as soon as
-  // durable: the step's batch commits now, while the planner goes on.
-  files.MarkChecked(consumer.verified());
-  const Status committing = batch.CommitSoon();
-  return s.ok() ? committing : s;
-}
-
-Result<RankPlan> PullJob::Rep::PlanRank(std::uint64_t* reused) {
-  phases.Set(PullPhase::kMetadata);
-  RankPlan rp;
-  // The manifest: a name, a repo path, or else a local JSON file (a custom
-  // width mix that is not part of the release).
-  rp.manifest_path = IsManifestName(opt.manifest) ? ManifestPath(opt.manifest) : opt.manifest;
-  std::optional<std::string> local_manifest;
-  if (!files.all().contains(rp.manifest_path)) {
-    std::error_code ec;
-    if (!opt.allow_local_manifest)
-      return NotFoundError("manifest '" + opt.manifest + "' is not in " + opt.repo + "@" + commit + " (no " +
-                           rp.manifest_path + ")");
-    if (IsManifestName(opt.manifest) || !std::filesystem::is_regular_file(opt.manifest, ec))
-      return NotFoundError("manifest '" + opt.manifest + "' is neither in " + opt.repo + "@" + commit +
-                           " (no " + rp.manifest_path + ") nor a local file");
-    EXLR8_ASSIGN_OR_RETURN(local_manifest, ReadSmallFile(opt.manifest, kMaxManifestBytes));
-  }
-  rp.manifest_is_local = local_manifest.has_value();
-  std::vector<ReleaseFile> release_files;
-  std::vector<std::string> metadata;  // the whole files the planner reads
-  if (!local_manifest) metadata.push_back(rp.manifest_path);
-  for (const auto& [path, f] : files.all()) {
-    release_files.push_back({f.path, f.size, f.sha256, f.git_sha1});
-    if (ClassifyReleasePath(path).kind == ReleaseFileKind::kExpertIndex) metadata.push_back(path);
-  }
-  // Every other file is fetched whole, whatever the plan: start those now.
-  for (const auto& [path, f] : files.all())
-    if (ClassifyReleasePath(path).kind != ReleaseFileKind::kExpertWidth &&
-        std::find(metadata.begin(), metadata.end(), path) == metadata.end())
-      rp.whole.push_back(path);
-  if (!opt.dry_run && !opt.offline) {
-    EXLR8_ASSIGN_OR_RETURN(std::vector<WholeFileTarget> targets,
-                           files.MissingWholeFiles(rp.whole, opt.offline, reused));
-    EXLR8_RETURN_IF_ERROR(streams->StartFiles(std::move(targets)));
-  }
-  EXLR8_RETURN_IF_ERROR(EnsureWholeFiles(metadata, reused));
-  PlannerSources sources;
-  sources.open_index = [this](const ReleaseFile& rf) -> Result<std::unique_ptr<ByteSource>> {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, files.File(rf.path));
-    return files.OpenForPlanning(*f);
-  };
-  sources.manifest_name = opt.manifest;
-  sources.manifest_text = [&]() -> Result<std::string> {
-    if (local_manifest) return std::move(*local_manifest);
-    return files.ReadText(rp.manifest_path);
-  };
-  EXLR8_ASSIGN_OR_RETURN(PlannerInput input, AssemblePlannerInput(std::move(release_files), sources));
-  files.SetIndexSources(std::move(input.index_sources));
-
-  // plan: the halves, located by the index files alone (absolute offsets)
-  phases.Set(PullPhase::kPlan);
-  PlanOptions plan_options{opt.tp, opt.rank, opt.coalesce_gap, /*defer_headers=*/true};
-  EXLR8_ASSIGN_OR_RETURN(rp.plan, MakePlan(input.release, *input.manifest, plan_options));
-  counters.bytes_planned.store(rp.plan.totals.needed_bytes);
-  // What the width files' headers are checked against: where their halves
-  // lie. The index tables themselves are dropped here (66 MB at GLM-5.3
-  // scale, a third of the pull's peak heap): the halves carry their own
-  // checksums and tails, and the tails are read from index_sources.
-  for (const PlanFile& pf : rp.plan.files) {
-    if (pf.whole) continue;
-    const ReleasePath path = ClassifyReleasePath(pf.path);
-    auto ix = input.release.indexes.find(path.layer);
-    if (ix == input.release.indexes.end())
-      return CorruptionError(pf.path + ": no index file for layer " + std::to_string(path.layer));
-    Result<WidthFileSpan> span = ix->second.SpanOfWidth(path.k);
-    if (!span.ok()) return span.status().WithContext(pf.index_path);
-    rp.spans.emplace(pf.path, std::move(*span));
-    rp.width_paths.push_back(pf.path);
-  }
-  return rp;
-}
-
-Status PullJob::Rep::AddHeaders(RankPlan& rp, std::uint64_t* reused) {
-  phases.Set(PullPhase::kHeaders);
-  std::vector<const FileInfo*> width_files;
-  for (const std::string& path : rp.width_paths) {
-    EXLR8_ASSIGN_OR_RETURN(const FileInfo* f, files.File(path));
-    width_files.push_back(f);
-  }
-  HeaderStep::Env env{cache, counters, space, fetcher.get()};
-  env.offline = opt.offline;
-  env.max_refetches = opt.fetch.max_refetches;
-  env.max_header_bytes = opt.max_header_bytes;
-  env.run_round = [this](HeaderConsumer& consumer) -> Status {
-    if (streams == nullptr) return InternalError("fetch step without a fetch session");
-    return streams->RunStep(consumer, consumer);
-  };
-  env.new_batch = [this]() -> CommitBatcher& { return streams->NewStepBatch(); };
-  HeaderStep step(std::move(env), rp.spans);
-  EXLR8_RETURN_IF_ERROR(step.Run(width_files, reused));
-  EXLR8_RETURN_IF_ERROR(AddWidthHeaders(rp.plan, step.TakeHeaderBytes()));
-  counters.bytes_planned.store(rp.plan.totals.needed_bytes);
-  counters.bytes_reused.store(*reused);
-  return Status::Ok();
 }
 
 // The plan's halves not yet in the cache, on every slot the files leave.

@@ -1,3 +1,7 @@
+// Dense and vocab files (spec section 10): the strict reader, the block
+// checks and the decoders, over a ByteSource. About 520 lines: the reader's
+// error context (MatrixErrors: file, matrix, field, byte offset) is shared
+// by every decoder, so they stay beside it.
 #include "format/dense.h"
 
 #include <algorithm>

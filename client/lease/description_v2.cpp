@@ -1,3 +1,7 @@
+// The v2 lease description's writer and its strict reader, field by field
+// (schema/lease/description-v2.schema.json). About 510 lines because each
+// field's rule (type, range, what it must agree with) sits next to the code
+// that writes it.
 #include "client/lease/description_v2.h"
 
 #include <algorithm>

@@ -8,6 +8,8 @@
 // counters), TransferSlots (the transfers in flight and the transport),
 // TransferScheduler (the ready line, retry timers, backoff), FileResolver
 // (which URL a file's ranges go to), AnswerChecker (judging an answer).
+// About 570 lines: every function here moves one transfer between those
+// pieces (start, body, end, verdict), and what is left is that hand-off.
 #include "daemon/hub/range_fetcher.h"
 
 #include <algorithm>

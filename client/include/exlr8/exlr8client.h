@@ -3,6 +3,9 @@
  * the image and its tables: schema/lease/IMAGE.md; a guide with examples:
  * docs/CLIENT.md).
  *
+ * One header, about 620 lines, most of them the contract of each call: a
+ * serving process includes this and nothing else.
+ *
  *   exlr8_lease* lease = NULL;
  *   if (exlr8_lease_open("/run/exlr8d/stage-7.sock", NULL, &lease) != EXLR8_OK) {
  *     fprintf(stderr, "%s\n", exlr8_last_error_message());

@@ -25,6 +25,11 @@ numpy array or torch tensor made from it) cannot be unmapped yet: close()
 then leaves the mapping to go with the last such reference, and the socket
 with it (the holder keeps counting this lessee until then, which is true:
 it still maps the memory), with a ResourceWarning.
+
+About 930 lines: the Lease class is the package's public object, and most of
+it is the contract of each accessor (half, signs, tensor, torch, numpy) and
+the one order of letting go that every path (close, __exit__, collection,
+interpreter exit) shares.
 """
 
 from __future__ import annotations

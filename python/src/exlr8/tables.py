@@ -9,6 +9,9 @@ entries. Entries are unpacked with struct.iter_unpack, each half record is
 checked by one expression (the message is worked out only when it fails),
 the offset table is compared as an array, and TensorInfo objects are made
 only when asked for (``Tables.tensors`` is a lazy sequence).
+
+About 850 lines, like its C++ twin: each field's rule sits next to the code
+that unpacks it, so a rule and the bytes it guards are read together.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ Result<std::unique_ptr<JobRunner>> JobRunner::Start(JobRunnerOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(opt.cache_dir, ec);
   if (ec) return IOError("create " + opt.cache_dir.string() + ": " + ec.message());
-  EXLR8_ASSIGN_OR_RETURN(rep->store, JobStore::Open(opt.cache_dir / kJobDbName));
+  EXLR8_ASSIGN_OR_RETURN(rep->store, JobStore::Open(opt.cache_dir / kJobDbName, JobStoreLimits{.clock = opt.clock}));
   EXLR8_ASSIGN_OR_RETURN(int requeued, rep->store->RequeueInterrupted());
   if (requeued > 0)
     std::fprintf(stderr, "exlr8d serve: %d job%s interrupted by a stop queued again; resuming\n", requeued,

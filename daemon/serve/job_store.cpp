@@ -112,6 +112,7 @@ bool IsFinished(JobState state) {
 }
 
 struct JobStore::Rep {
+  Clock* clock = &Clock::Real();
   Mutex mu;
   std::unique_ptr<SqliteDb> db EXLR8_GUARDED_BY(mu);
 
@@ -121,7 +122,7 @@ struct JobStore::Rep {
                    const std::string& wrong_state) EXLR8_EXCLUDES(mu) {
     MutexLock l(&mu);
     EXLR8_ASSIGN_OR_RETURN(SqliteStmt q, db->Prepare(sql));
-    q.Bind(1, Clock::Real().NowUnixMs()).Bind(2, id);
+    q.Bind(1, clock->NowUnixMs()).Bind(2, id);
     if (bind) bind(q);
     EXLR8_RETURN_IF_ERROR(q.Run());
     if (db->Changes() == 1) return Status::Ok();
@@ -139,6 +140,7 @@ JobStore::~JobStore() = default;
 Result<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::path& path, JobStoreLimits limits) {
   static constexpr auto& kMigrations = serve_schema::kMigrations;
   auto rep = std::make_unique<Rep>();
+  if (limits.clock != nullptr) rep->clock = limits.clock;
   MutexLock l(&rep->mu);
   EXLR8_ASSIGN_OR_RETURN(rep->db, SqliteDb::Open(path.string()));
   // The queue is small and written a few times per job: the default
@@ -161,7 +163,7 @@ Result<JobId> JobStore::Add(const JobRequest& r) {
                                            "state, created, updated, kind, make_room) VALUES (?1, ?2, ?3, ?4, ?5, "
                                            "?6, ?7, 'queued', ?8, ?8, ?9, ?10)"));
   q.Bind(1, r.repo).Bind(2, r.revision).Bind(3, r.manifest).Bind(4, std::int64_t{r.tp}).Bind(5, std::int64_t{r.rank});
-  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, Clock::Real().NowUnixMs()).Bind(9, JobKindName(r.kind));
+  q.Bind(6, r.endpoint).Bind(7, r.pin).Bind(8, rep_->clock->NowUnixMs()).Bind(9, JobKindName(r.kind));
   q.Bind(10, std::int64_t{r.make_room ? 1 : 0});
   EXLR8_ASSIGN_OR_RETURN(SqliteTxn txn, SqliteTxn::Begin(rep_->db.get()));
   EXLR8_ASSIGN_OR_RETURN(std::int64_t waiting,
@@ -284,7 +286,7 @@ Result<int> JobStore::RequeueInterrupted() {
   MutexLock l(&rep_->mu);
   EXLR8_ASSIGN_OR_RETURN(SqliteStmt q,
                          rep_->db->Prepare("UPDATE jobs SET state = 'queued', updated = ?1 WHERE state = 'running'"));
-  q.Bind(1, Clock::Real().NowUnixMs());
+  q.Bind(1, rep_->clock->NowUnixMs());
   EXLR8_RETURN_IF_ERROR(q.Run());
   return static_cast<int>(rep_->db->Changes());
 }

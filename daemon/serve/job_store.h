@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/base/clock.h"
 #include "format/status.h"
 
 namespace exlr8 {
@@ -66,6 +67,9 @@ struct JobInfo {
 struct JobStoreLimits {
   std::size_t max_unfinished = 1000;  // queued + running; Add refuses beyond
   std::size_t max_finished = 1000;    // older finished jobs are deleted by Add
+  // The times recorded (created, started, ended); null = Clock::Real().
+  // REQUIRES: outlives the store.
+  Clock* clock = nullptr;
 };
 
 // What the scheduler (job_scheduler.h) and the running jobs (job.h) ask of

@@ -13,11 +13,13 @@
 #include "daemon/serve/job_runner.h"
 #include "daemon/serve/jobs_api.h"
 #include "serve_schema_sql.h"
+#include "tests/daemon/base/fake_clock.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace exlr8 {
 namespace {
 
+using ::exlr8::testing::FakeClock;
 using ::exlr8::testing::TempDir;
 using ::testing::HasSubstr;
 
@@ -28,6 +30,28 @@ JobRequest Request(int rank = 1) {
   r.tp = 4;
   r.rank = rank;
   return r;
+}
+
+// A job's times are the injected clock's, as the API reports them.
+TEST(JobStoreTest, RecordsTimesFromTheInjectedClock) {
+  TempDir dir;
+  FakeClock clock;
+  JobStoreLimits limits;
+  limits.clock = &clock;
+  auto store = JobStore::Open(dir.path() / "exlr8d.jobs.db", limits);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto id = (*store)->Add(Request());
+  ASSERT_TRUE(id.ok());
+  clock.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE((*store)->MarkRunning(*id).ok());
+  clock.Advance(std::chrono::seconds(7));
+  ASSERT_TRUE((*store)->Finish(*id, JobState::kDone).ok());
+  auto job = (*store)->Get(*id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->created_ms, FakeClock::kDefaultUnixMs);
+  EXPECT_EQ(job->updated_ms, FakeClock::kDefaultUnixMs + 12'000);
+  ASSERT_TRUE(job->finished_ms.has_value());
+  EXPECT_EQ(*job->finished_ms, FakeClock::kDefaultUnixMs + 12'000);
 }
 
 TEST(JobStoreTest, KeepsJobsInOrderAcrossReopen) {

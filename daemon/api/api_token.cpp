@@ -76,6 +76,9 @@ Result<std::string> EnsureApiToken(const std::filesystem::path& path, bool* crea
     token += kHex[b & 15];
   }
   const std::string text = token + "\n";
+  // Not WriteFileAtomically, which replaces: the token is created only if
+  // no other process made one first (link(2) fails with EEXIST), so two
+  // servers starting at once agree on one token.
   const std::filesystem::path temp = path.string() + ".tmp." + std::to_string(::getpid());
   ::unlink(temp.c_str());  // a leftover of a crash of this pid's predecessor
   Status written = [&]() -> Status {

@@ -93,6 +93,8 @@ Result<std::unique_ptr<ProcessPin>> ProcessPin::Acquire(const std::filesystem::p
   const std::string name = UniqueName();
   const std::filesystem::path temp = dir / (std::string(kTempPrefix) + name);
   const std::filesystem::path final_path = dir / (name + std::string(kPinSuffix));
+  // Not WriteFileAtomically: the pin is its file descriptor's lock, so the
+  // file is made, locked and renamed through the one descriptor it keeps.
   UniqueFd fd;
   // An owner's sweep may remove the directory once it is empty, between our
   // mkdir and our create: make it again.

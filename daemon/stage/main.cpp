@@ -196,7 +196,7 @@ void ReleaseWhenLesseesLetGo(LeaseServer& server, StopRequests& stops, std::chro
 // allocation a lessee imported (the driver counts references), but an IPC
 // mapping does not: the wait matters most there.
 struct ImageHolder {
-  using StepFn = std::function<void(std::string_view, std::string, const std::atomic<std::uint64_t>*,
+  using StepFn = std::function<void(std::string_view, StateMembers, const std::atomic<std::uint64_t>*,
                                     const std::atomic<std::uint64_t>*)>;
   RankRequest& request;
   const std::string& hold;
@@ -241,10 +241,12 @@ struct ImageHolder {
     if (lvq5) described.manifest = kLvq5LeaseManifest;
     const std::string description =
         WriteLeaseDescriptionV2(DescribeHostImage(*image, described, DeadlineS()));
-    std::string held = ",\"memory\":\"host\",\"commit\":\"" + image->commit +
-                       "\",\"bytes\":" + std::to_string(image->layout.allocation_bytes()) +
-                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
-    AppendJsonString(held, hold);
+    StateMembers held;
+    held.Add("memory", "host")
+        .Add("commit", image->commit)
+        .Add("bytes", image->layout.allocation_bytes())
+        .Add("regions", p.hashed_regions)
+        .Add("lease", hold);
     const int fds[] = {image->image_fd.get(), image->tables_fd.get()};
     return Hold(description, fds, std::move(held), "host memory");
   }
@@ -257,7 +259,7 @@ struct ImageHolder {
     options.on_step = [&](int s) {
       switch (s) {
         case 1:
-          step("staging", ",\"memory\":\"device\"", &progress.copy_done, &progress.copy_total);
+          step("staging", StateMembers().Add("memory", "device"), &progress.copy_done, &progress.copy_total);
           break;
         case 2:
           step("hashing", {}, &progress.hash_done, &progress.hash_total);
@@ -311,12 +313,13 @@ struct ImageHolder {
     if (Status s = current.Set(device); !s.ok()) return fail(s);
     const std::string description =
         WriteLeaseDescriptionV2(DescribeDeviceImage(*image, request, DeadlineS()));
-    std::string held = ",\"memory\":\"device\",\"commit\":\"" + image->commit +
-                       "\",\"bytes\":" + std::to_string(bytes) +
-                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"device\":";
-    AppendJsonString(held, image->identity.uuid);
-    held += ",\"lease\":";
-    AppendJsonString(held, hold);
+    StateMembers held;
+    held.Add("memory", "device")
+        .Add("commit", image->commit)
+        .Add("bytes", bytes)
+        .Add("regions", p.hashed_regions)
+        .Add("device", image->identity.uuid)
+        .Add("lease", hold);
     std::vector<int> fds;
     if (image->vmm_fd.valid()) fds.push_back(image->vmm_fd.get());
     fds.push_back(image->tables_fd.get());
@@ -365,10 +368,12 @@ struct ImageHolder {
     described.manifest = kLvq5LeaseManifest;
     const std::string description =
         WriteLeaseDescriptionV2(DescribeDeviceImage(image, described, DeadlineS()));
-    std::string held = ",\"memory\":\"device\",\"commit\":\"" + image.commit +
-                       "\",\"bytes\":" + std::to_string(image.image_bytes()) +
-                       ",\"regions\":" + std::to_string(p.hashed_regions) + ",\"lease\":";
-    AppendJsonString(held, hold);
+    StateMembers held;
+    held.Add("memory", "device")
+        .Add("commit", image.commit)
+        .Add("bytes", image.image_bytes())
+        .Add("regions", p.hashed_regions)
+        .Add("lease", hold);
     std::vector<int> fds;
     if (image.vmm_fd.valid()) fds.push_back(image.vmm_fd.get());
     fds.push_back(image.tables_fd.get());
@@ -377,14 +382,13 @@ struct ImageHolder {
 
   // Serves `description` with `fds` until told to stop, then asks the
   // lessees to let go and waits for them.
-  int Hold(const std::string& description, std::span<const int> fds, std::string held, const char* memory) {
+  int Hold(const std::string& description, std::span<const int> fds, const StateMembers& held,
+           const char* memory) {
     Mutex report_mu;
     const char* phase = "holding";
     auto report_lessees = [&](const std::vector<pid_t>& lessees) {
       MutexLock l(&report_mu);
-      std::string pids;
-      for (pid_t pid : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(pid);
-      step(phase, held + ",\"lessees\":[" + pids + "]", nullptr, nullptr);
+      step(phase, StateMembers(held).AddArray("lessees", std::span<const pid_t>(lessees)), nullptr, nullptr);
     };
     auto server = LeaseServer::StartV2(hold, description, fds, report_lessees);
     if (!server.ok()) return fail(server.status());
@@ -406,7 +410,7 @@ struct ImageHolder {
     ReleaseWhenLesseesLetGo(**server, stops, release_wait);
     std::printf("released after %llu lease(s) (signal %d)\n",
                 static_cast<unsigned long long>((*server)->served()), stops.last_signal());
-    step("released", ",\"leases_served\":" + std::to_string((*server)->served()), nullptr, nullptr);
+    step("released", StateMembers().Add("leases_served", (*server)->served()), nullptr, nullptr);
     return kExitOk;
   }
 };
@@ -516,16 +520,14 @@ int Run(const std::vector<std::string>& argv) {
   RankReadProgress read_progress;
   std::atomic<std::uint64_t> uploaded{0}, upload_total{0};
   StepReporter reporter(std::move(state), stdout);
-  auto step = [&](std::string_view name, std::string members = {},
+  auto step = [&](std::string_view name, StateMembers members = {},
                   const std::atomic<std::uint64_t>* done = nullptr,
                   const std::atomic<std::uint64_t>* total = nullptr) {
     reporter.Step(name, std::move(members), done, total);
   };
   auto fail = [&](const Status& s) {
     const int code = ReportError(kProg, s);
-    std::string members = ",\"error\":";
-    AppendJsonString(members, s.ToString());
-    step("failed", members + ",\"exit_status\":" + std::to_string(code));
+    step("failed", StateMembers().Add("error", s.ToString()).Add("exit_status", code));
     return code;
   };
   // Stopped before the rank is held: the step's work is abandoned, and
@@ -534,9 +536,7 @@ int Run(const std::vector<std::string>& argv) {
     const int code = ReportError(kProg, s);
     std::printf("stopped by signal %d while %s: nothing is held\n", stops.last_signal(),
                 std::string(while_doing).c_str());
-    std::string members = ",\"stopped_while\":";
-    AppendJsonString(members, while_doing);
-    step("released", members + ",\"exit_status\":" + std::to_string(code));
+    step("released", StateMembers().Add("stopped_while", while_doing).Add("exit_status", code));
     return code;
   };
   // A --hold path too long for a socket (a deep --cache under exlr8d
@@ -582,8 +582,7 @@ int Run(const std::vector<std::string>& argv) {
   upload_total.store(rank->total_bytes);
   gpu.upload.bytes_uploaded = &uploaded;
   step("staging",
-       ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(rank->halves.size()) +
-           ",\"bytes\":" + std::to_string(rank->total_bytes),
+       StateMembers().Add("commit", rank->commit).Add("halves", rank->halves.size()).Add("bytes", rank->total_bytes),
        &uploaded, &upload_total);
   CudaSetDeviceGuard device;  // the device stays current while the lease is held
   if (!hold.empty())
@@ -606,9 +605,8 @@ int Run(const std::vector<std::string>& argv) {
       static_cast<unsigned long long>(r.decode_mismatches), r.gpu_decode_seconds, r.cpu_decode_seconds);
   if (!r.ok()) {
     std::printf("MISMATCH %s\n", r.first_mismatch.c_str());
-    std::string members = ",\"error\":";
-    AppendJsonString(members, "GPU check mismatch: " + r.first_mismatch);
-    step("failed", members + ",\"exit_status\":" + std::to_string(kExitVerifyFailed));
+    step("failed",
+         StateMembers().Add("error", "GPU check mismatch: " + r.first_mismatch).Add("exit_status", kExitVerifyFailed));
     return kExitVerifyFailed;
   }
   if (hold.empty()) {
@@ -622,23 +620,20 @@ int Run(const std::vector<std::string>& argv) {
   if (!description.ok()) return fail(description.status());
   // From here the lease server's thread reports too (each lessee that
   // comes or goes): one lock for both, and the phase it is in.
-  std::string held = ",\"commit\":\"" + rank->commit + "\",\"halves\":" + std::to_string(r.halves) +
-                     ",\"bytes\":" + std::to_string(r.upload.bytes) +
-                     ",\"device_bytes\":" + std::to_string(r.upload.device_bytes) + ",\"device\":";
-  AppendJsonString(held, r.device);
-  held += ",\"lease\":";
-  AppendJsonString(held, hold);
-  char rate[32];
-  std::snprintf(rate, sizeof rate, "%.3f", r.upload.GBPerSecond());
-  held +=
-      std::string(",\"upload_gb_per_s\":") + rate + ",\"checked_halves\":" + std::to_string(r.checked_halves);
+  StateMembers held;
+  held.Add("commit", rank->commit)
+      .Add("halves", r.halves)
+      .Add("bytes", r.upload.bytes)
+      .Add("device_bytes", r.upload.device_bytes)
+      .Add("device", r.device)
+      .Add("lease", hold)
+      .AddFixed("upload_gb_per_s", r.upload.GBPerSecond(), 3)
+      .Add("checked_halves", r.checked_halves);
   Mutex report_mu;
   const char* phase = "holding";
   auto report_lessees = [&](const std::vector<pid_t>& lessees) {
     MutexLock l(&report_mu);
-    std::string pids;
-    for (pid_t p : lessees) pids += (pids.empty() ? "" : ",") + std::to_string(p);
-    step(phase, held + ",\"lessees\":[" + pids + "]");
+    step(phase, StateMembers(held).AddArray("lessees", std::span<const pid_t>(lessees)));
   };
   auto server = LeaseServer::Start(hold, std::move(*description), report_lessees);
   if (!server.ok()) return fail(server.status());
@@ -659,7 +654,7 @@ int Run(const std::vector<std::string>& argv) {
   ReleaseWhenLesseesLetGo(**server, stops, std::chrono::seconds(release_wait_s));
   std::printf("released after %llu lease(s) (signal %d)\n",
               static_cast<unsigned long long>((*server)->served()), stops.last_signal());
-  step("released", ",\"leases_served\":" + std::to_string((*server)->served()));
+  step("released", StateMembers().Add("leases_served", (*server)->served()));
   return kExitOk;
 }
 

@@ -59,13 +59,27 @@ Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::file
   return std::unique_ptr<StageStateWriter>(new StageStateWriter(dir, std::move(fd)));
 }
 
-Status StageStateWriter::Set(std::string_view state, std::string_view members) {
-  const std::int64_t now_ms = Clock::Real().NowUnixMs();
-  std::string text = "{\"state\":";
-  AppendJsonString(text, state);
-  text += ",\"pid\":" + std::to_string(::getpid()) + ",\"updated\":" + std::to_string(now_ms);
-  text.append(members);
-  text += "}\n";
+StateMembers& StateMembers::AddFixed(std::string_view key, double value, int decimals) {
+  JsonWriter w;
+  w.Fixed(value, decimals);
+  members_.emplace_back(std::string(key), std::move(w).Take());
+  return *this;
+}
+
+StateMembers& StateMembers::Append(const StateMembers& more) {
+  members_.insert(members_.end(), more.members_.begin(), more.members_.end());
+  return *this;
+}
+
+Status StageStateWriter::Set(std::string_view state, const StateMembers& members) {
+  JsonWriter w;
+  w.BeginObject()
+      .Field("state", state)
+      .Field("pid", static_cast<std::int64_t>(::getpid()))
+      .Field("updated", Clock::Real().NowUnixMs());
+  for (const auto& [key, value] : members.members()) w.Key(key).Raw(value);
+  w.EndObject();
+  const std::string text = std::move(w).Take() + "\n";
   // A reader sees the old record or the new one, never half of one. Not
   // durable: the record is rewritten with every step's progress, and
   // describes a process that a machine crash ends anyway.

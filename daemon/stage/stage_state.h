@@ -32,14 +32,52 @@
 
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "daemon/base/posix.h"
 #include "format/json.h"
+#include "format/json_writer.h"
 #include "format/status.h"
 
 namespace exlr8 {
+
+// The members of a state record after "state", "pid" and "updated", in
+// order, each value written by JsonWriter (escaped as every document of
+// the node is).
+//   StateMembers().Add("lease", path).Add("bytes", n).AddArray("lessees", pids)
+class StateMembers {
+ public:
+  template <typename T>
+  StateMembers& Add(std::string_view key, const T& value) {
+    JsonWriter w;
+    w.Value(value);
+    members_.emplace_back(std::string(key), std::move(w).Take());
+    return *this;
+  }
+  // A number with `decimals` places (a rate).
+  StateMembers& AddFixed(std::string_view key, double value, int decimals);
+  template <typename T>
+  StateMembers& AddArray(std::string_view key, std::span<const T> values) {
+    JsonWriter w;
+    w.BeginArray();
+    for (const T& v : values) w.Value(v);
+    w.EndArray();
+    members_.emplace_back(std::string(key), std::move(w).Take());
+    return *this;
+  }
+  // This record's members, then `more`'s.
+  StateMembers& Append(const StateMembers& more);
+
+  // (key, JSON text of the value) pairs.
+  const std::vector<std::pair<std::string, std::string>>& members() const { return members_; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> members_;
+};
 
 class StageStateWriter {
  public:
@@ -47,9 +85,9 @@ class StageStateWriter {
   // naming the pid when another holder has it.
   static Result<std::unique_ptr<StageStateWriter>> Open(const std::filesystem::path& dir);
 
-  // Replaces state.json with {"state":state,"pid":..,"updated":..} plus
-  // `members`: more JSON members, each ",\"key\":value" (or empty).
-  Status Set(std::string_view state, std::string_view members = {});
+  // Replaces state.json with {"state":state,"pid":..,"updated":..} and
+  // then `members`.
+  Status Set(std::string_view state, const StateMembers& members = {});
 
  private:
   StageStateWriter(std::filesystem::path dir, UniqueFd lock) : dir_(std::move(dir)), lock_(std::move(lock)) {}

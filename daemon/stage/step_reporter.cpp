@@ -17,7 +17,7 @@ StepReporter::~StepReporter() {
   thread_.join();
 }
 
-void StepReporter::Step(std::string_view name, std::string members, const std::atomic<std::uint64_t>* done,
+void StepReporter::Step(std::string_view name, StateMembers members, const std::atomic<std::uint64_t>* done,
                         const std::atomic<std::uint64_t>* total) {
   MutexLock l(&mu_);
   name_ = name;
@@ -31,10 +31,10 @@ void StepReporter::Step(std::string_view name, std::string members, const std::a
 
 void StepReporter::WriteLocked(std::uint64_t done, std::uint64_t total) {
   if (!state_) return;
-  std::string members = members_;
+  StateMembers members = members_;
   if (done_ != nullptr) {
-    members += ",\"done_bytes\":" + std::to_string(done);
-    if (total > 0) members += ",\"total_bytes\":" + std::to_string(total);
+    members.Add("done_bytes", done);
+    if (total > 0) members.Add("total_bytes", total);
   }
   if (Status s = state_->Set(name_, members); !s.ok())
     std::fprintf(stderr, "exlr8d-stage: warning: %s\n", s.ToString().c_str());

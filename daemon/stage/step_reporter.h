@@ -37,12 +37,12 @@ class StepReporter {
   StepReporter(const StepReporter&) = delete;
   StepReporter& operator=(const StepReporter&) = delete;
 
-  // A new step: state.json gets {"state":name, ...members} now (members:
-  // ",\"key\":value"...). With `done`, until the next step, the record is
+  // A new step: state.json gets {"state":name, ...members} now. With
+  // `done`, until the next step, the record is
   // rewritten with "done_bytes" (and "total_bytes" once *total is not 0)
   // as those counters move. Errors writing state.json are warnings on
   // stderr, never a reason to stop staging.
-  void Step(std::string_view name, std::string members = {}, const std::atomic<std::uint64_t>* done = nullptr,
+  void Step(std::string_view name, StateMembers members = {}, const std::atomic<std::uint64_t>* done = nullptr,
             const std::atomic<std::uint64_t>* total = nullptr);
 
  private:
@@ -56,7 +56,7 @@ class StepReporter {
   CondVar cv_;  // stop
   bool stop_ EXLR8_GUARDED_BY(mu_) = false;
   std::string name_ EXLR8_GUARDED_BY(mu_);
-  std::string members_ EXLR8_GUARDED_BY(mu_);
+  StateMembers members_ EXLR8_GUARDED_BY(mu_);
   const std::atomic<std::uint64_t>* done_ EXLR8_GUARDED_BY(mu_) = nullptr;
   const std::atomic<std::uint64_t>* total_ EXLR8_GUARDED_BY(mu_) = nullptr;
   std::uint64_t last_done_ EXLR8_GUARDED_BY(mu_) = 0;  // written last (a step's first write: none)

@@ -35,7 +35,7 @@ TEST(StageStateTest, TheHolderWritesAndAReaderSeesItAlive) {
   {
     auto writer = StageStateWriter::Open(dir.path());
     ASSERT_TRUE(writer.ok()) << writer.status().ToString();
-    ASSERT_TRUE((*writer)->Set("holding", R"(,"lease":"/run/x.sock","bytes":42)").ok());
+    ASSERT_TRUE((*writer)->Set("holding", StateMembers().Add("lease", "/run/x.sock").Add("bytes", 42)).ok());
     auto st = ReadStageState(dir.path());
     ASSERT_TRUE(st.ok());
     EXPECT_TRUE(st->alive);
@@ -55,6 +55,32 @@ TEST(StageStateTest, TheHolderWritesAndAReaderSeesItAlive) {
   EXPECT_EQ(after->state, "released");
   EXPECT_FALSE(IsLiveStageState(after->state));
   EXPECT_TRUE(IsLiveStageState("holding"));
+}
+
+// Whatever a member holds (an error's quotes and newlines, a path of any
+// bytes, a rate, a list of pids), the record stays one JSON object that
+// reads back member by member.
+TEST(StageStateTest, MembersOfAnyTextStayOneJsonRecord) {
+  TempDir dir;
+  auto writer = StageStateWriter::Open(dir.path());
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  const std::string error = "cache: \"L3 e0\" mismatch\n\tat byte 7 \\ \x01";
+  const std::vector<pid_t> pids = {12, 345};
+  ASSERT_TRUE((*writer)
+                  ->Set("failed", StateMembers()
+                                      .Add("error", error)
+                                      .AddFixed("upload_gb_per_s", 12.34567, 3)
+                                      .AddArray("lessees", std::span<const pid_t>(pids))
+                                      .Add("exit_status", 3))
+                  .ok());
+  auto st = ReadStageState(dir.path());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_TRUE(st->record.is_object());
+  EXPECT_EQ(st->record.Find("error")->as_string(), error);
+  EXPECT_DOUBLE_EQ(st->record.Find("upload_gb_per_s")->as_double(), 12.346);
+  ASSERT_EQ(st->record.Find("lessees")->as_array().size(), 2u);
+  EXPECT_EQ(*st->record.Find("lessees")->as_array()[1].as_int64(), 345);
+  EXPECT_EQ(*st->record.Find("exit_status")->as_int64(), 3);
 }
 
 // Every step a running holder reports is live (lease v2 in device memory
@@ -159,7 +185,7 @@ TEST(StepReporterTest, ALongStepShowsItsProgressAndNeverOutlivesIt) {
     done.store(8'000'000'000);
     EXPECT_TRUE(wait_for([&] { return value("done_bytes") == 8'000'000'000; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few lines printed
-    reporter.Step("failed", R"(,"exit_status":3)");
+    reporter.Step("failed", StateMembers().Add("exit_status", 3));
     EXPECT_EQ(state(), "failed");
     done.store(9);  // the old step's counter moves on: nothing is written for it
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -77,7 +77,9 @@ ApiResponse StatusApi::Handle(const ApiRequest& req) const {
     if (!cache.ok()) return ErrorResponse(cache.status());
     auto status = CheckRankStatus(**cache, query->repo, query->revision, query->manifest, query->tp, query->rank);
     if (!status.ok()) return ErrorResponse(status.status());
-    return Json("{\"rank\":" + RankStatusJson(*query, *status) + "}");
+    JsonWriter w;
+    w.BeginObject().Key("rank").Raw(RankStatusJson(*query, *status)).EndObject();
+    return Json(std::move(w).Take());
   }
   std::optional<std::int64_t> id;
   if (path.rfind("/v1/pulls/", 0) == 0) {

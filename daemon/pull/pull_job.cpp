@@ -29,6 +29,7 @@
 #include "daemon/pull/pull_progress.h"
 #include "daemon/pull/pull_space.h"
 #include "daemon/pull/pull_streams.h"
+#include "format/json_writer.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "format/planner_input.h"
@@ -203,9 +204,13 @@ Result<PullSummary> PullJob::Rep::RunBody() {
   spec.rank = opt.rank;
   spec.started_ms = phases.StartedUnixMs();
   // (The plan's total bytes, headers included, are the pull's bytes_planned counter.)
-  spec.plan_summary_json = "{\"half_bytes\":" + std::to_string(rp.plan.totals.half_bytes) +
-                           ",\"routed_halves\":" + std::to_string(rp.plan.totals.routed_halves) +
-                           ",\"shared_halves\":" + std::to_string(rp.plan.totals.shared_halves) + "}";
+  JsonWriter summary;
+  summary.BeginObject()
+      .Field("half_bytes", rp.plan.totals.half_bytes)
+      .Field("routed_halves", rp.plan.totals.routed_halves)
+      .Field("shared_halves", rp.plan.totals.shared_halves)
+      .EndObject();
+  spec.plan_summary_json = std::move(summary).Take();
   EXLR8_ASSIGN_OR_RETURN(pull_id, cache.StartPull(spec));
   progress.Start(*pull_id);
   progress.ReportNow();  // the plan's size, before the first commit
@@ -261,7 +266,9 @@ Result<PullSummary> PullJob::Rep::RunFileset(PullSummary sum) {
   spec.tp = 1;
   spec.rank = 0;
   spec.started_ms = phases.StartedUnixMs();
-  spec.plan_summary_json = "{\"files\":" + std::to_string(plan.files.size()) + "}";
+  JsonWriter summary;
+  summary.BeginObject().Field("files", plan.files.size()).EndObject();
+  spec.plan_summary_json = std::move(summary).Take();
   EXLR8_ASSIGN_OR_RETURN(pull_id, cache.StartPull(spec));
   progress.Start(*pull_id);
   progress.ReportNow();

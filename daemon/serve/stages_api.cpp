@@ -158,9 +158,11 @@ std::optional<ApiResponse> HandleStages(StageManager& stages, const ApiRequest& 
     if (req.method != "GET") return MethodNotAllowed(req.method, path, "GET, HEAD, POST");
     auto list = stages.List();
     if (!list.ok()) return ErrorResponse(list.status());
-    std::string body = "{\"stages\":[";
-    for (std::size_t i = 0; i < list->size(); ++i) body += (i ? "," : "") + StageJson((*list)[i]);
-    return ApiResponse{200, body + "]}"};
+    JsonWriter w;
+    w.BeginObject().Key("stages").BeginArray();
+    for (const StageInfo& stage : *list) w.Raw(StageJson(stage));
+    w.EndArray().EndObject();
+    return ApiResponse{200, std::move(w).Take()};
   }
   if (path.rfind(kStagesPrefix, 0) != 0) return std::nullopt;
   const std::string_view tail = path.substr(kStagesPrefix.size());

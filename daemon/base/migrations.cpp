@@ -4,8 +4,19 @@
 
 namespace exlr8 {
 
+Result<std::int64_t> SchemaVersion(SqliteDb* db) { return db->QueryInt("PRAGMA user_version"); }
+
+Status RequireLatestSchema(SqliteDb* db, std::span<const Migration> migrations, std::string_view advice) {
+  EXLR8_ASSIGN_OR_RETURN(const std::int64_t version, SchemaVersion(db));
+  const auto latest = static_cast<std::int64_t>(migrations.size());
+  if (version == latest) return Status::Ok();
+  return FailedPreconditionError(db->path() + ": schema version " + std::to_string(version) +
+                                 ", this exlr8d reads version " + std::to_string(latest) + "; " +
+                                 std::string(advice));
+}
+
 Status ApplyMigrations(SqliteDb* db, std::span<const Migration> migrations) {
-  EXLR8_ASSIGN_OR_RETURN(const std::int64_t current, db->QueryInt("PRAGMA user_version"));
+  EXLR8_ASSIGN_OR_RETURN(const std::int64_t current, SchemaVersion(db));
   const auto latest = static_cast<std::int64_t>(migrations.size());
   if (current > latest)
     return FailedPreconditionError(db->path() + ": schema version " + std::to_string(current) +

@@ -30,4 +30,12 @@ struct Migration {
 // REQUIRES: migrations[i].version == i + 1; no transaction open on `db`.
 Status ApplyMigrations(SqliteDb* db, std::span<const Migration> migrations);
 
+// The applied version: PRAGMA user_version.
+Result<std::int64_t> SchemaVersion(SqliteDb* db);
+
+// For a reader that does not migrate (a read-only open): OK when `db` is
+// at the last of `migrations`, else FailedPrecondition naming the file,
+// both versions and `advice` (what the reader can do about it).
+Status RequireLatestSchema(SqliteDb* db, std::span<const Migration> migrations, std::string_view advice);
+
 }  // namespace exlr8

@@ -84,13 +84,8 @@ Status Catalog::OpenReadOnly(const std::string& db_path) {
   EXLR8_ASSIGN_OR_RETURN(db_, SqliteDb::OpenReadOnly(db_path));
   // The owner migrates when it opens; an index at another version than this
   // binary's would be read with the wrong queries.
-  EXLR8_ASSIGN_OR_RETURN(const std::int64_t version, db_->QueryInt("PRAGMA user_version"));
-  const auto latest = static_cast<std::int64_t>(BuiltinMigrations().size());
-  if (version != latest)
-    return FailedPreconditionError(db_->path() + ": index at schema version " + std::to_string(version) +
-                                   ", this exlr8d reads version " + std::to_string(latest) +
-                                   "; wait for the exlr8d that owns the cache, or use the same version");
-  return Status::Ok();
+  return RequireLatestSchema(db_.get(), BuiltinMigrations(),
+                             "wait for the exlr8d that owns the cache, or use the same version");
 }
 
 // ---- filesets ----

@@ -35,5 +35,23 @@ TEST(MigrationsTest, ApplyInOrderAndRollBackOnFailure) {
   EXPECT_EQ(*db->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'c'"), 0);  // rolled back
 }
 
+// A reader that does not migrate accepts only the last version, and says
+// which versions differ and what to do.
+TEST(MigrationsTest, AReaderRequiresTheLatestVersionAndNamesBoth) {
+  TempDir tmp;
+  std::unique_ptr<SqliteDb> db = SqliteDb::Open((tmp.path() / "m.db").string()).value();
+  const Migration two[] = {{1, "001_a.sql", "CREATE TABLE a (x INTEGER);"},
+                           {2, "002_b.sql", "CREATE TABLE b (y INTEGER);"}};
+  ASSERT_TRUE(ApplyMigrations(db.get(), std::span(two, 1)).ok());
+  EXPECT_EQ(*SchemaVersion(db.get()), 1);
+  const Status old = RequireLatestSchema(db.get(), two, "upgrade it");
+  EXPECT_EQ(old.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.message().find("m.db: schema version 1, this exlr8d reads version 2; upgrade it"), std::string::npos)
+      << old.message();
+  ASSERT_TRUE(ApplyMigrations(db.get(), two).ok());
+  EXPECT_TRUE(RequireLatestSchema(db.get(), two, "upgrade it").ok());
+  EXPECT_EQ(RequireLatestSchema(db.get(), std::span(two, 1), "x").code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace exlr8

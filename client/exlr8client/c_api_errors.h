@@ -1,5 +1,5 @@
-// The C API's error plumbing, shared by its source files (exlr8client.cpp,
-// rest_api.cpp): the calling thread's message (exlr8_last_error_message)
+// The C API's error plumbing (c_api_errors.cpp), shared by its source files
+// (exlr8client.cpp, c_api_names.cpp, rest_api.cpp): the calling thread's message (exlr8_last_error_message)
 // and the mapping of a Status to an exlr8_status.
 #pragma once
 

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
+#include "daemon/base/clock.h"
 #include "daemon/base/posix.h"
 #include "format/status.h"
 
@@ -18,12 +20,15 @@ namespace exlr8 {
 class FileLock {
  public:
   // Creates `path` if needed, takes LOCK_EX|LOCK_NB and writes "<pid>\n"
-  // into it. If another holder has it, tries again every 20 ms for up to
-  // `wait`, then FailedPrecondition:
+  // into it. If another holder has it, tries again every 10 ms for up to
+  // `wait` (on `clock`; null = Clock::Real()), then FailedPrecondition
+  // naming the holder, with `holder_is` in parentheses:
   //   "<path> is locked by pid 1234 (another exlr8d owns this cache)".
   // Other failures: see ErrnoStatus (posix.h).
   static Result<std::unique_ptr<FileLock>> Acquire(const std::filesystem::path& path,
-                                                   std::chrono::milliseconds wait = {});
+                                                   std::chrono::milliseconds wait = {},
+                                                   std::string_view holder_is = "another exlr8d owns this cache",
+                                                   Clock* clock = nullptr);
 
   // Releases the lock (closing the descriptor). The pid stays in the file;
   // it is only meaningful while the file is locked.

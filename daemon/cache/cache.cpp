@@ -43,7 +43,8 @@ Result<std::unique_ptr<Cache>> Cache::Open(std::filesystem::path dir, CacheOptio
   rep->store = std::make_unique<ExtentStore>(
       rep->root_fd.get(), rep->shown,
       ExtentStore::Options{rep->options.write_behind_bytes, /*read_only=*/false});
-  EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait));
+  EXLR8_ASSIGN_OR_RETURN(rep->lock, FileLock::Acquire(rep->dir / kCacheLockName, rep->options.lock_wait,
+                                                         "another exlr8d owns this cache", rep->options.clock));
   // On a full disk, room for the index before SQLite needs it: opening may
   // already write (its shared-memory file, a checkpoint that grows the
   // database).

@@ -155,12 +155,13 @@ Result<std::vector<HubFile>> HubClient::ListFiles() const {
 
 HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
                                                    const ResponseHead& head) const {
-  return InterpretResolve(path, request_url, head, requester_->clock().Now());
+  return InterpretResolve(path, request_url, head, requester_->clock().Now(), requester_->clock().WallNow());
 }
 
 HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const std::string& request_url,
                                                    const ResponseHead& head,
-                                                   std::chrono::steady_clock::time_point now) const {
+                                                   std::chrono::steady_clock::time_point now,
+                                                   std::chrono::system_clock::time_point wall_now) const {
   ResolveStep step;
   const std::string what = DescribeFile(path);
   if (!head.x_repo_commit.empty() && head.x_repo_commit != commit_) {
@@ -204,7 +205,7 @@ HubClient::ResolveStep HubClient::InterpretResolve(std::string_view path, const 
   }
   step.status = HttpError(head.status, head, what, settings_.ShouldSendToken(request_url), settings_.token);
   step.retryable = IsRetryableHttp(head.status);
-  step.wait = ThrottleWait(head, requester_->clock().WallNow());
+  step.wait = ThrottleWait(head, wall_now);
   return step;
 }
 

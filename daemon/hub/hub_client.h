@@ -234,9 +234,11 @@ class HubClient {
   };
   ResolveStep InterpretResolve(std::string_view path, const std::string& request_url,
                                const ResponseHead& head) const;
-  // The same, with the expiry counted from `now` (the caller's Clock).
+  // The same on the caller's Clock: the expiry counted from `now`, a
+  // Retry-After date from `wall_now`.
   ResolveStep InterpretResolve(std::string_view path, const std::string& request_url,
-                               const ResponseHead& head, std::chrono::steady_clock::time_point now) const;
+                               const ResponseHead& head, std::chrono::steady_clock::time_point now,
+                               std::chrono::system_clock::time_point wall_now) const;
 
   // Counts a resolve / 429 / retry done by the fetcher on this client's behalf.
   void CountResolve() const { resolves_.fetch_add(1, std::memory_order_relaxed); }

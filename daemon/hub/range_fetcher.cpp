@@ -200,7 +200,7 @@ struct RangeFetcher::Impl final : TransferSlots::Listener {
       step.status = IOError(hub.DescribeFile(path) + ": resolve: " + end.error);
       step.retryable = !end.permanent;  // another try meets the same certificate
     } else {
-      step = hub.InterpretResolve(path, t.url, t.head, clock->Now());
+      step = hub.InterpretResolve(path, t.url, t.head, clock->Now(), clock->WallNow());
       if (!step.resolved && !step.follow && t.head.status == 429) {
         Inc(counters.rate_limited);
         hub.CountRateLimited();

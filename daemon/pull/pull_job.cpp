@@ -85,7 +85,9 @@ Status PullJob::Rep::ResolveAndList() {
     return files.Refresh();
   }
   commit = hub->commit();
-  fetcher = std::make_unique<RangeFetcher>(*hub, opt.fetch);
+  RangeFetcherOptions fetch = opt.fetch;
+  if (fetch.clock == nullptr) fetch.clock = &clock;  // one time line for the whole pull
+  fetcher = std::make_unique<RangeFetcher>(*hub, fetch);
   {
     MutexLock lock(&fetcher_mu);
     shared_fetcher = fetcher.get();

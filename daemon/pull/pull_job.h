@@ -95,8 +95,9 @@ struct PullOptions {
   // Largest whole file fetched into memory-free streaming is unbounded; the
   // largest width-file header accepted:
   std::uint64_t max_header_bytes = 100'000'000;
-  // What the pull's phases and progress reports are timed by; null =
-  // Clock::Real(). REQUIRES: outlives the job.
+  // What the pull's phases and progress reports are timed by, and the
+  // fetcher's clock unless fetch.clock names another; null = Clock::Real().
+  // REQUIRES: outlives the job.
   Clock* clock = nullptr;
 };
 

@@ -27,7 +27,7 @@ namespace exlr8 {
 // The pull's row is written at most this often: each write is a SQLite
 // transaction with its own WAL fsync, and commits come as often as every
 // 16 MiB.
-constexpr std::chrono::milliseconds kProgressInterval{500};
+inline constexpr std::chrono::milliseconds kProgressInterval{500};
 
 // What the planner made of the release for this rank.
 struct RankPlan {

@@ -123,6 +123,8 @@ class StageManager {
   // (the kernel drops its locks before the parent can reap it), so wait a
   // moment for its status, which then goes to exited_; at most kReapGrace,
   // and once per holder (one stuck in its exit does not slow every read).
+  // Polls every millisecond of clock_ time, holding mu_: a test's FakeClock
+  // must be advanced for it to end.
   void ReapExiting(std::int64_t id) EXLR8_REQUIRES(mu_);
   static constexpr std::chrono::milliseconds kReapGrace{2000};
   std::vector<std::int64_t> Ids() const;    // the records' ids, newest first

@@ -36,27 +36,12 @@ bool IsLiveStageState(std::string_view state) {
 }
 
 Result<std::unique_ptr<StageStateWriter>> StageStateWriter::Open(const std::filesystem::path& dir) {
-  const std::filesystem::path path = dir / kLockName;
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoStatus(errno, "open " + path.string());
   // A reader's probe (ReadStageState) holds a shared lock for an instant,
   // so a refusal is only believed once it lasts: another holder runs here.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EINTR) continue;
-    if (errno != EWOULDBLOCK) return ErrnoStatus(errno, "lock " + path.string());
-    if (std::chrono::steady_clock::now() < give_up) {
-      ::usleep(10'000);
-      continue;
-    }
-    const std::string pid = ReadPid(fd.get());
-    return FailedPreconditionError(path.string() + " is locked by pid " + (pid.empty() ? "unknown" : pid) +
-                                   " (another holder runs in " + dir.string() + ")");
-  }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd.get(), 0) != 0) return ErrnoStatus(errno, "truncate " + path.string());
-  EXLR8_RETURN_IF_ERROR(PwriteAll(fd.get(), 0, std::as_bytes(std::span(pid.data(), pid.size())), path.string()));
-  return std::unique_ptr<StageStateWriter>(new StageStateWriter(dir, std::move(fd)));
+  EXLR8_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> lock,
+                         FileLock::Acquire(dir / kLockName, std::chrono::seconds(2),
+                                           "another holder runs in " + dir.string()));
+  return std::unique_ptr<StageStateWriter>(new StageStateWriter(dir, std::move(lock)));
 }
 
 StateMembers& StateMembers::AddFixed(std::string_view key, double value, int decimals) {

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/base/file_lock.h"
 #include "daemon/base/posix.h"
 #include "format/json.h"
 #include "format/json_writer.h"
@@ -90,9 +91,10 @@ class StageStateWriter {
   Status Set(std::string_view state, const StateMembers& members = {});
 
  private:
-  StageStateWriter(std::filesystem::path dir, UniqueFd lock) : dir_(std::move(dir)), lock_(std::move(lock)) {}
+  StageStateWriter(std::filesystem::path dir, std::unique_ptr<FileLock> lock)
+      : dir_(std::move(dir)), lock_(std::move(lock)) {}
   std::filesystem::path dir_;
-  UniqueFd lock_;
+  std::unique_ptr<FileLock> lock_;  // held for the holder's life
 };
 
 struct StageState {

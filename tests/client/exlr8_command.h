@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/temp_dir.h"
+
 namespace exlr8 {
 
 struct ProcessResult {
@@ -31,19 +33,6 @@ inline ProcessResult Exlr8(const std::string& args) {
   return r;
 }
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string t = "/tmp/exlr8-cli-test-XXXXXX";
-    if (!mkdtemp(t.data())) std::abort();
-    path_ = t;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 }  // namespace exlr8

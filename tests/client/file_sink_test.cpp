@@ -13,34 +13,17 @@
 #include "client/local_release.h"
 #include "format/layout.h"
 #include "format/plan.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
 
 namespace exlr8 {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "exlr8-file-sink-XXXXXX").string();
-    char* p = ::mkdtemp(templ.data());
-    EXPECT_NE(p, nullptr);
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::vector<char> ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using testing::ReadFileBytes;
+using testing::ReadFileText;
+using testing::TempDir;
 
 std::span<const std::byte> AsBytes(const std::string& s) { return std::as_bytes(std::span<const char>(s)); }
 
@@ -55,12 +38,10 @@ TEST(DirectoryReleaseSink, WritesFilesAndCreatesDirectories) {
   DirectoryReleaseSink sink((dir.path() / "release").string());
   ASSERT_TRUE(sink.WriteFile("experts/sub/a.bin", AsBytes("hello")).ok());
   ASSERT_TRUE(sink.WriteFile("config.json", AsBytes("{}")).ok());
-  auto a = ReadFile(dir.path() / "release/experts/sub/a.bin");
-  EXPECT_EQ(std::string(a.begin(), a.end()), "hello");
+  EXPECT_EQ(ReadFileText(dir.path() / "release/experts/sub/a.bin"), "hello");
   // rewriting replaces (also with a shorter file)
   ASSERT_TRUE(sink.WriteFile("experts/sub/a.bin", AsBytes("hi")).ok());
-  a = ReadFile(dir.path() / "release/experts/sub/a.bin");
-  EXPECT_EQ(std::string(a.begin(), a.end()), "hi");
+  EXPECT_EQ(ReadFileText(dir.path() / "release/experts/sub/a.bin"), "hi");
   ASSERT_TRUE(sink.WriteFile("empty", {}).ok());
   EXPECT_EQ(fs::file_size(dir.path() / "release/empty"), 0u);
   EXPECT_FALSE(HasTempFiles(dir.path()));
@@ -146,7 +127,7 @@ TEST(DirectoryReleaseSink, MatchesTheMemorySink) {
     SCOPED_TRACE(path);
     auto expect = mem.ReadAll(path);
     ASSERT_TRUE(expect.ok());
-    auto got = ReadFile(dir.path() / path);
+    const std::vector<std::byte> got = ReadFileBytes(dir.path() / path);
     ASSERT_EQ(got.size(), expect->size());
     EXPECT_EQ(0, std::memcmp(got.data(), expect->data(), got.size()));
   }

@@ -14,6 +14,7 @@
 
 #include "format/json.h"
 #include "tests/client/exlr8_command.h"
+#include "tests/support/files.h"
 
 namespace exlr8 {
 namespace {
@@ -23,13 +24,8 @@ using ::testing::HasSubstr;
 
 const fs::path kFixture = fs::path(EXLR8_SHARED_DIR) / "fixtures" / "lvq5-tiny";
 
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string Sha256File(const fs::path& p) {
-  const std::string data = ReadAll(p);
+  const std::string data = testing::ReadFileText(p);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned len = 0;
   EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
@@ -53,7 +49,7 @@ TEST(Lvq5Cli, VerifyTheFixture) {
 
 TEST(Lvq5Cli, DecodeReproducesEveryGoldenDigest) {
   TempDir tmp;
-  auto golden = ParseJson(ReadAll(kFixture / "golden.json"));
+  auto golden = ParseJson(testing::ReadFileText(kFixture / "golden.json"));
   ASSERT_TRUE(golden.ok());
   const std::string file = (kFixture / "tiny-sealed.bin").string();
   int checked = 0;
@@ -77,12 +73,12 @@ TEST(Lvq5Cli, DecodeReproducesEveryGoldenDigest) {
   const fs::path blob = tmp.path() / "config.json";
   auto r = Exlr8("decode " + file + " --blob config.json --out " + blob.string());
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_TRUE(ParseJson(ReadAll(blob)).ok());
+  EXPECT_TRUE(ParseJson(testing::ReadFileText(blob)).ok());
 }
 
 TEST(Lvq5Cli, BrokenFilesFailVerifyNamingTheField) {
   TempDir tmp;
-  const std::string bytes = ReadAll(kFixture / "tiny-sealed.bin");
+  const std::string bytes = testing::ReadFileText(kFixture / "tiny-sealed.bin");
   auto write = [&](const std::string& name, const std::string& data) {
     std::ofstream(tmp.path() / name, std::ios::binary) << data;
     return (tmp.path() / name).string();
@@ -132,7 +128,7 @@ TEST(Lvq5Cli, SynthWritesFilesThatVerifyAndDecode) {
   r = Exlr8("synth --lvq5 " + b.string() +
             " --seed 5 --tetra 1x1,3x23,2x50 --int4g128 1x128 --raw-f16 2x3 --raw-q4 3x7/3 --raw-q8 2x5/4");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(ReadAll(a), ReadAll(b));  // same seed, same bytes
+  EXPECT_EQ(testing::ReadFileText(a), testing::ReadFileText(b));  // same seed, same bytes
   r = Exlr8("verify " + a.string());
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("4 matrix records (3 Tetra, 1 Int4G128)"));
@@ -148,7 +144,7 @@ TEST(Lvq5Cli, SynthWritesFilesThatVerifyAndDecode) {
   EXPECT_EQ(fs::file_size(o), 21u * 4);
   r = Exlr8("synth --lvq5 " + (tmp.path() / "c.bin").string() + " --seed 6");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(ReadAll(a), ReadAll(tmp.path() / "c.bin"));
+  EXPECT_NE(testing::ReadFileText(a), testing::ReadFileText(tmp.path() / "c.bin"));
   EXPECT_EQ(Exlr8("verify " + (tmp.path() / "c.bin").string()).status, 0);
 }
 

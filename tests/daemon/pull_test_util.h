@@ -22,6 +22,7 @@
 #include "format/release_writer.h"
 #include "tests/format/dense_damage.h"
 #include "tests/hubsim/hubsim.h"
+#include "tests/support/files.h"
 
 namespace exlr8 {
 
@@ -49,8 +50,8 @@ inline void CopyTinyWithDamagedDense(const fs::path& to, const std::string& path
 }
 
 inline std::vector<char> ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = testing::ReadFileText(p);
+  return std::vector<char>(text.begin(), text.end());
 }
 
 // A release that makes the choices section 14 of the spec leaves open

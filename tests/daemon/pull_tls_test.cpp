@@ -36,6 +36,7 @@
 #include "tests/daemon/cache_test_util.h"
 #include "tests/daemon/pull_test_util.h"
 #include "tests/hubsim/hubsim.h"
+#include "tests/support/files.h"
 
 namespace exlr8 {
 namespace {
@@ -75,11 +76,6 @@ bool Accepts(const char* address, std::uint16_t port) {
   const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(s);
   return ok;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 bool LibcurlSpeaksHttp2() { return (curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_HTTP2) != 0; }
@@ -133,7 +129,7 @@ class TlsServers {
   }
   bool up() const { return pid_ > 0 && Accepts("127.0.0.2", cdn_port_) && Accepts("127.0.0.1", hub_port_); }
   std::string hub_url() const { return "https://127.0.0.1:" + std::to_string(hub_port_); }
-  std::string ErrorLog() const { return Slurp(dir_ / "error.log"); }
+  std::string ErrorLog() const { return testing::ReadFileText(dir_ / "error.log"); }
   // One line per request; nginx writes each line as its request ends.
   std::vector<std::string> CdnLog() const { return Lines(dir_ / "cdn.log"); }
   std::vector<std::string> HubLog() const { return Lines(dir_ / "hub.log"); }
@@ -141,7 +137,7 @@ class TlsServers {
  private:
   static std::vector<std::string> Lines(const fs::path& p) {
     std::vector<std::string> lines;
-    std::istringstream in(Slurp(p));
+    std::istringstream in(testing::ReadFileText(p));
     for (std::string l; std::getline(in, l);) lines.push_back(l);
     return lines;
   }
@@ -425,7 +421,7 @@ TEST_F(PullTlsTest, MultiplexedTransfersAreNeverHeldBack) {
   ASSERT_TRUE(c.failure.ok()) << c.failure.ToString();
   EXPECT_EQ(c.completed, static_cast<int>(HoldAskingConsumer::kRequests));
   EXPECT_EQ(c.asked, 0) << "a multiplexed transfer was offered for holding back";
-  EXPECT_EQ(c.Joined(), Slurp(TinyRelease() / biggest->path));
+  EXPECT_EQ(c.Joined(), testing::ReadFileText(TinyRelease() / biggest->path));
   for (const std::string& line : tls_->CdnLog()) EXPECT_EQ(line.rfind("HTTP/2.0 ", 0), 0u) << line;
 }
 
@@ -528,9 +524,9 @@ TEST_F(PullTlsTest, TheCaComesFromTheEnvironmentOrTheOptionAndMustBeReadable) {
   const std::string err = (work_.path() / "pull.err").string();
   ScopedEnv token("HF_TOKEN", kToken);
   EXPECT_EQ(std::system((pull + " --ca-bundle " + cert_.string() + " > /dev/null 2> " + err).c_str()), 0)
-      << Slurp(err);
+      << testing::ReadFileText(err);
   EXPECT_EQ(std::system((pull + " > /dev/null 2> " + err).c_str()) >> 8, 2);  // the variable's file is missing
-  EXPECT_THAT(Slurp(err), HasSubstr("(from CURL_CA_BUNDLE) cannot be read"));
+  EXPECT_THAT(testing::ReadFileText(err), HasSubstr("(from CURL_CA_BUNDLE) cannot be read"));
 }
 
 }  // namespace

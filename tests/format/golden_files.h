@@ -15,20 +15,14 @@
 #include <vector>
 
 #include "format/safetensors.h"
+#include "tests/support/files.h"
 
 namespace exlr8::testing {
 
 inline std::string SharedPath(const std::string& rel) { return std::string(EXLR8_SHARED_DIR) + "/" + rel; }
 
 // The whole file, or an empty vector if it cannot be read.
-inline std::vector<std::byte> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(chars.size());
-  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<std::byte>(chars[i]);
-  return out;
-}
+inline std::vector<std::byte> ReadWholeFile(const std::string& path) { return ReadFileBytes(path); }
 
 inline std::string Sha256Hex(const void* data, std::size_t n) {
   unsigned char md[EVP_MAX_MD_SIZE];

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/hubsim/hubsim.h"
+#include "tests/support/files.h"
 
 namespace exlr8::hubsim {
 namespace {
@@ -88,13 +89,6 @@ HttpResult Fetch(const std::string& url, const std::string& method = "GET",
   curl_slist_free_all(list);
   curl_easy_cleanup(curl);
   return r;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string Hex(const EVP_MD* md, const std::string& prefix, const std::string& data) {
@@ -174,7 +168,7 @@ TEST_F(HubSimTest, ModelInfoListsSiblingsWithGitAndLfsOids) {
     const json::object& o = s.as_object();
     const std::string name(o.at("rfilename").as_string());
     names.insert(name);
-    const std::string bytes = ReadFile(kFixture + "/" + name);
+    const std::string bytes = testing::ReadFileText(kFixture + "/" + name);
     EXPECT_EQ(o.at("size").to_number<std::uint64_t>(), bytes.size()) << name;
     if (name.ends_with(".safetensors")) {
       const json::object& lfs = o.at("lfs").as_object();
@@ -255,7 +249,7 @@ TEST_F(HubSimTest, RecursiveTreePagesThroughLinkHeaders) {
 }
 
 TEST_F(HubSimTest, RegularFileIsServedByTheHubWithRanges) {
-  const std::string bytes = ReadFile(kFixture + "/" + kSmall);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kSmall);
   const HttpResult head = Fetch(ResolveUrl(kSmall), "HEAD");
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.Header("x-repo-commit"), sim_->commit(kRepo));
@@ -281,7 +275,7 @@ TEST_F(HubSimTest, RegularFileIsServedByTheHubWithRanges) {
 }
 
 TEST_F(HubSimTest, LfsFileRedirectsToSignedCdnUrlServingRanges) {
-  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kLfs);
   const std::string sha = Hex(EVP_sha256(), "", bytes);
   const HttpResult head = Fetch(ResolveUrl(kLfs), "HEAD");
   ASSERT_EQ(head.status, 302);
@@ -333,7 +327,7 @@ TEST_F(HubSimTest, CdnBaseRedirectsLfsFilesUnsignedAndKeepsRegularFilesOnTheHub)
   HubSimOptions options;
   options.cdn_base = "http://127.0.0.2:8080/rel";
   StartSim(options);
-  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kLfs);
   const HttpResult head = Fetch(ResolveUrl(kLfs), "HEAD");
   ASSERT_EQ(head.status, 302);
   EXPECT_EQ(head.Header("location"), std::string("http://127.0.0.2:8080/rel/") + kLfs);
@@ -343,7 +337,7 @@ TEST_F(HubSimTest, CdnBaseRedirectsLfsFilesUnsignedAndKeepsRegularFilesOnTheHub)
   // Regular files are still served by the hub itself.
   const HttpResult small = Fetch(ResolveUrl(kSmall));
   EXPECT_EQ(small.status, 200);
-  EXPECT_EQ(small.body, ReadFile(kFixture + "/" + kSmall));
+  EXPECT_EQ(small.body, testing::ReadFileText(kFixture + "/" + kSmall));
   const json::object stats = Stats();
   EXPECT_EQ(stats.at("resolve").to_number<int>(), 2);
   EXPECT_EQ(stats.at("signed_urls_issued").to_number<int>(), 0);
@@ -363,7 +357,7 @@ TEST_F(HubSimTest, UnhashedGlobListsAStandInSha256AndStillServesTheBytes) {
     const json::object& o = s.as_object();
     const std::string name(o.at("rfilename").as_string());
     if (!o.contains("lfs")) continue;
-    const std::string bytes = ReadFile(kFixture + "/" + name);
+    const std::string bytes = testing::ReadFileText(kFixture + "/" + name);
     const std::string listed(o.at("lfs").as_object().at("sha256").as_string());
     EXPECT_EQ(listed.size(), 64u);
     EXPECT_EQ(o.at("size").to_number<std::uint64_t>(), bytes.size()) << name;
@@ -378,7 +372,7 @@ TEST_F(HubSimTest, UnhashedGlobListsAStandInSha256AndStillServesTheBytes) {
   EXPECT_GE(stand_ins, 1);
   EXPECT_GE(hashed, 1);
   // The bytes themselves are served as before.
-  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kLfs);
   const HttpResult part = Fetch(SignedUrl(), "GET", {"Range: bytes=10-99"});
   EXPECT_EQ(part.status, 206);
   EXPECT_EQ(part.body, bytes.substr(10, 90));
@@ -528,7 +522,7 @@ TEST_F(HubSimTest, DropCutsTheBodyMidway) {
 }
 
 TEST_F(HubSimTest, CorruptFlipsExactlyOneByte) {
-  const std::string bytes = ReadFile(kFixture + "/" + kLfs).substr(0, 100000);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kLfs).substr(0, 100000);
   FaultConfig f;
   f.corrupt = 1.0;
   sim_->SetFaults(f);
@@ -612,7 +606,7 @@ TEST_F(HubSimTest, HostileListingAndAbsurdSizes) {
 }
 
 TEST_F(HubSimTest, ConcurrentRangeReadsOverKeepAlive) {
-  const std::string bytes = ReadFile(kFixture + "/" + kLfs);
+  const std::string bytes = testing::ReadFileText(kFixture + "/" + kLfs);
   const std::string url = SignedUrl();
   std::atomic<int> good{0};
   std::vector<std::thread> threads;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/daemon/cache_test_util.h"
+#include "tests/support/files.h"
 
 namespace {
 std::atomic<int> g_file_syncs{0};       // fsync calls on regular files
@@ -59,13 +60,6 @@ using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::TmpfsMount;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Every name in `dir`, sorted.
 std::vector<std::string> Names(const fs::path& dir) {
   std::vector<std::string> names;
@@ -88,13 +82,13 @@ TEST(AtomicFileTest, WritesTheContentAndModeAndLeavesNoTemporaryFile) {
   UmaskScope umask(022);
   const fs::path p = tmp.path() / "state.json";
   ASSERT_TRUE(WriteFileAtomically(p, "{\"a\":1}\n", Durability::kNone, 0600).ok());
-  EXPECT_EQ(Slurp(p), "{\"a\":1}\n");
+  EXPECT_EQ(testing::ReadFileText(p), "{\"a\":1}\n");
   struct stat st {};
   ASSERT_EQ(::stat(p.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   // Replaced by a shorter content, durably, with the default mode.
   ASSERT_TRUE(WriteFileAtomically(p, "{}", Durability::kDurable).ok());
-  EXPECT_EQ(Slurp(p), "{}");
+  EXPECT_EQ(testing::ReadFileText(p), "{}");
   ASSERT_EQ(::stat(p.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0644u);
   // Empty content and bytes.
@@ -102,7 +96,7 @@ TEST(AtomicFileTest, WritesTheContentAndModeAndLeavesNoTemporaryFile) {
   EXPECT_EQ(fs::file_size(p), 0u);
   const std::vector<std::byte> bytes = {std::byte{0}, std::byte{0xff}, std::byte{7}};
   ASSERT_TRUE(WriteFileAtomically(p, bytes, Durability::kNone).ok());
-  EXPECT_EQ(Slurp(p), std::string("\0\xff\x07", 3));
+  EXPECT_EQ(testing::ReadFileText(p), std::string("\0\xff\x07", 3));
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"state.json"});
 }
 
@@ -113,7 +107,7 @@ TEST(AtomicFileTest, ARelativePathIsInTheCurrentDirectory) {
   const Status s = WriteFileAtomically("here", "x", Durability::kDurable);
   fs::current_path(old_cwd);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(Slurp(tmp.path() / "here"), "x");
+  EXPECT_EQ(testing::ReadFileText(tmp.path() / "here"), "x");
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"here"});
 }
 
@@ -124,8 +118,8 @@ TEST(AtomicFileTest, ASymlinkIsReplacedNotFollowed) {
   fs::create_symlink(target, tmp.path() / "link");
   ASSERT_TRUE(WriteFileAtomically(tmp.path() / "link", "new", Durability::kNone).ok());
   EXPECT_FALSE(fs::is_symlink(tmp.path() / "link"));
-  EXPECT_EQ(Slurp(tmp.path() / "link"), "new");
-  EXPECT_EQ(Slurp(target), "keep");
+  EXPECT_EQ(testing::ReadFileText(tmp.path() / "link"), "new");
+  EXPECT_EQ(testing::ReadFileText(target), "keep");
 }
 
 TEST(AtomicFileTest, DurableSyncsTheFileAndTheDirectoryAndNoneSyncsNothing) {
@@ -149,7 +143,7 @@ TEST(AtomicFileTest, AFailedFileSyncKeepsTheOldContentAndRemovesTheTemporaryFile
   g_fail_file_syncs = 0;
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr("fsync " + (tmp.path() / "f.tmp.").string()));
-  EXPECT_EQ(Slurp(p), "old");
+  EXPECT_EQ(testing::ReadFileText(p), "old");
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"f"});
 }
 
@@ -165,7 +159,7 @@ TEST(AtomicFileTest, AFailedDirectorySyncSaysTheNewContentMayNotLast) {
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr("fsync directory " + tmp.path().string()));
   EXPECT_THAT(s.message(), HasSubstr("may not survive a power loss"));
-  EXPECT_EQ(Slurp(p), "new");
+  EXPECT_EQ(testing::ReadFileText(p), "new");
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"f"});
 }
 
@@ -184,7 +178,7 @@ TEST(AtomicFileTest, AFailedWriteKeepsTheOldContentAndRemovesTheTemporaryFile) {
   ::signal(SIGXFSZ, old_handler);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr((tmp.path() / "f.tmp.").string()));
-  EXPECT_EQ(Slurp(p), "old");
+  EXPECT_EQ(testing::ReadFileText(p), "old");
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"f"});
 }
 
@@ -196,7 +190,7 @@ TEST(AtomicFileTest, OnAFullDiskTheOldContentStays) {
   ASSERT_TRUE(testing::FillUp(mnt.path() / "filler"));
   const Status s = WriteFileAtomically(p, std::string(1 << 16, 'n'), Durability::kDurable);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
-  EXPECT_EQ(Slurp(p), "old");
+  EXPECT_EQ(testing::ReadFileText(p), "old");
   EXPECT_EQ(Names(mnt.path()), (std::vector<std::string>{"f", "filler"}));
 }
 
@@ -210,7 +204,7 @@ TEST(AtomicFileTest, AReadOnlyDirectoryIsPermissionDeniedAndLeavesNothing) {
   const Status s = WriteFileAtomically(p, "new", Durability::kDurable);
   EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr("to replace " + p.string()));
-  EXPECT_EQ(Slurp(p), "old");
+  EXPECT_EQ(testing::ReadFileText(p), "old");
   EXPECT_EQ(Names(mnt.path()), std::vector<std::string>{"f"});
 }
 
@@ -251,7 +245,7 @@ TEST(AtomicFileTest, AConcurrentReaderNeverSeesAPart) {
   std::atomic<int> reads{0}, bad{0};
   std::thread reader([&] {
     while (!stop) {
-      const std::string got = Slurp(p);
+      const std::string got = testing::ReadFileText(p);
       if (got != a && got != b) ++bad;
       ++reads;
     }
@@ -279,7 +273,7 @@ TEST(AtomicFileTest, ConcurrentWritersOfOnePathLeaveOneWholeVersion) {
     });
   for (std::thread& w : writers) w.join();
   EXPECT_EQ(failures, 0);
-  const std::string got = Slurp(p);
+  const std::string got = testing::ReadFileText(p);
   ASSERT_EQ(got.size(), 4096u);
   EXPECT_EQ(got, std::string(4096, got[0]));
   EXPECT_EQ(Names(tmp.path()), std::vector<std::string>{"f"});

@@ -35,7 +35,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/hub/http_common.h"
+#include "daemon/hub/http_answer.h"
 #include "format/status.h"
 
 namespace exlr8 {

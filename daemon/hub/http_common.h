@@ -1,6 +1,7 @@
 // Internal: libcurl plumbing shared by HubClient and RangeFetcher (user
-// agent, proxy choice, per-handle options, response header capture, mapping
-// of HTTP answers to Status). Not part of the public API of exlr8d::hub.
+// agent, proxy choice, per-handle options, response header capture, what a
+// libcurl error means). What an answer means is http_answer.h, which this
+// includes. Not part of the public API of exlr8d::hub.
 //
 // Thread rules: everything here is either pure or acts on the CURL handle it
 // is given; EnsureCurlGlobalInit() is safe from any thread.
@@ -13,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/hub/http_answer.h"
 #include "format/status.h"
 
 typedef void CURL;  // NOLINT: matches <curl/curl.h>
@@ -106,58 +108,9 @@ bool IsPermanentCurlError(int curl_code);
 // failure (memory, a bad URL, a write callback).
 bool IsNoAnswerCurlError(int curl_code, long http_status, long proxy_connect_status);
 
-// The response headers the hub code acts on, captured by a CURLOPT_HEADERFUNCTION.
-struct ResponseHead {
-  long status = 0;
-  std::string location;
-  std::string content_range;
-  std::optional<std::uint64_t> content_length;
-  std::string content_encoding;  // lowercased
-  std::string link;
-  std::string retry_after;
-  std::string ratelimit;
-  std::string x_error_code;
-  std::string x_error_message;
-  std::string x_repo_commit;
-  std::string x_linked_size;
-  std::string x_linked_etag;
-  std::string etag;
-
-  void Reset() { *this = ResponseHead(); }
-  // Feeds one raw header line (with or without CRLF). A status line starts a
-  // new response (after 1xx), clearing earlier fields.
-  void AddLine(std::string_view line);
-};
 
 // libcurl header callback; `userdata` is a ResponseHead*.
 std::size_t CurlHeaderCallback(char* buffer, std::size_t size, std::size_t nitems, void* userdata);
 
-// How long to wait after a 429/503: Retry-After (a date is counted from
-// `now`, the wall time), else RateLimit t=, else nullopt (caller falls back
-// to its backoff).
-std::optional<std::chrono::milliseconds> ThrottleWait(const ResponseHead& head,
-                                                      std::chrono::system_clock::time_point now);
-
-// "; server asks to wait 600 s, more than the 300 s allowed": appended to
-// the error of a 429/503 whose wait is past the cap (it fails at once).
-std::string WaitPastCap(std::chrono::milliseconds wait, std::chrono::milliseconds cap);
-
-// Maps a non-success HTTP answer about `what` (e.g. "file 'a/b.safetensors'
-// of org/repo@abc123") to a Status:
-//   401/403 -> PermissionDenied (+ hint to set HF_TOKEN; never the token)
-//   404 -> NotFound naming RepoNotFound / RevisionNotFound / EntryNotFound
-//   416 -> Corruption (the listing promised bytes that are not there); 429 -> Unavailable (rate limited);
-//   5xx -> Unavailable; others -> IOError.
-// `secret` (the token) is cut out of what the server said: a hub may echo
-// the Authorization header into X-Error-Message, and the token must reach
-// no error, log or record.
-Status HttpError(long status, const ResponseHead& head, std::string_view what, bool token_sent,
-                 std::string_view secret = {});
-
-// True for statuses worth retrying (408, 429, 5xx).
-bool IsRetryableHttp(long status);
-
-// 301, 302, 303, 307, 308.
-bool IsRedirectStatus(long status);
 
 }  // namespace exlr8
